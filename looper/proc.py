@@ -1,0 +1,215 @@
+"""The one subprocess choke point: every child process looper starts goes through here.
+
+Two shapes:
+
+- :func:`run` for short commands (git helpers, agents, ssh probes): captured output,
+  a wall-clock timeout, the whole process group killed on timeout.
+- :func:`supervise` for training and evaluation: output streamed line by line to a log
+  file and a callback, the budget and the log-silence (stall) limit enforced from
+  outside: SIGTERM to the process group at the limit, SIGKILL ``kill_after`` seconds later.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    exit_code: int | None  # None: killed on timeout before it exited by itself
+    stdout: str
+    stderr: str
+    timed_out: bool
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+def _merged_env(env: Mapping[str, str] | None, inherit: bool) -> dict[str, str]:
+    base = dict(os.environ) if inherit else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if env:
+        base.update({k: str(v) for k, v in env.items()})
+    return base
+
+
+def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    inherit_env: bool = True,
+    timeout: float | None = None,
+    input_text: str | None = None,
+) -> Completed:
+    """Run a short command to completion and capture its output."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=str(cwd) if cwd else None,
+        env=_merged_env(env, inherit_env),
+        stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(input=input_text, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc, signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc, signal.SIGKILL)
+            out, err = proc.communicate()
+    code = proc.returncode
+    return Completed(tuple(argv), None if timed_out else code, out or "", err or "", timed_out,
+                     time.monotonic() - start)
+
+
+@dataclass
+class Supervised:
+    """What happened to a supervised child (training or evaluation)."""
+
+    exit_code: int | None  # the child's own exit status; None when a signal ended it
+    signal: int | None  # the signal that ended it, if any
+    timed_out: bool  # looper stopped it at budget + grace
+    stalled: bool  # looper stopped it because the log was silent for stall_seconds
+    seconds: float
+    log_tail: str
+    lines: int = 0
+    stopped_by: str = ""  # "budget" | "stall" | "cancel" | ""
+
+
+@dataclass
+class Limits:
+    budget_seconds: float | None = None  # hard wall clock (budget + grace)
+    stall_seconds: float | None = None  # log silence that means hung
+    kill_after: float = 10.0  # SIGTERM -> SIGKILL delay
+    tail_lines: int = 80
+
+
+@dataclass
+class _State:
+    last_output: float = field(default_factory=time.monotonic)
+    tail: deque = field(default_factory=lambda: deque(maxlen=80))
+    lines: int = 0
+
+
+def supervise(
+    argv: Sequence[str],
+    *,
+    cwd: str | Path,
+    env: Mapping[str, str] | None,
+    log_path: str | Path,
+    limits: Limits,
+    on_line: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> Supervised:
+    """Run a child in its own process group, stream its output, enforce limits from outside."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    state = _State(tail=deque(maxlen=limits.tail_lines))
+    start = time.monotonic()
+    with open(log_path, "a", encoding="utf-8", errors="replace") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=str(cwd),
+            env=_merged_env(env, True),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if on_start:
+            on_start(proc.pid)
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            # Read raw chunks: progress bars use '\r' without '\n' and still count as life.
+            buf = b""
+            while True:
+                chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096)
+                if not chunk:
+                    break
+                state.last_output = time.monotonic()
+                buf += chunk
+                parts = buf.replace(b"\r", b"\n").split(b"\n")
+                buf = parts.pop()
+                for raw in parts:
+                    line = raw.decode("utf-8", "replace")
+                    if not line.strip():
+                        continue
+                    log.write(line + "\n")
+                    state.tail.append(line)
+                    state.lines += 1
+                    if on_line:
+                        try:
+                            on_line(line)
+                        except Exception:  # a display error never stops a run
+                            pass
+                log.flush()
+            if buf.strip():
+                line = buf.decode("utf-8", "replace")
+                log.write(line + "\n")
+                state.tail.append(line)
+                state.lines += 1
+            log.flush()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        stopped_by = ""
+        term_at: float | None = None
+        while proc.poll() is None:
+            now = time.monotonic()
+            if not stopped_by:
+                if limits.budget_seconds is not None and now - start > limits.budget_seconds:
+                    stopped_by = "budget"
+                elif limits.stall_seconds is not None and now - state.last_output > limits.stall_seconds:
+                    stopped_by = "stall"
+                elif cancel is not None and cancel.is_set():
+                    stopped_by = "cancel"
+                if stopped_by:
+                    _kill_group(proc, signal.SIGTERM)
+                    term_at = now
+            elif term_at is not None and now - term_at > limits.kill_after:
+                _kill_group(proc, signal.SIGKILL)
+                term_at = None
+            time.sleep(0.1)
+        # The leader is gone; make sure nothing of its group outlives it.
+        _kill_group(proc, signal.SIGKILL)
+        reader.join(timeout=5)
+    rc = proc.returncode
+    sig = -rc if rc is not None and rc < 0 else None
+    return Supervised(
+        exit_code=None if sig else rc,
+        signal=sig,
+        timed_out=stopped_by == "budget",
+        stalled=stopped_by == "stall",
+        seconds=time.monotonic() - start,
+        log_tail="\n".join(state.tail),
+        lines=state.lines,
+        stopped_by=stopped_by,
+    )
