@@ -1,0 +1,46 @@
+"""Executors, chosen by ``[executor] kind`` from a registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from looper.adapters.executors.base import EvalJob, Executor, RunResult, TrainJob
+from looper.errors import ConfigError
+
+_REGISTRY: dict[str, Callable[..., Executor]] = {}
+
+
+def register(kind: str) -> Callable[[Callable[..., Executor]], Callable[..., Executor]]:
+    def deco(factory: Callable[..., Executor]) -> Callable[..., Executor]:
+        _REGISTRY[kind] = factory
+        return factory
+
+    return deco
+
+
+@register("local")
+def _local(workspace: Path, section: Any) -> Executor:
+    from looper.adapters.executors.local import LocalExecutor
+
+    return LocalExecutor(workspace, python=section.python, gpu_index=getattr(section, "gpu_index", 0))
+
+
+@register("ssh")
+def _ssh(workspace: Path, section: Any) -> Executor:
+    try:
+        from looper.adapters.executors.ssh import SshExecutor
+    except ImportError as exc:  # pragma: no cover - until the ssh executor lands
+        raise ConfigError(f"executor.kind: 'ssh' is not available in this build ({exc})") from exc
+    return SshExecutor(workspace, section)
+
+
+def make_executor(workspace: Path, section: Any) -> Executor:
+    kind = section.kind
+    if kind not in _REGISTRY:
+        raise ConfigError(f"executor.kind: unknown executor {kind!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[kind](workspace, section)
+
+
+__all__ = ["EvalJob", "Executor", "RunResult", "TrainJob", "make_executor", "register"]

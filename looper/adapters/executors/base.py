@@ -1,0 +1,94 @@
+"""The executor seam: where training and evaluation actually run.
+
+An executor runs the experiment's ``train.py`` and the fixed ``evaluate.py`` somewhere (this
+machine, an SSH host, a cluster) under the budget and stall rules, and brings the evidence
+back into a local run folder. It never judges: it reports what happened, and the pure core
+decides what that means.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from looper.core.verdict import Verdict
+
+FIXED_FILES = ("prepare.py", "evaluate.py")
+
+
+@dataclass
+class RunResult:
+    """What happened to one child run (training, evaluation or data preparation)."""
+
+    exit_code: int | None
+    signal: int | None = None
+    timed_out: bool = False
+    stalled: bool = False
+    cancelled: bool = False
+    seconds: float = 0.0
+    log_tail: str = ""
+    transport_exit_code: int | None = None  # e.g. ssh's own 255; None for local runs
+    transport_error: str = ""  # a transport fault described in words
+    gpu: dict = field(default_factory=dict)  # peak memory, mean utilisation, ... when known
+
+    @property
+    def clean_exit(self) -> bool:
+        return (self.exit_code == 0 and not self.timed_out and not self.stalled
+                and not self.cancelled and self.transport_exit_code in (None, 0)
+                and not self.transport_error)
+
+
+@dataclass
+class TrainJob:
+    checkout: Path  # local checkout holding train.py (and the fixed files)
+    out_dir: Path  # local, empty: weights.pt, train.json come back here
+    seed: int
+    budget_seconds: float
+    grace_seconds: float
+    stall_seconds: float
+    log_path: Path
+    device: str = ""
+
+
+@dataclass
+class EvalJob:
+    checkout: Path  # where the (verified) evaluate.py is
+    weights: Path  # local weights file (the executor moves it where it is needed)
+    metrics_path: Path  # local path METRICS.json must end up at; deleted before the run
+    log_path: Path
+    timeout_seconds: float
+    stall_seconds: float
+    device: str = ""
+
+
+LineSink = Callable[[str], None]
+
+
+@runtime_checkable
+class Executor(Protocol):
+    name: str
+
+    def preflight(self, require_gpu: bool) -> Verdict:
+        """Reachable, enough disk, GPU present when required. Error verdict otherwise."""
+        ...
+
+    def ensure_data(self, prepare_py: Path, data_dir: str, scale: str, seed: int) -> Verdict:
+        """Build the data set where training runs when it is missing; metrics carry its hash."""
+        ...
+
+    def data_hash(self, data_dir: str) -> Verdict:
+        """Re-hash the data set; metrics['hash'] is the recomputed manifest hash."""
+        ...
+
+    def train(self, job: TrainJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
+        ...
+
+    def evaluate(self, job: EvalJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
+        ...
+
+    def reap(self) -> list[str]:
+        """End runs a previous daemon left behind; returns what it ended, in words."""
+        ...

@@ -1,0 +1,43 @@
+"""Content hashes of the fixed files and of the data folder.
+
+The harness pins these when a tag starts and compares them before and after every run:
+train.py is untrusted code, and a change to evaluate.py, prepare.py or the data is
+detected rather than trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+_CHUNK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_hash(root: Path) -> tuple[str, int]:
+    """One hash over every file under ``root`` (path and content); returns (hash, files)."""
+    root = Path(root)
+    entries = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() or p.is_symlink():
+            rel = p.relative_to(root).as_posix()
+            digest = file_sha256(p) if p.is_file() else "symlink:" + str(p.readlink())
+            entries.append(f"{rel}\0{digest}\n")
+    h = hashlib.sha256("".join(entries).encode())
+    return h.hexdigest(), len(entries)
+
+
+def fixed_hashes(folder: Path, names: tuple[str, ...]) -> dict[str, str | None]:
+    """sha256 of each fixed file in ``folder``; None for a file that is missing."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        p = Path(folder) / name
+        out[name] = file_sha256(p) if p.is_file() else None
+    return out
