@@ -23,7 +23,23 @@ class Status(str, enum.Enum):
 class Verdict(BaseModel):
     """One check's answer. ``blocking`` is empty exactly when ``status`` is pass."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        use_enum_values=False,
+        json_schema_serialization_defaults_required=True,
+        json_schema_extra={
+            # The rule the validator below enforces, written so that plain JSON Schema
+            # readers enforce it too: blocking is empty exactly when status is pass.
+            "allOf": [
+                {
+                    "if": {"properties": {"status": {"const": "pass"}}},
+                    "then": {"properties": {"blocking": {"maxItems": 0}}},
+                    "else": {"properties": {"blocking": {"minItems": 1}}},
+                }
+            ]
+        },
+    )
 
     status: Status
     blocking: list[str] = Field(default_factory=list)
@@ -58,6 +74,44 @@ class Verdict(BaseModel):
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    def with_metrics(self, **extra: Any) -> Verdict:
+        """A copy with ``extra`` merged into ``metrics`` (the verdict itself is frozen)."""
+        return Verdict(status=self.status, blocking=list(self.blocking),
+                       metrics={**self.metrics, **extra}, confidence=self.confidence)
+
+    @classmethod
+    def combine(cls, parts: dict[str, Verdict], metrics: dict[str, Any] | None = None) -> Verdict:
+        """One verdict from several named ones: the worst status wins (error > fail > pass).
+
+        Every non-pass part's reasons are kept. Each part's status goes into ``metrics``
+        under its name. An empty ``parts`` is an error: nothing was checked.
+        """
+        merged: dict[str, Any] = {name: v.status.value for name, v in parts.items()}
+        merged.update(metrics or {})
+        if not parts:
+            return cls.errored("nothing was checked (no parts to combine)", metrics=merged)
+        blocking = [reason for v in parts.values() if not v.ok for reason in v.blocking]
+        statuses = {v.status for v in parts.values()}
+        if Status.ERROR in statuses:
+            return cls.errored(*blocking, metrics=merged)
+        if Status.FAIL in statuses:
+            return cls.failed(*blocking, metrics=merged)
+        return cls.passed(metrics=merged, confidence=min(v.confidence for v in parts.values()))
+
+
+SCHEMA_ID = "urn:looper:schema:verdict"
+VERDICT_KEYS = ("status", "blocking", "metrics", "confidence")
+
+
+def verdict_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a serialised :class:`Verdict` (what ``verdict.schema.json`` holds).
+
+    Generated from the model, so the file and the code cannot disagree without a test
+    noticing (``scripts/gen_schema.py --check``). Every key is required in the serialised form.
+    """
+    schema = Verdict.model_json_schema(mode="serialization")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **schema}
 
 
 class Outcome(str, enum.Enum):
@@ -108,3 +162,13 @@ class Outcome(str, enum.Enum):
     @classmethod
     def values(cls) -> list[str]:
         return [o.value for o in cls]
+
+    @classmethod
+    def parse(cls, value: str) -> Outcome:
+        """The outcome named ``value``; a clear error naming the value and the allowed ones."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(
+                f"unknown experiment status {value!r}; allowed: {', '.join(cls.values())}"
+            ) from None
