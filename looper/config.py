@@ -1,0 +1,347 @@
+"""``looper.toml`` -> a validated, immutable :class:`Config` (CONTRACT section 5).
+
+Every section and key is fixed; an unknown key, a value of the wrong type or out of
+range is a :class:`~looper.errors.ConfigError` whose message names the file and the key
+as ``section.key`` (for example ``loop.budget_seconds: must be > 0 (got -1)``).
+
+Keys beyond the contract, with their defaults (documented here on purpose):
+
+- ``[loop] workers = 1``: experiments run at the same time.
+- ``[agent] max_failures = 2``: agent failures in a row the loop tolerates.
+- ``[executor] ssh_options = []``: extra ``ssh`` arguments, e.g. ``["-p", "2222"]``.
+- ``[executor] gpu_index = 0``: which GPU the run uses (``LOOPER_DEVICE``).
+
+Secrets never live in this file: the OpenAI-compatible agent reads its key from the
+environment variable *named* by ``agent.api_key_env``. :meth:`Config.redacted_dict` is
+what may be stored or shown: notify URLs become ``scheme://***`` and credentials in
+``agent.base_url`` are dropped.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from looper.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 needs the tomli backport
+    import tomli as tomllib
+
+__all__ = [
+    "AgentConfig",
+    "Config",
+    "DataConfig",
+    "ExecutorConfig",
+    "GateConfigSection",
+    "LoopConfig",
+    "NotifyConfig",
+    "load_config",
+    "notify_urls",
+    "redact_url",
+]
+
+NOTIFY_ENV = "LOOPER_NOTIFY_URLS"
+
+_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_UNTIL_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Section(BaseModel):
+    # strict: a TOML string "300" is not silently an int, true is not 1.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class LoopConfig(_Section):
+    tag: str = "nightly"
+    budget_seconds: int = Field(default=300, gt=0)
+    grace_seconds: int = Field(default=60, ge=0)
+    stall_seconds: int = Field(default=180, gt=0)
+    max_experiments: int = Field(default=0, ge=0)
+    until: str = ""
+    stuck_after: int = Field(default=3, ge=1)
+    noise_reruns: int = Field(default=2, ge=0)
+    workers: int = Field(default=1, ge=1)
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str) -> str:
+        if not _TAG_RE.match(v) or ".." in v or v.endswith(".lock") or v.endswith("."):
+            raise ValueError(
+                "expected a short name for the branch looper/<tag>: letters, digits, '.', '_', '-', "
+                "starting with a letter or digit"
+            )
+        return v
+
+    @field_validator("until")
+    @classmethod
+    def _until(cls, v: str) -> str:
+        if v and not _UNTIL_RE.match(v):
+            raise ValueError("expected HH:MM (24-hour local time) or \"\"")
+        return v
+
+    @property
+    def until_time(self) -> _dt.time | None:
+        """``until`` as a local time of day, or None when unset."""
+        if not self.until:
+            return None
+        hh, mm = self.until.split(":")
+        return _dt.time(int(hh), int(mm))
+
+
+class DataConfig(_Section):
+    dir: str = "data"
+    scale: Literal["tiny", "demo", "full"] = "demo"
+    seed: int = Field(default=0, ge=0)
+
+    @field_validator("dir")
+    @classmethod
+    def _dir(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+
+class GateConfigSection(_Section):
+    score: Literal["weighted_f1", "macro_f1"] = "weighted_f1"
+    max_class_drop: float = Field(default=0.05, ge=0.0, le=1.0)
+    noise_sigmas: float = Field(default=2.0, ge=0.0)
+
+
+class AgentConfig(_Section):
+    kind: Literal["planner", "command", "openai"] = "planner"
+    command: str = ""
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_seconds: int = Field(default=900, gt=0)
+    max_failures: int = Field(default=2, ge=1)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str) -> str:
+        if v and not _ENV_NAME_RE.match(v):
+            raise ValueError("expected the NAME of an environment variable (e.g. OPENAI_API_KEY), not a key")
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, v: str) -> str:
+        if v and urlsplit(v).scheme not in ("http", "https"):
+            raise ValueError("expected an http:// or https:// URL")
+        return v
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> AgentConfig:
+        if self.kind == "command" and not self.command.strip():
+            raise _KeyProblem("command", 'required when agent.kind = "command"')
+        if self.kind == "openai":
+            if not self.base_url:
+                raise _KeyProblem("base_url", 'required when agent.kind = "openai"')
+            if not self.model:
+                raise _KeyProblem("model", 'required when agent.kind = "openai"')
+            if not self.api_key_env:
+                raise _KeyProblem("api_key_env", 'required when agent.kind = "openai"')
+        return self
+
+
+class ExecutorConfig(_Section):
+    kind: Literal["local", "ssh"] = "local"
+    host: str = ""
+    remote_dir: str = ""
+    python: str = "python3"
+    require_gpu: bool = False
+    ssh_options: list[str] = Field(default_factory=list)
+    gpu_index: int = Field(default=0, ge=0)
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> ExecutorConfig:
+        if self.kind == "ssh" and not self.host.strip():
+            raise _KeyProblem("host", 'required when executor.kind = "ssh"')
+        return self
+
+
+class NotifyConfig(_Section):
+    urls: list[str] = Field(default_factory=list)
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        for i, u in enumerate(v):
+            if "://" not in u:
+                raise ValueError(f"entry {i} is not an apprise URL (expected scheme://...)")
+        return v
+
+
+class Config(_Section):
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    gate: GateConfigSection = Field(default_factory=GateConfigSection)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    notify: NotifyConfig = Field(default_factory=NotifyConfig)
+
+    def redacted_dict(self) -> dict[str, Any]:
+        """A plain dict safe to store or show: no secret ever appears in it."""
+        d = self.model_dump(mode="json")
+        d["notify"]["urls"] = [redact_url(u) for u in self.notify.urls]
+        if self.agent.base_url:
+            d["agent"]["base_url"] = _strip_credentials(self.agent.base_url)
+        return d
+
+
+class _KeyProblem(ValueError):
+    """Raised by a section-level validator to blame one key of that section."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+# -- loading -------------------------------------------------------------------------
+
+
+def load_config(path: Path | None) -> Config:
+    """Read and validate ``looper.toml``. No path, or a missing file, gives the defaults."""
+    if path is None:
+        return Config()
+    path = Path(path)
+    if not path.exists():
+        return Config()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration file: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: TOML syntax error: {exc}") from exc
+    return config_from_dict(data, source=str(path))
+
+
+def config_from_dict(data: Mapping[str, Any], source: str = "looper.toml") -> Config:
+    """Validate an already-parsed TOML document; errors name ``source`` and the key."""
+    try:
+        return Config.model_validate(dict(data))
+    except ValidationError as exc:
+        problems = [_describe(err) for err in exc.errors()]
+        if len(problems) == 1:
+            raise ConfigError(f"{source}: {problems[0]}") from None
+        raise ConfigError(f"{source}: {len(problems)} problems:\n  " + "\n  ".join(problems)) from None
+
+
+def _describe(err: Mapping[str, Any]) -> str:
+    loc = [str(p) for p in err.get("loc", ())]
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    value = err.get("input")
+    exc = ctx.get("error")
+    if isinstance(exc, _KeyProblem):
+        return ".".join([*loc, exc.key]) + f": {exc.problem}"
+    key = _key_of(loc)
+    if kind == "extra_forbidden":
+        if len(loc) == 1:
+            return f"{key}: unknown section (expected one of {', '.join(Config.model_fields)})"
+        return f"{key}: unknown key"
+    if kind == "model_type":
+        return f"{key}: expected a table [{key}]" if len(loc) == 1 else f"{key}: expected a table"
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", "")).replace("'", "")
+        expected = expected.replace(" or ", ", ")
+        return f"{key}: must be one of {expected} (got {value!r})"
+    bound = {
+        "greater_than": ("gt", ">"),
+        "greater_than_equal": ("ge", ">="),
+        "less_than": ("lt", "<"),
+        "less_than_equal": ("le", "<="),
+    }.get(kind)
+    if bound is not None:
+        return f"{key}: must be {bound[1]} {ctx.get(bound[0])} (got {value!r})"
+    type_names = {
+        "int_type": "an integer",
+        "float_type": "a number",
+        "string_type": "a string",
+        "bool_type": "true or false",
+        "list_type": "a list",
+    }
+    if kind in type_names:
+        return f"{key}: expected {type_names[kind]} (got {_toml_type(value)} {value!r})"
+    if kind == "value_error":
+        msg = str(exc) if exc is not None else str(err.get("msg", ""))
+        return f"{key}: {msg}"
+    return f"{key}: {err.get('msg', 'invalid value')}"
+
+
+def _key_of(loc: list[str]) -> str:
+    return ".".join(loc) if loc else "(top level)"
+
+
+def _toml_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "table"
+    return type(value).__name__
+
+
+# -- notify URLs and redaction -------------------------------------------------------------
+
+
+def notify_urls(cfg: Config, environ: Mapping[str, str] | None = None) -> list[str]:
+    """``notify.urls`` plus the space-separated ``LOOPER_NOTIFY_URLS``, in order, deduplicated.
+
+    ``environ`` defaults to ``os.environ``.
+    """
+    env = os.environ if environ is None else environ
+    extra = env.get(NOTIFY_ENV, "").split()
+    seen: set[str] = set()
+    out: list[str] = []
+    for u in [*cfg.notify.urls, *extra]:
+        if u not in seen:
+            seen.add(u)
+            out.append(u)
+    return out
+
+
+def redact_url(url: str) -> str:
+    """``scheme://***``: an apprise URL carries its secrets anywhere after the scheme."""
+    scheme, sep, _ = url.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        return "***"
+    return f"{scheme}://***"
+
+
+def _strip_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

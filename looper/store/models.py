@@ -1,0 +1,133 @@
+"""The tables of ``experiments.db`` as SQLAlchemy Core objects, for building queries.
+
+The schema itself (CHECK constraints included) is created by the versioned migrations in
+:mod:`looper.store.migrations`; these objects mirror the latest version and a test keeps
+the two in step. Note that ``commit`` is an SQL keyword: raw SQL must quote it
+(``SELECT "commit" FROM experiments``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Float, ForeignKey, Integer, MetaData, Table, Text
+
+from looper.core.verdict import Outcome
+
+metadata = MetaData()
+
+#: ``experiments.kind`` values.
+EXPERIMENT_KINDS: tuple[str, ...] = ("baseline", "candidate", "rerun", "canary", "verify")
+#: ``runs.role`` values.
+RUN_ROLES: tuple[str, ...] = ("main", "rerun", "canary")
+#: ``events.kind`` values.
+EVENT_KINDS: tuple[str, ...] = (
+    "start", "stop", "halt", "page", "page_failed", "recover", "interrupted", "stuck", "baseline", "note",
+)
+#: Outcomes whose experiment is not finished.
+OPEN_STATUSES: tuple[str, ...] = tuple(o.value for o in Outcome if not o.is_terminal)
+#: Outcomes that may carry a score (measured results).
+SCORED_STATUSES: tuple[str, ...] = tuple(o.value for o in Outcome if o.has_score)
+
+experiments = Table(
+    "experiments",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("tag", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("commit", Text),
+    Column("parent", Text),
+    Column("status", Text, nullable=False),
+    Column("score", Float),
+    Column("description", Text, nullable=False),
+    Column("rationale", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("diff", Text, nullable=False),
+    Column("config_json", Text, nullable=False),
+    Column("seed", Integer),
+    Column("metrics_json", Text),
+    Column("verdict_json", Text),
+    Column("blocking_json", Text, nullable=False),
+    Column("failure_signature", Text),
+    Column("exit_code", Integer),
+    Column("phase", Text, nullable=False),
+    Column("worker", Text, nullable=False),
+    Column("agent_seconds", Float),
+    Column("train_seconds", Float),
+    Column("eval_seconds", Float),
+    Column("harness_seconds", Float),
+    Column("gpu_json", Text),
+    Column("train_json", Text),
+    Column("started_at", Text, nullable=False),
+    Column("finished_at", Text),
+    sqlite_autoincrement=True,
+)
+
+class_metrics = Table(
+    "class_metrics",
+    metadata,
+    Column("experiment_id", Integer, ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True),
+    Column("class_name", Text, primary_key=True),
+    Column("precision", Float),
+    Column("recall", Float),
+    Column("f1", Float),
+    Column("count_error", Float),
+    Column("tp", Integer, nullable=False),
+    Column("fp", Integer, nullable=False),
+    Column("fn", Integer, nullable=False),
+    Column("support", Integer, nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("experiment_id", Integer, ForeignKey("experiments.id", ondelete="CASCADE"), nullable=False),
+    Column("role", Text, nullable=False),
+    Column("seed", Integer),
+    Column("exit_code", Integer),
+    Column("score", Float),
+    Column("metrics_json", Text),
+    Column("train_json", Text),
+    Column("log_tail", Text, nullable=False),
+    Column("started_at", Text, nullable=False),
+    Column("finished_at", Text),
+    sqlite_autoincrement=True,
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("at", Text, nullable=False),
+    Column("tag", Text, nullable=False),
+    Column("experiment_id", Integer, ForeignKey("experiments.id", ondelete="SET NULL")),
+    Column("kind", Text, nullable=False),
+    Column("message", Text, nullable=False),
+    Column("data_json", Text),
+    sqlite_autoincrement=True,
+)
+
+tags = Table(
+    "tags",
+    metadata,
+    Column("tag", Text, primary_key=True),
+    Column("branch", Text, nullable=False),
+    Column("base_commit", Text, nullable=False),
+    Column("fixed_hashes_json", Text, nullable=False),
+    Column("data_hash", Text, nullable=False),
+    Column("noise_json", Text),
+    Column("started_at", Text, nullable=False),
+)
+
+schema_version = Table(
+    "schema_version",
+    metadata,
+    Column("version", Integer, primary_key=True),
+    Column("description", Text, nullable=False),
+    Column("applied_at", Text, nullable=False),
+)
+
+#: The JSON columns of each table; rows come back with these decoded under the name
+#: without the ``_json`` suffix (``config_json`` -> ``config``).
+JSON_COLUMNS: dict[str, tuple[str, ...]] = {
+    t.name: tuple(c.name for c in t.columns if c.name.endswith("_json")) for t in metadata.sorted_tables
+}

@@ -1,0 +1,670 @@
+"""The repository over ``experiments.db``: every state change is ONE transaction.
+
+A daemon killed at any instant leaves either the state before a call or the state after
+it, never half of it (SQLite WAL, ``BEGIN IMMEDIATE`` for writes, foreign keys on).
+
+Rows come back as plain dicts. JSON columns come back decoded under their name without
+the ``_json`` suffix (``config_json`` -> ``config``, ``metrics_json`` -> ``metrics``,
+``blocking_json`` -> ``blocking``, ...); the write methods take the same names.
+Timestamps are ISO-8601 UTC text (``2025-01-31T02:03:04.123456+00:00``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, and_, create_engine, event, insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from looper.core.verdict import Outcome, Verdict
+from looper.errors import UsageError
+from looper.store import models as m
+from looper.store.migrations import LATEST_VERSION, StoreError, current_version, migrate
+
+__all__ = [
+    "DB_NAME", "LATEST_VERSION", "UPDATABLE_FIELDS", "ExperimentNotFound", "Store", "StoreError",
+    "find_secrets", "open_engine", "utc_now",
+]
+
+DB_NAME = "experiments.db"
+BUSY_TIMEOUT_MS = 30_000
+
+_SECRET_KEY_RE = re.compile(r"(api[_-]?key|token|password|passwd|secret|credential)", re.IGNORECASE)
+
+#: Experiment fields :meth:`Store.update_experiment` (and ``finish_experiment``'s
+#: ``**fields``) may set. Status, score, tag, kind and times have their own methods.
+UPDATABLE_FIELDS: frozenset[str] = frozenset(
+    {
+        "commit", "parent", "description", "rationale", "source", "diff", "config", "seed",
+        "metrics", "verdict", "blocking", "failure_signature", "exit_code", "phase", "worker",
+        "agent_seconds", "train_seconds", "eval_seconds", "harness_seconds", "gpu", "train",
+    }
+)
+_CLASS_INT = ("tp", "fp", "fn", "support")
+_CLASS_FLOAT = ("precision", "recall", "f1", "count_error")
+
+
+class ExperimentNotFound(UsageError, LookupError):
+    """No experiment with that id."""
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+
+
+def _iso(value: str | _dt.datetime | None, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"{what}: a naive datetime is ambiguous; give it a timezone")
+        return value.astimezone(_dt.timezone.utc).isoformat()
+    raise TypeError(f"{what}: expected an ISO-8601 string or a datetime, got {type(value).__name__}")
+
+
+def _dumps(value: Any, column: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, Verdict):
+        value = value.to_json_dict()
+    try:
+        return json.dumps(value, sort_keys=True, allow_nan=False, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{column}: cannot store as JSON: {exc}") from exc
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if hasattr(obj, "value") and isinstance(obj.value, str):  # enums
+        return obj.value
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def _row(table: str, row: Row[Any] | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in row._mapping.items():
+        if key in m.JSON_COLUMNS[table]:
+            out[key[: -len("_json")]] = None if value is None else json.loads(value)
+        else:
+            out[key] = value
+    return out
+
+
+def find_secrets(value: Any, path: str = "config") -> list[str]:
+    """Paths of keys named like a secret (api_key, token, password...) with a non-empty
+    string value. Keys ending in ``_env`` hold a variable's NAME and are allowed."""
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            key = str(k)
+            sub = f"{path}.{key}"
+            if (
+                _SECRET_KEY_RE.search(key)
+                and not key.lower().endswith("_env")
+                and isinstance(v, str)
+                and v.strip()
+            ):
+                found.append(sub)
+            else:
+                found.extend(find_secrets(v, sub))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found.extend(find_secrets(v, f"{path}[{i}]"))
+    return found
+
+
+def _refuse_secrets(config: Any) -> None:
+    found = find_secrets(config)
+    if found:
+        raise ValueError(
+            "refusing to store a secret in experiments.db: "
+            + ", ".join(found)
+            + " (store Config.redacted_dict(), which keeps only the environment variable's name)"
+        )
+
+
+def _check_score(status: Outcome, score: float | None, where: str) -> float | None:
+    if score is None:
+        if status is Outcome.KEEP:
+            raise ValueError(f"{where}: a keep outcome must carry the score it was kept for")
+        return None
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        raise TypeError(f"{where}: score must be a number or None, got {type(score).__name__}")
+    if not status.has_score:
+        raise ValueError(
+            f"{where}: the score of a {status.value} experiment is NULL (nothing was measured), got {score!r}"
+        )
+    if not math.isfinite(score):
+        raise ValueError(f"{where}: score must be finite, got {score!r}")
+    return float(score)
+
+
+def open_engine(path: Path) -> tuple[Engine, Engine]:
+    """(read engine, write engine) sharing one pool. Every connection: WAL, foreign keys
+    on, a busy timeout; transactions begin explicitly (``BEGIN`` / ``BEGIN IMMEDIATE``)."""
+    engine = create_engine(
+        f"sqlite:///{path}",
+        connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "isolation_level": None},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            mode = cur.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"{path}: SQLite refused WAL mode (journal_mode is {mode!r})")
+            cur.execute("PRAGMA foreign_keys = ON")
+            cur.execute("PRAGMA synchronous = FULL")
+        finally:
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql(conn.get_execution_options().get("looper_begin", "BEGIN"))
+
+    return engine, engine.execution_options(looper_begin="BEGIN IMMEDIATE")
+
+
+class Store:
+    """``experiments.db``: opened and migrated to the latest schema on construction.
+
+    ``path`` is the database file, or a workspace directory (then ``experiments.db`` in it).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        p = Path(path)
+        if p.is_dir():
+            p = p / DB_NAME
+        self.path = p
+        if not p.parent.is_dir():
+            raise StoreError(f"{p}: folder {p.parent} does not exist")
+        try:
+            self._read, self._write_engine = open_engine(p)
+            self.schema_version = migrate(self._write_engine, where=str(p))
+        except StoreError:
+            raise
+        except DBAPIError as exc:
+            raise StoreError(f"{p}: cannot open the database: {exc.orig}") from exc
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        return self._read
+
+    def close(self) -> None:
+        self._read.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        """One write transaction (BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error)."""
+        try:
+            with self._write_engine.begin() as conn:
+                yield conn
+        except IntegrityError as exc:
+            raise StoreError(f"{self.path}: write refused by the schema: {exc.orig}") from exc
+        except OperationalError as exc:
+            raise StoreError(f"{self.path}: write failed: {exc.orig}") from exc
+
+    @contextmanager
+    def _ro(self) -> Iterator[Connection]:
+        try:
+            with self._read.begin() as conn:
+                yield conn
+        except OperationalError as exc:
+            raise StoreError(f"{self.path}: read failed: {exc.orig}") from exc
+
+    def version(self) -> int:
+        with self._ro() as conn:
+            return current_version(conn)
+
+    # -- experiments -----------------------------------------------------------------
+
+    def create_experiment(
+        self,
+        tag: str,
+        kind: str,
+        parent: str | None,
+        seed: int | None,
+        config: Mapping[str, Any],
+        description: str = "",
+        rationale: str = "",
+        source: str = "",
+        diff: str = "",
+        worker: str = "",
+    ) -> int:
+        """A new experiment, status ``running``; returns its id (ids only rise)."""
+        if kind not in m.EXPERIMENT_KINDS:
+            raise ValueError(f"experiment kind must be one of {', '.join(m.EXPERIMENT_KINDS)}, got {kind!r}")
+        if not tag:
+            raise ValueError("experiment tag must not be empty")
+        _refuse_secrets(config)
+        values = {
+            "tag": tag,
+            "kind": kind,
+            "parent": parent,
+            "seed": seed,
+            "config_json": _dumps(dict(config), "config"),
+            "description": description,
+            "rationale": rationale,
+            "source": source,
+            "diff": diff,
+            "worker": worker,
+            "status": Outcome.RUNNING.value,
+            "phase": "",
+            "blocking_json": "[]",
+            "started_at": utc_now(),
+        }
+        with self._tx() as conn:
+            result = conn.execute(insert(m.experiments).values(**values))
+            return int(result.inserted_primary_key[0])
+
+    def _encode_fields(self, fields: Mapping[str, Any], where: str) -> dict[str, Any]:
+        unknown = sorted(set(fields) - UPDATABLE_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"{where}: cannot set {', '.join(unknown)}; settable fields: {', '.join(sorted(UPDATABLE_FIELDS))}"
+            )
+        out: dict[str, Any] = {}
+        for key, value in fields.items():
+            if key == "config":
+                if value is None:
+                    raise ValueError(f"{where}: config must be a dict, not None")
+                _refuse_secrets(value)
+            column = f"{key}_json" if f"{key}_json" in m.experiments.c else key
+            if column.endswith("_json"):
+                if column == "blocking_json":
+                    value = list(value or [])
+                out[column] = _dumps(value, key)
+            else:
+                out[column] = value
+        return out
+
+    def _open_update(self, conn: Connection, exp_id: int, values: dict[str, Any], action: str) -> None:
+        """UPDATE an experiment that is still pending/running, or raise naming why not."""
+        result = conn.execute(
+            update(m.experiments)
+            .where(and_(m.experiments.c.id == exp_id, m.experiments.c.status.in_(m.OPEN_STATUSES)))
+            .values(**values)
+        )
+        if result.rowcount == 1:
+            return
+        status = conn.execute(select(m.experiments.c.status).where(m.experiments.c.id == exp_id)).scalar()
+        if status is None:
+            raise ExperimentNotFound(f"{self.path}: no experiment {exp_id} (cannot {action})")
+        raise StoreError(
+            f"{self.path}: experiment {exp_id} already finished as {status}; refusing to {action}"
+        )
+
+    def set_phase(self, exp_id: int, phase: str) -> bool:
+        """Record the live phase text; False (and nothing written) once the experiment finished."""
+        with self._tx() as conn:
+            result = conn.execute(
+                update(m.experiments)
+                .where(and_(m.experiments.c.id == exp_id, m.experiments.c.status.in_(m.OPEN_STATUSES)))
+                .values(phase=phase)
+            )
+            if result.rowcount == 0:
+                exists = conn.execute(select(m.experiments.c.id).where(m.experiments.c.id == exp_id)).scalar()
+                if exists is None:
+                    raise ExperimentNotFound(f"{self.path}: no experiment {exp_id} (cannot set phase)")
+            return result.rowcount == 1
+
+    def update_experiment(self, exp_id: int, **fields: Any) -> None:
+        """Set fields of a running experiment (see ``UPDATABLE_FIELDS``); a finished one is final."""
+        values = self._encode_fields(fields, f"experiment {exp_id}")
+        if not values:
+            return
+        with self._tx() as conn:
+            self._open_update(conn, exp_id, values, "update it")
+
+    def finish_experiment(
+        self,
+        exp_id: int,
+        status: Outcome | str,
+        score: float | None,
+        metrics: Mapping[str, Any] | None,
+        class_metrics: Mapping[str, Mapping[str, Any]] | None,
+        verdict: Verdict | Mapping[str, Any] | None,
+        blocking: Iterable[str],
+        **fields: Any,
+    ) -> None:
+        """Write the outcome, score, metrics, per-class metrics and any other fields in ONE
+        transaction. Refuses a score on an unmeasured outcome and a second finish."""
+        outcome = Outcome(status)
+        where = f"experiment {exp_id}"
+        if not outcome.is_terminal:
+            raise ValueError(f"{where}: finish with a final outcome, not {outcome.value}")
+        score = _check_score(outcome, score, where)
+        blocking = [str(b) for b in blocking]
+        for reserved in ("metrics", "verdict", "blocking"):
+            if reserved in fields:
+                raise ValueError(f"{where}: pass {reserved} as its own argument")
+        values = self._encode_fields(fields, where)
+        values.update(
+            status=outcome.value,
+            score=score,
+            metrics_json=_dumps(None if metrics is None else dict(metrics), "metrics"),
+            verdict_json=_dumps(verdict if verdict is None or isinstance(verdict, Verdict) else dict(verdict),
+                                "verdict"),
+            blocking_json=_dumps(blocking, "blocking"),
+            finished_at=utc_now(),
+        )
+        rows = _class_rows(exp_id, class_metrics or {})
+        with self._tx() as conn:
+            self._open_update(conn, exp_id, values, f"finish it as {outcome.value}")
+            if rows:
+                conn.execute(insert(m.class_metrics), rows)
+
+    def mark_interrupted(self, exp_id: int, reason: str) -> bool:
+        """Finish a pending/running experiment as ``interrupted`` (score NULL) and journal an
+        ``interrupted`` event, in one transaction. False when it had already finished."""
+        with self._tx() as conn:
+            tag = conn.execute(select(m.experiments.c.tag).where(m.experiments.c.id == exp_id)).scalar()
+            if tag is None:
+                raise ExperimentNotFound(f"{self.path}: no experiment {exp_id} (cannot mark it interrupted)")
+            result = conn.execute(
+                update(m.experiments)
+                .where(and_(m.experiments.c.id == exp_id, m.experiments.c.status.in_(m.OPEN_STATUSES)))
+                .values(
+                    status=Outcome.INTERRUPTED.value,
+                    score=None,
+                    blocking_json=_dumps([reason], "blocking"),
+                    finished_at=utc_now(),
+                )
+            )
+            if result.rowcount == 0:
+                return False
+            conn.execute(
+                insert(m.events).values(
+                    at=utc_now(), tag=tag, experiment_id=exp_id, kind="interrupted", message=reason,
+                    data_json=None,
+                )
+            )
+            return True
+
+    def get_experiment(self, exp_id: int) -> dict[str, Any]:
+        with self._ro() as conn:
+            row = conn.execute(select(m.experiments).where(m.experiments.c.id == exp_id)).first()
+        out = _row("experiments", row)
+        if out is None:
+            raise ExperimentNotFound(f"{self.path}: no experiment {exp_id}")
+        return out
+
+    def class_metrics(self, exp_id: int) -> dict[str, dict[str, Any]]:
+        with self._ro() as conn:
+            rows = conn.execute(
+                select(m.class_metrics)
+                .where(m.class_metrics.c.experiment_id == exp_id)
+                .order_by(m.class_metrics.c.class_name)
+            ).all()
+        out: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            d = dict(r._mapping)
+            d.pop("experiment_id")
+            out[d.pop("class_name")] = d
+        return out
+
+    def experiments(
+        self,
+        tag: str | None = None,
+        status: Outcome | str | Iterable[Outcome | str] | None = None,
+        since: str | _dt.datetime | None = None,
+        until: str | _dt.datetime | None = None,
+        kind: str | Iterable[str] | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Experiments ordered by id. ``since``/``until`` bound ``started_at`` (inclusive /
+        exclusive); ``limit`` keeps the newest N (still in id order)."""
+        t = m.experiments
+        q = select(t)
+        if tag is not None:
+            q = q.where(t.c.tag == tag)
+        if status is not None:
+            q = q.where(t.c.status.in_(_outcome_values(status)))
+        if kind is not None:
+            q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
+        if since is not None:
+            q = q.where(t.c.started_at >= _iso(since, "since"))
+        if until is not None:
+            q = q.where(t.c.started_at < _iso(until, "until"))
+        q = q.order_by(t.c.id.desc())
+        if limit is not None:
+            q = q.limit(limit)
+        with self._ro() as conn:
+            rows = conn.execute(q).all()
+        return [_row("experiments", r) for r in reversed(rows)]  # type: ignore[misc]
+
+    def best_experiment(self, tag: str) -> dict[str, Any] | None:
+        """The tag's latest ``keep`` (baseline or candidate), else its latest measured
+        baseline, else None."""
+        t = m.experiments
+        base = select(t).where(t.c.tag == tag).order_by(t.c.id.desc()).limit(1)
+        with self._ro() as conn:
+            row = conn.execute(
+                base.where(t.c.status == Outcome.KEEP.value, t.c.kind.in_(("baseline", "candidate")))
+            ).first()
+            if row is None:
+                row = conn.execute(
+                    base.where(t.c.kind == "baseline", t.c.status.in_(m.SCORED_STATUSES))
+                ).first()
+        return _row("experiments", row)
+
+    def running_experiments(self) -> list[dict[str, Any]]:
+        """Every pending or running experiment, all tags, by id."""
+        return self.experiments(status=m.OPEN_STATUSES)
+
+    def recent_signatures(self, tag: str, n: int) -> list[str | None]:
+        """Failure signatures of the tag's last ``n`` finished candidates, newest last
+        (None for one that did not fail). Interrupted ones are skipped: the daemon, not
+        the change, ended them."""
+        if n <= 0:
+            return []
+        t = m.experiments
+        finished = [v for v in Outcome.values() if v not in m.OPEN_STATUSES and v != Outcome.INTERRUPTED.value]
+        q = (
+            select(t.c.failure_signature)
+            .where(t.c.tag == tag, t.c.kind == "candidate", t.c.status.in_(finished))
+            .order_by(t.c.id.desc())
+            .limit(n)
+        )
+        with self._ro() as conn:
+            rows = conn.execute(q).all()
+        return [r[0] for r in reversed(rows)]
+
+    # -- runs -------------------------------------------------------------------------
+
+    def add_run(
+        self,
+        experiment_id: int,
+        role: str,
+        seed: int | None = None,
+        exit_code: int | None = None,
+        score: float | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        train: Mapping[str, Any] | None = None,
+        log_tail: str = "",
+        started_at: str | _dt.datetime | None = None,
+        finished_at: str | _dt.datetime | None = None,
+    ) -> int:
+        """Record one training+evaluation run of an experiment; returns the run id."""
+        if role not in m.RUN_ROLES:
+            raise ValueError(f"run role must be one of {', '.join(m.RUN_ROLES)}, got {role!r}")
+        if score is not None and (isinstance(score, bool) or not math.isfinite(score)):
+            raise ValueError(f"run score must be a finite number or None, got {score!r}")
+        now = utc_now()
+        values = {
+            "experiment_id": experiment_id,
+            "role": role,
+            "seed": seed,
+            "exit_code": exit_code,
+            "score": score,
+            "metrics_json": _dumps(None if metrics is None else dict(metrics), "metrics"),
+            "train_json": _dumps(None if train is None else dict(train), "train"),
+            "log_tail": log_tail,
+            "started_at": _iso(started_at, "started_at") or now,
+            "finished_at": _iso(finished_at, "finished_at") or now,
+        }
+        with self._tx() as conn:
+            self._require_experiment(conn, experiment_id, "add a run")
+            return int(conn.execute(insert(m.runs).values(**values)).inserted_primary_key[0])
+
+    def runs(self, experiment_id: int) -> list[dict[str, Any]]:
+        with self._ro() as conn:
+            rows = conn.execute(
+                select(m.runs).where(m.runs.c.experiment_id == experiment_id).order_by(m.runs.c.id)
+            ).all()
+        return [_row("runs", r) for r in rows]  # type: ignore[misc]
+
+    def _require_experiment(self, conn: Connection, exp_id: int, action: str) -> None:
+        if conn.execute(select(m.experiments.c.id).where(m.experiments.c.id == exp_id)).scalar() is None:
+            raise ExperimentNotFound(f"{self.path}: no experiment {exp_id} (cannot {action})")
+
+    # -- events -----------------------------------------------------------------------
+
+    def add_event(
+        self,
+        tag: str,
+        kind: str,
+        message: str,
+        experiment_id: int | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Append to the journal; returns the event id."""
+        if kind not in m.EVENT_KINDS:
+            raise ValueError(f"event kind must be one of {', '.join(m.EVENT_KINDS)}, got {kind!r}")
+        if data is not None:
+            _refuse_secrets(data)
+        values = {
+            "at": utc_now(),
+            "tag": tag,
+            "experiment_id": experiment_id,
+            "kind": kind,
+            "message": message,
+            "data_json": _dumps(None if data is None else dict(data), "data"),
+        }
+        with self._tx() as conn:
+            if experiment_id is not None:
+                self._require_experiment(conn, experiment_id, f"journal a {kind} event")
+            return int(conn.execute(insert(m.events).values(**values)).inserted_primary_key[0])
+
+    def events(
+        self,
+        tag: str | None = None,
+        since: str | _dt.datetime | None = None,
+        kind: str | Iterable[str] | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Journal entries by id; ``since`` bounds ``at`` (inclusive); ``limit`` keeps the newest N."""
+        t = m.events
+        q = select(t)
+        if tag is not None:
+            q = q.where(t.c.tag == tag)
+        if since is not None:
+            q = q.where(t.c.at >= _iso(since, "since"))
+        if kind is not None:
+            q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
+        q = q.order_by(t.c.id.desc())
+        if limit is not None:
+            q = q.limit(limit)
+        with self._ro() as conn:
+            rows = conn.execute(q).all()
+        return [_row("events", r) for r in reversed(rows)]  # type: ignore[misc]
+
+    # -- tags -------------------------------------------------------------------------
+
+    def put_tag(
+        self,
+        tag: str,
+        *,
+        branch: str,
+        base_commit: str,
+        fixed_hashes: Mapping[str, str],
+        data_hash: str,
+        noise: Mapping[str, Any] | None = None,
+        started_at: str | _dt.datetime | None = None,
+    ) -> None:
+        """Record (or replace) what was pinned when the tag started. Replacing keeps the
+        original ``started_at`` unless one is given."""
+        values = {
+            "branch": branch,
+            "base_commit": base_commit,
+            "fixed_hashes_json": _dumps(dict(fixed_hashes), "fixed_hashes"),
+            "data_hash": data_hash,
+            "noise_json": _dumps(None if noise is None else dict(noise), "noise"),
+        }
+        given_start = _iso(started_at, "started_at")
+        with self._tx() as conn:
+            exists = conn.execute(select(m.tags.c.tag).where(m.tags.c.tag == tag)).scalar() is not None
+            if exists:
+                if given_start:
+                    values["started_at"] = given_start
+                conn.execute(update(m.tags).where(m.tags.c.tag == tag).values(**values))
+            else:
+                conn.execute(insert(m.tags).values(tag=tag, started_at=given_start or utc_now(), **values))
+
+    def set_tag_noise(self, tag: str, noise: Mapping[str, Any]) -> None:
+        """Record the noise measured for a tag (after its baseline reruns)."""
+        with self._tx() as conn:
+            result = conn.execute(
+                update(m.tags).where(m.tags.c.tag == tag).values(noise_json=_dumps(dict(noise), "noise"))
+            )
+            if result.rowcount == 0:
+                raise StoreError(f"{self.path}: no tag {tag!r} (put_tag first)")
+
+    def get_tag(self, tag: str) -> dict[str, Any] | None:
+        with self._ro() as conn:
+            row = conn.execute(select(m.tags).where(m.tags.c.tag == tag)).first()
+        return _row("tags", row)
+
+
+def _outcome_values(status: Outcome | str | Iterable[Outcome | str]) -> list[str]:
+    items = [status] if isinstance(status, (str, Outcome)) else list(status)
+    return [Outcome(s).value for s in items]
+
+
+def _class_rows(exp_id: int, classes: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for name, vals in classes.items():
+        if not isinstance(vals, Mapping):
+            raise TypeError(f"class_metrics[{name!r}]: expected a dict, got {type(vals).__name__}")
+        row: dict[str, Any] = {"experiment_id": exp_id, "class_name": str(name)}
+        for key in _CLASS_INT:
+            if vals.get(key) is None:
+                raise ValueError(f"class_metrics[{name!r}]: missing {key}")
+            row[key] = vals[key]
+        for key in _CLASS_FLOAT:
+            v = vals.get(key)
+            if v is not None and isinstance(v, float) and math.isnan(v):
+                raise ValueError(f"class_metrics[{name!r}].{key}: NaN; write null for 'not defined'")
+            row[key] = v
+        rows.append(row)
+    return rows
+
+
