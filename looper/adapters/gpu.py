@@ -1,11 +1,19 @@
 """GPU health through NVML (the ``pynvml`` module of nvidia-ml-py).
 
-Every NVML call goes through :class:`NvmlProbe`, so tests can inject a library that is
-missing, a machine with no device, or a device that disappears mid-run.
+Every NVML call goes through :class:`NvmlProbe` (one reading, for preflight) or
+:class:`GpuSampler` (polling during a run), so tests can inject a library that is missing,
+a machine with no device, or a device that disappears mid-run.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,3 +93,279 @@ class NvmlProbe:
                 nv.nvmlShutdown()
             except Exception:
                 pass
+
+
+# -- sampling during a run ----------------------------------------------------------------
+
+# XIDs after which a run's numbers cannot be trusted (the device is gone or its memory
+# corrupt): 48 double-bit ECC, 79 fallen off the bus, 94/95 contained/uncontained ECC,
+# 119/120 GSP firmware errors. Other XIDs are recorded but do not end a run.
+FATAL_XIDS = frozenset({48, 79, 94, 95, 119, 120})
+
+
+def _mb(value: float) -> float:
+    return round(float(value) / 2**20, 1)
+
+
+class GpuSampler:
+    """Polls one device every ``interval`` seconds on a thread while a run goes on.
+
+    Records peak memory used, mean utilisation, uncorrected ECC errors at start and end,
+    critical XID events (where the driver delivers them), and whether the device was lost
+    mid-run. A device that answered at start and stops answering (any NVML error while
+    sampling), a fatal XID, or a rising uncorrected-ECC count sets ``lost`` with the reason:
+    the run's result must then be treated as a harness error.
+
+    Use as a context manager or ``start()`` / ``stop()``; ``stop()`` returns :meth:`summary`.
+    """
+
+    def __init__(self, index: int = 0, nvml: Any = None, interval: float = 1.0,
+                 on_sample: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.index = index
+        self.interval = interval
+        self._nvml = nvml
+        self._on_sample = on_sample
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._handle: Any = None
+        self._events: Any = None
+        self._inited = False
+        self.available = False
+        self.problem = ""
+        self.name = ""
+        self.memory_total_mb = 0.0
+        self.samples = 0
+        self.peak_memory_mb = 0.0
+        self._util_sum = 0.0
+        self._util_n = 0
+        self.ecc_start: int | None = None
+        self.ecc_end: int | None = None
+        self.xids: list[int] = []
+        self.lost = False
+        self.lost_reason = ""
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def _lib(self) -> Any:
+        if self._nvml is None:
+            import pynvml
+
+            self._nvml = pynvml
+        return self._nvml
+
+    def start(self) -> GpuSampler:
+        """Open the device and start the polling thread; a GPU absent at start is no loss."""
+        try:
+            nv = self._lib()
+        except ImportError as exc:
+            self.problem = f"NVML library not importable: {exc}"
+            return self
+        try:
+            nv.nvmlInit()
+            self._inited = True
+        except Exception as exc:
+            self.problem = f"NVML could not start (no driver or no GPU): {exc}"
+            return self
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+            if count <= self.index:
+                self.problem = f"no GPU at index {self.index} (NVML sees {count})"
+                return self
+            self._handle = nv.nvmlDeviceGetHandleByIndex(self.index)
+            name = nv.nvmlDeviceGetName(self._handle)
+            self.name = name.decode() if isinstance(name, bytes) else str(name)
+            self.memory_total_mb = _mb(nv.nvmlDeviceGetMemoryInfo(self._handle).total)
+        except Exception as exc:
+            self.problem = f"NVML error opening GPU {self.index}: {exc}"
+            return self
+        self.available = True
+        self.ecc_start = self._ecc()
+        self._register_xid_events()
+        self.sample_once()
+        self._thread = threading.Thread(target=self._loop, name=f"gpu-sampler-{self.index}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(5.0, self.interval * 3))
+        if self.available and not self.lost:
+            self.ecc_end = self._ecc()
+            if self.ecc_start is not None and self.ecc_end is not None and self.ecc_end > self.ecc_start:
+                self._mark_lost(f"uncorrected ECC errors rose from {self.ecc_start} to {self.ecc_end} "
+                                f"on GPU {self.index} during the run")
+        if self._inited:
+            nv = self._nvml
+            if self._events is not None:
+                try:
+                    nv.nvmlEventSetFree(self._events)
+                except Exception:
+                    pass
+            try:
+                nv.nvmlShutdown()
+            except Exception:
+                pass
+            self._inited = False
+        return self.summary()
+
+    def __enter__(self) -> GpuSampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- sampling ----------------------------------------------------------------------
+    def _ecc(self) -> int | None:
+        try:
+            # memory error type 1 = uncorrected, counter type 1 = aggregate (survives reboots)
+            return int(self._nvml.nvmlDeviceGetTotalEccErrors(self._handle, 1, 1))
+        except Exception:
+            return None  # not supported on this device (most consumer GPUs)
+
+    def _register_xid_events(self) -> None:
+        nv = self._nvml
+        try:
+            events = nv.nvmlEventSetCreate()
+            nv.nvmlDeviceRegisterEvents(self._handle, int(nv.nvmlEventTypeXidCriticalError), events)
+            self._events = events
+        except Exception:
+            self._events = None  # not supported here (or a fake): poll with a plain sleep
+
+    def _mark_lost(self, reason: str) -> None:
+        with self._lock:
+            if not self.lost:
+                self.lost = True
+                self.lost_reason = reason
+
+    def sample_once(self) -> bool:
+        """Take one sample; False (and ``lost`` set) when the device stopped answering."""
+        nv = self._nvml
+        try:
+            mem = nv.nvmlDeviceGetMemoryInfo(self._handle)
+            used = _mb(mem.used)
+            util: float | None
+            try:
+                util = float(nv.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+            except Exception as exc:
+                if _is_gpu_lost(nv, exc):
+                    raise
+                util = None  # utilisation not supported (some virtual GPUs)
+        except Exception as exc:
+            self._mark_lost(f"GPU {self.index} ({self.name or 'unknown'}) stopped answering NVML "
+                            f"mid-run: {exc}")
+            return False
+        with self._lock:
+            self.samples += 1
+            self.peak_memory_mb = max(self.peak_memory_mb, used)
+            if util is not None:
+                self._util_sum += util
+                self._util_n += 1
+        if self._on_sample is not None:
+            try:
+                self._on_sample(self.summary())
+            except Exception:
+                pass
+        return True
+
+    def _wait(self) -> None:
+        """Sleep one interval; when XID events are registered, sleep in the event wait."""
+        if self._events is None:
+            self._stop.wait(self.interval)
+            return
+        nv = self._nvml
+        try:
+            wait = getattr(nv, "nvmlEventSetWait_v2", None) or nv.nvmlEventSetWait
+            data = wait(self._events, int(self.interval * 1000))
+        except Exception as exc:
+            if type(exc).__name__ == "NVMLError_Timeout":
+                return
+            self._events = None  # event wait broke: fall back to sleeping; sampling finds a loss
+            self._stop.wait(self.interval)
+            return
+        xid = int(getattr(data, "eventData", 0) or 0)
+        with self._lock:
+            self.xids.append(xid)
+        if xid in FATAL_XIDS:
+            self._mark_lost(f"GPU {self.index} ({self.name or 'unknown'}) reported critical XID {xid} mid-run")
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wait()
+            if self._stop.is_set() or self.lost:
+                break
+            if not self.sample_once():
+                break
+
+    def summary(self) -> dict[str, Any]:
+        """Plain numbers for RunResult.gpu and the database."""
+        with self._lock:
+            out: dict[str, Any] = {"index": self.index, "available": self.available, "lost": self.lost,
+                                   "samples": self.samples}
+            if self.problem:
+                out["problem"] = self.problem
+            if self.available:
+                out.update(name=self.name, memory_total_mb=self.memory_total_mb,
+                           peak_memory_mb=self.peak_memory_mb,
+                           mean_utilization_pct=(round(self._util_sum / self._util_n, 1)
+                                                 if self._util_n else None))
+            if self.ecc_start is not None:
+                out["ecc_uncorrected_start"] = self.ecc_start
+            if self.ecc_end is not None:
+                out["ecc_uncorrected_end"] = self.ecc_end
+            if self.xids:
+                out["xid"] = list(self.xids)
+            if self.lost:
+                out["lost_reason"] = self.lost_reason
+            return out
+
+
+def _is_gpu_lost(nv: Any, exc: BaseException) -> bool:
+    lost = getattr(nv, "NVMLError_GpuIsLost", None)
+    return (isinstance(lost, type) and isinstance(exc, lost)) or "lost" in str(exc).lower()
+
+
+# -- remote sampling: ``python -m looper.adapters.gpu sample --out FILE`` -----------------
+
+def _write_atomic(path: str, payload: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(payload, f)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Sample a GPU until SIGTERM (or until the parent process goes), writing a summary file.
+
+    The SSH executor starts this next to train.py on the remote host, in the run's process
+    group; the summary is rewritten after every sample, so a kill leaves the last one.
+    """
+    parser = argparse.ArgumentParser(prog="python -m looper.adapters.gpu")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("sample", help="sample one GPU into a JSON summary file")
+    s.add_argument("--out", required=True)
+    s.add_argument("--index", type=int, default=0)
+    s.add_argument("--interval", type=float, default=1.0)
+    sub.add_parser("read", help="print one NvmlProbe reading as JSON")
+    r = sub.choices["read"]
+    r.add_argument("--index", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.cmd == "read":
+        print(json.dumps(NvmlProbe(args.index).read().as_dict()))
+        return 0
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    parent = os.getppid()
+    sampler = GpuSampler(args.index, interval=args.interval,
+                         on_sample=lambda summ: _write_atomic(args.out, summ))
+    sampler.start()
+    _write_atomic(args.out, sampler.summary())
+    while not stop.wait(0.5):
+        if os.getppid() != parent or (sampler.available and sampler.lost):
+            break
+    _write_atomic(args.out, sampler.stop())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""NvmlProbe and GpuSampler against injected fake NVML modules, and the real library once."""
+
+from __future__ import annotations
+
+import json
+import types
+from typing import Any
+
+import pytest
+
+from looper.adapters import gpu
+from looper.adapters.gpu import FATAL_XIDS, GpuSampler, NvmlProbe
+
+MB = 2**20
+
+
+class FakeNvmlError(Exception):
+    pass
+
+
+class NVMLError_Timeout(FakeNvmlError):  # noqa: N801 - the name pynvml uses
+    pass
+
+
+class FakeNvml:
+    """A pynvml stand-in: one or more devices whose answers a test can script."""
+
+    nvmlEventTypeXidCriticalError = 8
+
+    def __init__(self, count: int = 1, used_mb: list[float] | None = None, util: list[float] | None = None,
+                 fail_init: bool = False, lose_after: int | None = None, ecc: list[int] | None = None,
+                 events: list[int] | None = None, retired_pending: bool = False) -> None:
+        self.count = count
+        self.used = list(used_mb or [100.0])
+        self.util = list(util or [50.0])
+        self.fail_init = fail_init
+        self.lose_after = lose_after  # memory reads that succeed before the device is lost
+        self.ecc = list(ecc) if ecc is not None else None
+        self.events = list(events) if events is not None else None
+        self.retired_pending = retired_pending
+        self.mem_calls = 0
+        self.inits = 0
+        self.shutdowns = 0
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise FakeNvmlError("Driver Not Loaded")
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+        return f"h{i}"
+
+    def nvmlDeviceGetName(self, h: str) -> bytes:
+        return b"Fake GPU 80GB"
+
+    def nvmlDeviceGetMemoryInfo(self, h: str) -> Any:
+        self.mem_calls += 1
+        if self.lose_after is not None and self.mem_calls > self.lose_after:
+            raise FakeNvmlError("GPU is lost")
+        used = self.used[min(self.mem_calls - 1, len(self.used) - 1)]
+        return types.SimpleNamespace(total=81920 * MB, used=used * MB, free=(81920 - used) * MB)
+
+    def nvmlDeviceGetUtilizationRates(self, h: str) -> Any:
+        i = min(max(self.mem_calls - 1, 0), len(self.util) - 1)
+        return types.SimpleNamespace(gpu=self.util[i], memory=0)
+
+    def nvmlDeviceGetTotalEccErrors(self, h: str, err_type: int, counter: int) -> int:
+        if self.ecc is None:
+            raise FakeNvmlError("Not Supported")
+        return self.ecc.pop(0) if len(self.ecc) > 1 else self.ecc[0]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: str) -> int:
+        return 1 if self.retired_pending else 0
+
+    # events: only when the test scripts some
+    def nvmlEventSetCreate(self) -> str:
+        if self.events is None:
+            raise FakeNvmlError("Not Supported")
+        return "set"
+
+    def nvmlDeviceRegisterEvents(self, h: str, kinds: int, s: str) -> None:
+        return None
+
+    def nvmlEventSetWait_v2(self, s: str, timeout_ms: int) -> Any:
+        if self.events:
+            return types.SimpleNamespace(eventData=self.events.pop(0))
+        raise NVMLError_Timeout("Timeout")
+
+    def nvmlEventSetFree(self, s: str) -> None:
+        return None
+
+
+def _probe_without_library() -> NvmlProbe:
+    probe = NvmlProbe(0)
+
+    def boom() -> Any:
+        raise ImportError("No module named 'pynvml'")
+
+    probe._lib = boom  # type: ignore[method-assign]
+    return probe
+
+
+# -- NvmlProbe -------------------------------------------------------------------------------
+
+def test_probe_import_missing_is_not_ok_with_reason() -> None:
+    r = _probe_without_library().read()
+    assert not r.ok and "not importable" in r.problem and "pynvml" in r.problem
+
+
+def test_probe_init_failure_names_the_driver() -> None:
+    r = NvmlProbe(0, nvml=FakeNvml(fail_init=True)).read()
+    assert not r.ok and "Driver Not Loaded" in r.problem
+
+
+def test_probe_zero_devices() -> None:
+    fake = FakeNvml(count=0)
+    r = NvmlProbe(0, nvml=fake).read()
+    assert not r.ok and r.count == 0 and "no GPU at index 0" in r.problem
+    assert fake.shutdowns == 1  # NVML is always shut down again
+
+
+def test_probe_index_beyond_count() -> None:
+    r = NvmlProbe(2, nvml=FakeNvml(count=2)).read()
+    assert not r.ok and "index 2" in r.problem and "sees 2" in r.problem
+
+
+def test_probe_healthy_device_reports_numbers() -> None:
+    r = NvmlProbe(0, nvml=FakeNvml(used_mb=[2048.0], util=[37.0], ecc=[0])).read()
+    assert r.ok and r.problem == ""
+    assert r.name == "Fake GPU 80GB" and r.count == 1
+    assert r.memory_total_mb == pytest.approx(81920.0) and r.memory_used_mb == pytest.approx(2048.0)
+    assert r.utilization_pct == 37.0 and r.ecc_uncorrected == 0
+    assert r.as_dict()["ok"] is True
+
+
+def test_probe_device_lost_while_reading() -> None:
+    r = NvmlProbe(0, nvml=FakeNvml(lose_after=0)).read()
+    assert not r.ok and "GPU is lost" in r.problem
+
+
+def test_probe_retired_pages_pending_is_not_ok() -> None:
+    r = NvmlProbe(0, nvml=FakeNvml(retired_pending=True)).read()
+    assert not r.ok and "retired pages" in r.problem
+
+
+def test_real_nvml_probe_answers_without_raising() -> None:
+    r = NvmlProbe(0).read()
+    # On a machine without a GPU it must say why; on one with a GPU it must name it.
+    assert (r.ok and r.name) or (not r.ok and r.problem)
+
+
+def test_real_sampler_answers_without_raising() -> None:
+    s = GpuSampler(0, interval=0.05)
+    summary = s.start().stop()
+    assert summary["lost"] is False
+    assert summary["available"] or summary["problem"]
+
+
+# -- GpuSampler -------------------------------------------------------------------------------
+
+def test_sampler_healthy_records_peak_and_mean() -> None:
+    # the first memory read opens the device (total only); the next three are samples
+    fake = FakeNvml(used_mb=[0.0, 100.0, 900.0, 400.0], util=[0.0, 10.0, 90.0, 50.0], ecc=[0])
+    s = GpuSampler(0, nvml=fake, interval=0.01)
+    s.start()
+    s._stop.set()  # drive samples by hand for exact numbers
+    assert s._thread is not None
+    s._thread.join()
+    samples_before = s.samples
+    for _ in range(3 - samples_before):
+        s.sample_once()
+    summary = s.stop()
+    assert summary["available"] and not summary["lost"]
+    assert summary["samples"] == 3
+    assert summary["peak_memory_mb"] == pytest.approx(900.0)
+    assert summary["mean_utilization_pct"] == pytest.approx(50.0)
+    assert summary["ecc_uncorrected_start"] == 0 and summary["ecc_uncorrected_end"] == 0
+    assert fake.shutdowns == 1
+
+
+def test_sampler_thread_polls_until_stopped() -> None:
+    fake = FakeNvml(used_mb=[100.0, 200.0, 300.0])
+    with GpuSampler(0, nvml=fake, interval=0.01) as s:
+        import time
+
+        deadline = time.monotonic() + 5
+        while s.samples < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    summary = s.summary()
+    assert summary["samples"] >= 3 and summary["peak_memory_mb"] == pytest.approx(300.0)
+
+
+def test_sampler_import_missing_is_unavailable_not_lost() -> None:
+    s = GpuSampler(0)
+
+    def boom() -> Any:
+        raise ImportError("No module named 'pynvml'")
+
+    s._lib = boom  # type: ignore[method-assign]
+    summary = s.start().stop()
+    assert summary["available"] is False and summary["lost"] is False
+    assert "not importable" in summary["problem"]
+
+
+def test_sampler_init_failure_and_zero_devices() -> None:
+    a = GpuSampler(0, nvml=FakeNvml(fail_init=True)).start().stop()
+    assert a["available"] is False and "Driver Not Loaded" in a["problem"]
+    b = GpuSampler(0, nvml=FakeNvml(count=0)).start().stop()
+    assert b["available"] is False and "no GPU at index 0" in b["problem"] and not b["lost"]
+
+
+def test_sampler_device_lost_mid_run() -> None:
+    # start() opens the device (1 read) and takes the first sample (1 read); then it is gone
+    fake = FakeNvml(lose_after=2)
+    s = GpuSampler(0, nvml=fake, interval=0.01)
+    s.start()
+    assert s._thread is not None
+    s._thread.join(timeout=5)  # the loop ends by itself once the device is lost
+    summary = s.stop()
+    assert summary["lost"] is True
+    assert "stopped answering NVML mid-run" in summary["lost_reason"] and "GPU is lost" in summary["lost_reason"]
+    assert summary["samples"] == 1
+
+
+def test_sampler_fatal_xid_marks_lost_and_benign_xid_does_not() -> None:
+    fatal = sorted(FATAL_XIDS)[0]
+    s = GpuSampler(0, nvml=FakeNvml(events=[fatal]), interval=0.01)
+    s.start()
+    assert s._thread is not None
+    s._thread.join(timeout=5)
+    summary = s.stop()
+    assert summary["lost"] and f"XID {fatal}" in summary["lost_reason"] and summary["xid"] == [fatal]
+
+    s2 = GpuSampler(0, nvml=FakeNvml(events=[13]), interval=0.01)
+    s2.start()
+    import time
+
+    time.sleep(0.1)
+    summary2 = s2.stop()
+    assert summary2["xid"] == [13] and summary2["lost"] is False
+
+
+def test_sampler_rising_ecc_marks_lost() -> None:
+    fake = FakeNvml(ecc=[3, 5])
+    summary = GpuSampler(0, nvml=fake, interval=0.01).start().stop()
+    assert summary["lost"] and "rose from 3 to 5" in summary["lost_reason"]
+
+
+def test_remote_sampler_main_writes_summary(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml(used_mb=[512.0])
+    real_init = GpuSampler.__init__
+
+    def init(self: GpuSampler, *a: Any, **kw: Any) -> None:
+        real_init(self, *a, **kw)
+        self._nvml = fake
+
+    monkeypatch.setattr(GpuSampler, "__init__", init)
+    # the parent "goes away" at once: main must still leave a final summary behind
+    monkeypatch.setattr(gpu.os, "getppid", iter([1, 2, 2, 2]).__next__)
+    out = tmp_path / "gpu.json"
+    assert gpu.main(["sample", "--out", str(out), "--interval", "0.01"]) == 0
+    data = json.loads(out.read_text())
+    assert data["available"] and data["peak_memory_mb"] == pytest.approx(512.0) and not data["lost"]
