@@ -1,0 +1,43 @@
+# looper: `make demo` runs a short night on this machine; `make test` runs every test.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+DEMO    ?= build/demo
+
+.PHONY: venv demo test test-fast verify-json lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# The main job on embedded defaults: local executor, built-in planner, synthetic data.
+demo: $(STAMP)
+	rm -rf $(DEMO)
+	$(BIN)/looper init $(DEMO) --preset demo
+	cd $(DEMO) && $(abspath $(BIN))/looper run --max-experiments 4; code=$$?; \
+	  $(abspath $(BIN))/looper history; \
+	  $(abspath $(BIN))/looper report --html report.html; \
+	  exit $$code
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not e2e"
+
+# One verdict object (last line) for the project's own fast checks.
+verify-json: $(STAMP)
+	@$(BIN)/python scripts/verify_json.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check looper tests scripts bench prepare.py train.py evaluate.py
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build .pytest_cache

@@ -1,0 +1,266 @@
+"""The command line: thin. Each command loads what it needs and calls one function.
+
+Exit codes (CONTRACT section 6): ``looper run`` 0 stop rule or signal, 3 harness error
+(paged), 4 stuck (paged), 2 bad usage or configuration; ``looper verify --json`` 0 pass,
+1 fail, 2 error. Every LooperError maps to its code in ``looper.errors.exit_code_for``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from functools import wraps
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from looper.errors import EXIT_USAGE, LooperError, UsageError, exit_code_for
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="looper: an autonomous experiment loop that tells the truth all night.")
+baseline_app = typer.Typer(no_args_is_help=True, help="Approved baselines.")
+app.add_typer(baseline_app, name="baseline")
+
+
+def _root() -> Path:
+    return Path(os.environ.get("LOOPER_WORKSPACE") or Path.cwd()).resolve()
+
+
+def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Map LooperError to its exit code with a one-line message naming the problem."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LooperError as exc:
+            typer.echo(f"looper: {exc}", err=True)
+            raise typer.Exit(exit_code_for(exc)) from None
+
+    return wrapper
+
+
+def _config(root: Path, **overrides: Any):  # noqa: ANN202
+    from looper.config import config_from_dict, load_config
+
+    cfg = load_config(root / "looper.toml" if (root / "looper.toml").exists() else None)
+    if overrides:
+        data = cfg.model_dump()
+        for key, value in overrides.items():
+            if value is not None:
+                section, name = key.split(".")
+                data[section][name] = value
+        cfg = config_from_dict(data, source="looper.toml + command line")
+    return cfg
+
+
+def _store(root: Path):  # noqa: ANN202
+    from looper.store import Store
+
+    return Store(root / "experiments.db")
+
+
+def _require_workspace(root: Path) -> None:
+    missing = [n for n in ("train.py", "evaluate.py", "prepare.py") if not (root / n).is_file()]
+    if missing:
+        raise UsageError(f"{root} is not a looper workspace (missing {', '.join(missing)}); "
+                         "run `looper init DIR` or cd into a workspace")
+
+
+def _secrets(cfg: Any) -> list[str]:
+    from looper.config import notify_urls
+
+    out = list(notify_urls(cfg, os.environ))
+    key = os.environ.get(cfg.agent.api_key_env or "", "")
+    if key:
+        out.append(key)
+    return out
+
+
+def _program(root: Path) -> tuple[str, Any]:
+    from looper.program import parse_program
+
+    p = root / "program.md"
+    if not p.is_file():
+        raise UsageError(f"{p} is missing: the agent's instruction file is required")
+    text = p.read_text()
+    program = parse_program(text)
+    for problem in getattr(program, "problems", []) or []:
+        typer.echo(f"looper: program.md: {problem}", err=True)
+    return text, program
+
+
+@app.command()
+@_errors
+def init(directory: Path = typer.Argument(Path("."), help="Folder for the new workspace (new or empty)."),
+         preset: Optional[str] = typer.Option(None, help="demo | tiny: a looper.toml sized for a short CPU run.")) -> None:
+    """Make a new workspace: the same files as looper's root, in a new git repository."""
+    from looper.workspace import init_workspace
+
+    path = init_workspace(directory, preset)
+    typer.echo(f"workspace ready: {path}\nnext: cd {path} && looper run")
+
+
+@app.command()
+@_errors
+def run(max_experiments: Optional[int] = typer.Option(None, "--max-experiments", min=0),
+        until: Optional[str] = typer.Option(None, "--until", help="HH:MM: start no experiment after this."),
+        tag: Optional[str] = typer.Option(None, "--tag")) -> None:
+    """Run the loop until a stop rule, a signal, a harness error (exit 3) or a stuck loop (exit 4)."""
+    from looper.adapters.agents import make_agent
+    from looper.adapters.executors import make_executor
+    from looper.adapters.notify import AppriseNotifier
+    from looper.config import notify_urls
+    from looper.display import make_display
+    from looper.lock import DaemonLock
+    from looper.loop import Loop
+
+    root = _root()
+    _require_workspace(root)
+    cfg = _config(root, **{"loop.max_experiments": max_experiments, "loop.until": until, "loop.tag": tag})
+    program_text, program = _program(root)
+    lock = DaemonLock(root / ".looper" / "daemon.lock")
+    lock.acquire()
+    try:
+        store = _store(root)
+        executor = make_executor(root, cfg.executor)
+        agent = make_agent(cfg.agent, program)
+        notifier = AppriseNotifier(notify_urls(cfg, os.environ), secrets=_secrets(cfg))
+        loop = Loop(root, cfg, store, executor, agent, notifier, make_display(), secrets=_secrets(cfg),
+                    program_md=program_text)
+        loop.install_signals()
+        code = loop.run()
+    finally:
+        lock.release()
+    raise typer.Exit(code)
+
+
+@app.command()
+@_errors
+def status() -> None:
+    """What the daemon is doing now (read from the database; works while it runs)."""
+    from looper.lock import DaemonLock
+    from looper.statusview import status_text
+
+    root = _root()
+    lock = DaemonLock(root / ".looper" / "daemon.lock")
+    typer.echo(status_text(_store(root), _config(root), lock))
+
+
+@app.command()
+@_errors
+def history(as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+            status: Optional[str] = typer.Option(None, help="Only this outcome (keep, discard, crash, ...)."),
+            tag: Optional[str] = typer.Option(None),
+            since: Optional[str] = typer.Option(None, help="ISO date or time."),
+            until: Optional[str] = typer.Option(None, help="ISO date or time.")) -> None:
+    """Every experiment, oldest first."""
+    from looper.report import history_json, history_rows, history_text
+
+    if status is not None:
+        from looper.core.verdict import Outcome
+
+        if status not in Outcome.values():
+            raise UsageError(f"--status: {status!r} is not one of {', '.join(Outcome.values())}")
+    rows = history_rows(_store(_root()), tag=tag, status=status, since=since, until=until)
+    typer.echo(history_json(rows) if as_json else history_text(rows))
+
+
+@app.command()
+@_errors
+def suggest(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The next experiment the planner would run, its phase, and why (from the history alone)."""
+    from looper.suggest import suggest as do_suggest
+
+    root = _root()
+    cfg = _config(root)
+    out = do_suggest(root, cfg, _store(root))
+    if as_json:
+        typer.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+    else:
+        typer.echo(out["text"])
+
+
+@app.command()
+@_errors
+def report(html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML page."),
+           since: Optional[str] = typer.Option(None, help="ISO time; default: the last daemon run.")) -> None:
+    """The morning report."""
+    from looper.report import report_text, write_html
+
+    root = _root()
+    store = _store(root)
+    typer.echo(report_text(store, root, since=since))
+    if html is not None:
+        path = write_html(store, root, html, since=since)
+        typer.echo(f"html report: {path}")
+
+
+@app.command()
+def verify(as_json: bool = typer.Option(False, "--json", help="Print exactly one verdict object.")) -> None:
+    """One experiment of the current train.py, gated against the best, committed nowhere."""
+    from looper.core.verdict import Status, Verdict
+
+    try:
+        from looper.adapters.executors import make_executor
+        from looper.adapters.notify import AppriseNotifier
+        from looper.display import Display
+        from looper.lock import DaemonLock
+        from looper.loop import Loop
+
+        root = _root()
+        _require_workspace(root)
+        cfg = _config(root)
+        lock = DaemonLock(root / ".looper" / "daemon.lock")
+        lock.acquire()
+        try:
+            loop = Loop(root, cfg, _store(root), make_executor(root, cfg.executor), agent=None,
+                        notifier=AppriseNotifier([]), display=Display(sys.stderr), secrets=_secrets(cfg))
+            v = loop.verify()
+        finally:
+            lock.release()
+    except LooperError as exc:
+        v = Verdict.errored(str(exc))
+    except Exception as exc:  # a check that cannot answer is an error, never a pass
+        v = Verdict.errored(f"looper verify crashed: {type(exc).__name__}: {exc}")
+    if as_json:
+        typer.echo(json.dumps(v.to_json_dict(), sort_keys=True))
+    else:
+        typer.echo(f"{v.status.value.upper()}")
+        for b in v.blocking:
+            typer.echo(f"  - {b}")
+        for k, val in sorted(v.metrics.items()):
+            typer.echo(f"  {k}: {val}")
+    raise typer.Exit({Status.PASS: 0, Status.FAIL: 1, Status.ERROR: 2}[v.status])
+
+
+@baseline_app.command("approve")
+@_errors
+def baseline_approve(experiment_id: int = typer.Argument(..., help="A finished, measured experiment.")) -> None:
+    """Write the next dated baseline file from experiment ID (never overwrites)."""
+    from looper.baselines import approve
+
+    root = _root()
+    path = approve(_store(root), root / "baselines", experiment_id)
+    typer.echo(f"approved experiment {experiment_id} as {path.relative_to(root)}")
+
+
+def main() -> None:
+    try:
+        app()
+    except LooperError as exc:  # pragma: no cover - _errors catches these first
+        typer.echo(f"looper: {exc}", err=True)
+        sys.exit(exit_code_for(exc))
+    except KeyboardInterrupt:
+        sys.exit(0)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        typer.echo(f"looper: internal error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(EXIT_USAGE if isinstance(exc, UsageError) else 3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""`looper init`: a new workspace from the same files as the project's own root."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import git
+
+from looper.adapters.gitops import IDENTITY
+from looper.errors import WorkspaceError
+
+WORKSPACE_FILES = ("program.md", "train.py", "prepare.py", "evaluate.py", "looper.toml")
+
+GITIGNORE = """\
+# looper: built data, run outputs, daemon state and the database are not committed
+/data/
+/runs/
+/.looper/
+experiments.db
+experiments.db-*
+__pycache__/
+"""
+
+PRESETS = {
+    # A short night on this CPU: what `make demo` runs.
+    "demo": {"loop": {"tag": "demo", "budget_seconds": 60, "grace_seconds": 30, "stall_seconds": 120,
+                      "noise_reruns": 1},
+             "data": {"scale": "demo"}},
+    # What the test suite uses: seconds, not minutes.
+    "tiny": {"loop": {"tag": "tiny", "budget_seconds": 20, "grace_seconds": 15, "stall_seconds": 60,
+                      "noise_reruns": 1},
+             "data": {"scale": "tiny"}},
+}
+
+
+def template_root() -> Path:
+    root = Path(__file__).resolve().parent.parent
+    missing = [n for n in WORKSPACE_FILES if not (root / n).is_file()]
+    if missing:
+        raise WorkspaceError(f"looper's workspace files are not next to the package ({root}): missing "
+                             f"{', '.join(missing)}; install looper from its source tree (pip install -e .)")
+    return root
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def apply_preset(toml_text: str, preset: str) -> str:
+    """Set the preset's keys in a looper.toml text, keeping its comments."""
+    if preset not in PRESETS:
+        raise WorkspaceError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    lines = toml_text.splitlines()
+    for section, values in PRESETS[preset].items():
+        for key, value in values.items():
+            in_section, done = False, False
+            for i, line in enumerate(lines):
+                s = line.strip()
+                if s.startswith("["):
+                    in_section = s == f"[{section}]"
+                    continue
+                if in_section and s.split("=")[0].strip() == key:
+                    comment = line[line.index("#"):] if "#" in line else ""
+                    lines[i] = f"{key} = {_toml_value(value)}" + (f"  {comment}" if comment else "")
+                    done = True
+                    break
+            if not done:
+                raise WorkspaceError(f"looper.toml template has no {section}.{key} to set")
+    return "\n".join(lines) + "\n"
+
+
+def init_workspace(target: Path, preset: str | None = None) -> Path:
+    target = Path(target).resolve()
+    if target.exists() and any(target.iterdir()):
+        raise WorkspaceError(f"{target} exists and is not empty: choose a new folder")
+    src = template_root()
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        for name in WORKSPACE_FILES:
+            shutil.copy2(src / name, target / name)
+        if preset:
+            p = target / "looper.toml"
+            p.write_text(apply_preset(p.read_text(), preset))
+        (target / ".gitignore").write_text(GITIGNORE)
+        (target / "baselines").mkdir()
+        (target / "baselines" / ".gitkeep").write_text("")
+        repo = git.Repo.init(target, initial_branch="main")
+        with repo.git.custom_environment(**IDENTITY):
+            repo.git.add("--all")
+            repo.git.commit("--no-verify", "-m", "looper workspace")
+    except Exception:
+        shutil.rmtree(target, ignore_errors=True)  # no half-made workspace
+        raise
+    return target
