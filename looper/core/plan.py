@@ -135,9 +135,11 @@ class _State:
         return tuple(_norm(values.get(n, self.current.get(n))) for n in self.names)
 
 
-def _reconstruct(current: Mapping[str, Any], history: Sequence[PastExperiment]) -> list[dict[str, Any]]:
-    """The full knob values each experiment ran with (walking back from today's best)."""
+def _reconstruct(current: Mapping[str, Any], history: Sequence[PastExperiment]
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(knob values each experiment ran with, the best it started from), walking back from today."""
     after: list[dict[str, Any]] = [dict()] * len(history)
+    bases: list[dict[str, Any]] = [dict()] * len(history)
     base = dict(current)  # the best after the last experiment
     for i in range(len(history) - 1, -1, -1):
         exp = history[i]
@@ -153,21 +155,25 @@ def _reconstruct(current: Mapping[str, Any], history: Sequence[PastExperiment]) 
         if exp.knobs_after is not None:
             ran.update(exp.knobs_after)
         after[i] = ran
+        bases[i] = before
         base = before
-    return after
+    return after, bases
 
 
 def _winners(history: Sequence[PastExperiment], baseline_score: float | None) -> list[PastExperiment]:
     """Kept changes, and inconclusive ones that beat the then-best score (held back by noise)."""
     out: list[PastExperiment] = []
+    seen: set[tuple] = set()
     best = baseline_score
     for exp in history:
         then_best = exp.best_before if exp.best_before is not None else best
-        if exp.changes and not exp.is_excluded:
-            if exp.outcome == "keep":
-                out.append(exp)
-            elif (exp.outcome == "inconclusive" and exp.score is not None and then_best is not None
-                  and exp.score > then_best):
+        key = tuple(sorted((n, _norm(new)) for n, (_o, new) in exp.changes.items()))
+        if exp.changes and not exp.is_excluded and key not in seen:
+            won = exp.outcome == "keep" or (
+                exp.outcome == "inconclusive" and exp.score is not None and then_best is not None
+                and exp.score > then_best)
+            if won:
+                seen.add(key)
                 out.append(exp)
         if exp.outcome == "keep" and exp.score is not None:
             best = exp.score if best is None else max(best, exp.score)
@@ -180,11 +186,12 @@ def _numeric(value: Any) -> bool:
 
 def _round_like(value: float, ladder: Sequence[Any], as_int: bool) -> Any:
     if as_int:
-        ints = [int(v) for v in ladder if _numeric(v) and float(v).is_integer() and v != 0]
+        # the largest power of two that divides every value (strides, batch sizes)
+        ints = [abs(int(v)) for v in ladder if _numeric(v) and float(v).is_integer() and v != 0]
         step = 0
         for v in ints:
-            step = math.gcd(step, abs(v))
-        step = step if step > 1 else 1
+            step = math.gcd(step, v)
+        step = (step & -step) if step else 1
         return int(round(value / step) * step)
     if value == 0:
         return 0.0
@@ -283,7 +290,11 @@ def next_proposal(
     if missing:
         raise PlanError(f"search plan ranks knob(s) {', '.join(missing)} that train.py's block does not have")
     st = _State(tuple(knobs), dict(current), tuple(k.name for k in knobs))
-    ran = _reconstruct(current, history)
+    ran, bases = _reconstruct(current, history)
+    # Every best the night started from was measured: going back to one is not new.
+    for i, values in enumerate(bases + [dict(current)]):
+        st.attempts.setdefault(st.key(values), [PastExperiment({}, "keep", None, excluded=False,
+                                                               id=history[i].id if i < len(history) else None)])
     for exp, values in zip(history, ran, strict=True):
         if exp.outcome in _UNMEASURED:
             continue
@@ -321,8 +332,14 @@ def next_proposal(
             return "retry", f"retry of inconclusive #{prior[0].id}"
         return "done", "already measured"
 
-    avoided = [f"#{exp.id} ({describe(ch)})" for ch, exp in st.exclusions]
-    avoid_note = f"; avoids exclusions {', '.join(avoided)}" if avoided else ""
+    def avoid_note(changes: dict[str, tuple]) -> str:
+        """The exclusions on the same knobs that this proposal steers around (newest 5)."""
+        near = [f"#{exp.id} ({describe(ch)})" for ch, exp in st.exclusions if set(ch) & set(changes)]
+        if not near:
+            return ""
+        more = f" and {len(near) - 5} older" if len(near) > 5 else ""
+        return f"; avoids exclusions {', '.join(near[-5:])}{more}"
+
     summary: list[str] = []
     for phase in (1, 2, 3):
         if phase not in phases:
@@ -337,7 +354,7 @@ def next_proposal(
             for changes, why in gen:
                 state, note = status(changes, phase)
                 if state == want:
-                    rationale = why + (f"; {note}" if note else "") + avoid_note
+                    rationale = why + (f"; {note}" if note else "") + avoid_note(changes)
                     return PlanProposal(changes, phase, describe(changes), rationale, retry=want == "retry")
         if phase == 1:
             summary.append(f"phase 1 tried all {len(gen)} candidate changes of {len(knobs)} knobs")

@@ -1,0 +1,61 @@
+"""Agents behind one protocol: ``planner`` (default, no LLM), ``command``, ``openai``.
+
+    make_agent(agent_cfg, program=None, **overrides) -> Agent
+
+``agent_cfg`` is ``looper.config.AgentSection`` or any object with the attributes ``kind``,
+``command``, ``base_url``, ``model``, ``api_key_env``, ``timeout_seconds``, ``max_failures``.
+``overrides`` go to the agent's constructor (tests: ``runner``, ``sleep``, ``base_delay``,
+``env``, ``max_tries``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from looper.adapters.agents.base import (
+    Agent,
+    AgentContext,
+    ClassScore,
+    ExperimentView,
+    HistoryView,
+    Proposal,
+    ProposalRejected,
+)
+from looper.errors import ConfigError, HarnessError
+from looper.program import Program
+
+KINDS = ("planner", "command", "openai")
+
+__all__ = ["Agent", "AgentContext", "ClassScore", "ExperimentView", "HistoryView", "Proposal",
+           "ProposalRejected", "KINDS", "make_agent"]
+
+
+def make_agent(agent_cfg: Any, program: Program | None = None, **overrides: Any) -> Agent:
+    """The agent ``agent_cfg.kind`` names; ConfigError naming the key when the section is unusable."""
+    kind = getattr(agent_cfg, "kind", None)
+    timeout = getattr(agent_cfg, "timeout_seconds", 900)
+    max_failures = getattr(agent_cfg, "max_failures", 2) or 2
+    try:
+        if kind == "planner":
+            from looper.adapters.agents.planner import PlannerAgent
+
+            return PlannerAgent(program, **overrides)
+        if kind == "command":
+            from looper.adapters.agents.command import CommandAgent
+
+            if not (getattr(agent_cfg, "command", "") or "").strip():
+                raise ConfigError("agent.command is empty: kind = \"command\" needs a command to run")
+            return CommandAgent(agent_cfg.command, timeout_seconds=timeout, max_failures=max_failures,
+                                **overrides)
+        if kind == "openai":
+            from looper.adapters.agents.openai import OpenAIAgent
+
+            for key in ("base_url", "model"):
+                if not (getattr(agent_cfg, key, "") or "").strip():
+                    raise ConfigError(f"agent.{key} is empty: kind = \"openai\" needs it")
+            return OpenAIAgent(agent_cfg.base_url, agent_cfg.model,
+                               getattr(agent_cfg, "api_key_env", "OPENAI_API_KEY"),
+                               timeout_seconds=timeout, **overrides)
+    except HarnessError as exc:  # constructor checks of configuration
+        raise ConfigError(str(exc)) from exc
+    raise ConfigError(f"agent.kind {kind!r} is not one of {', '.join(KINDS)}")
