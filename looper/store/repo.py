@@ -31,7 +31,7 @@ from looper.store.migrations import LATEST_VERSION, StoreError, current_version,
 
 __all__ = [
     "DB_NAME", "LATEST_VERSION", "UPDATABLE_FIELDS", "ExperimentNotFound", "Store", "StoreError",
-    "find_secrets", "open_engine", "utc_now",
+    "find_secrets", "open_engine", "to_utc_iso", "utc_now",
 ]
 
 DB_NAME = "experiments.db"
@@ -46,6 +46,7 @@ UPDATABLE_FIELDS: frozenset[str] = frozenset(
         "commit", "parent", "description", "rationale", "source", "diff", "config", "seed",
         "metrics", "verdict", "blocking", "failure_signature", "exit_code", "phase", "worker",
         "agent_seconds", "train_seconds", "eval_seconds", "harness_seconds", "gpu", "train",
+        "started_at",
     }
 )
 _CLASS_INT = ("tp", "fp", "fn", "support")
@@ -57,17 +58,39 @@ class ExperimentNotFound(UsageError, LookupError):
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def to_utc_iso(value: str | _dt.datetime, what: str) -> str:
+    """A timezone-aware datetime or ISO-8601 string -> the stored form (UTC, microseconds),
+    so that stored times compare correctly as text. Naive times are refused."""
+    if isinstance(value, str):
+        try:
+            parsed = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise ValueError(f"{what}: not an ISO-8601 time: {value!r}") from exc
+    elif isinstance(value, _dt.datetime):
+        parsed = value
+    else:
+        raise TypeError(f"{what}: expected an ISO-8601 string or a datetime, got {type(value).__name__}")
+    if parsed.tzinfo is None:
+        raise ValueError(f"{what}: a time without a timezone is ambiguous: {value!r}")
+    return parsed.astimezone(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
 def _iso(value: str | _dt.datetime | None, what: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            raise ValueError(f"{what}: a naive datetime is ambiguous; give it a timezone")
-        return value.astimezone(_dt.timezone.utc).isoformat()
-    raise TypeError(f"{what}: expected an ISO-8601 string or a datetime, got {type(value).__name__}")
+    """For stored times: None stays None, anything else must be timezone-aware."""
+    return None if value is None else to_utc_iso(value, what)
+
+
+def _bound(value: str | _dt.datetime, what: str) -> str:
+    """For filters: an aware time is normalised; a bare date or prefix string is compared as text."""
+    try:
+        return to_utc_iso(value, what)
+    except ValueError:
+        if isinstance(value, str):
+            return value
+        raise
 
 
 def _dumps(value: Any, column: str) -> str | None:
@@ -297,6 +320,9 @@ class Store:
                 if value is None:
                     raise ValueError(f"{where}: config must be a dict, not None")
                 _refuse_secrets(value)
+            if key in ("started_at", "finished_at"):
+                out[key] = to_utc_iso(value, f"{where}: {key}")
+                continue
             column = f"{key}_json" if f"{key}_json" in m.experiments.c else key
             if column.endswith("_json"):
                 if column == "blocking_json":
@@ -366,6 +392,7 @@ class Store:
         for reserved in ("metrics", "verdict", "blocking"):
             if reserved in fields:
                 raise ValueError(f"{where}: pass {reserved} as its own argument")
+        finished_at = fields.pop("finished_at", None)
         values = self._encode_fields(fields, where)
         values.update(
             status=outcome.value,
@@ -374,7 +401,7 @@ class Store:
             verdict_json=_dumps(verdict if verdict is None or isinstance(verdict, Verdict) else dict(verdict),
                                 "verdict"),
             blocking_json=_dumps(blocking, "blocking"),
-            finished_at=utc_now(),
+            finished_at=utc_now() if finished_at is None else to_utc_iso(finished_at, f"{where}: finished_at"),
         )
         rows = _class_rows(exp_id, class_metrics or {})
         with self._tx() as conn:
@@ -451,9 +478,9 @@ class Store:
         if kind is not None:
             q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
         if since is not None:
-            q = q.where(t.c.started_at >= _iso(since, "since"))
+            q = q.where(t.c.started_at >= _bound(since, "since"))
         if until is not None:
-            q = q.where(t.c.started_at < _iso(until, "until"))
+            q = q.where(t.c.started_at < _bound(until, "until"))
         q = q.order_by(t.c.id.desc())
         if limit is not None:
             q = q.limit(limit)
@@ -587,7 +614,7 @@ class Store:
         if tag is not None:
             q = q.where(t.c.tag == tag)
         if since is not None:
-            q = q.where(t.c.at >= _iso(since, "since"))
+            q = q.where(t.c.at >= _bound(since, "since"))
         if kind is not None:
             q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
         q = q.order_by(t.c.id.desc())

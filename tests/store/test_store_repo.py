@@ -166,12 +166,12 @@ def test_runs_are_recorded_per_experiment(store: Store) -> None:
     runs = store.runs(i)
     assert [r["id"] for r in runs] == [r1, r2]
     assert runs[0]["metrics"] == {"weighted_f1": 0.5} and runs[0]["train"] == {"steps": 10}
-    assert runs[1]["started_at"] == "2025-01-01T02:00:00+00:00"
+    assert runs[1]["started_at"] == "2025-01-01T02:00:00.000000+00:00"
     with pytest.raises(ValueError, match="role must be one of"):
         store.add_run(i, "warmup")
     with pytest.raises(ExperimentNotFound):
         store.add_run(12345, "main")
-    with pytest.raises(ValueError, match="naive datetime"):
+    with pytest.raises(ValueError, match="without a timezone"):
         store.add_run(i, "main", started_at=dt.datetime(2025, 1, 1))
 
 
@@ -280,12 +280,12 @@ def test_tags_pin_what_was_true_at_start(store: Store) -> None:
     tag = store.get_tag("t")
     assert tag == {"tag": "t", "branch": "looper/t", "base_commit": "abc",
                    "fixed_hashes": {"evaluate.py": "h1"}, "data_hash": "d1", "noise": None,
-                   "started_at": "2025-01-01T00:00:00+00:00"}
+                   "started_at": "2025-01-01T00:00:00.000000+00:00"}
     store.set_tag_noise("t", {"sigma": 0.01, "runs": 3})
     assert store.get_tag("t")["noise"] == {"sigma": 0.01, "runs": 3}
     store.put_tag("t", branch="looper/t", base_commit="def", fixed_hashes={}, data_hash="d2")
     again = store.get_tag("t")
-    assert (again["base_commit"], again["started_at"]) == ("def", "2025-01-01T00:00:00+00:00")
+    assert (again["base_commit"], again["started_at"]) == ("def", "2025-01-01T00:00:00.000000+00:00")
     with pytest.raises(StoreError, match="no tag 'zzz'"):
         store.set_tag_noise("zzz", {})
 
@@ -297,3 +297,20 @@ def test_two_stores_on_one_file_see_each_other(tmp_path: Path) -> None:
     assert a.get_experiment(i)["phase"] == "from b"
     a.close()
     b.close()
+
+
+def test_given_times_are_stored_as_utc_text(store: Store) -> None:
+    i = new(store)
+    store.update_experiment(i, started_at="2025-03-01T03:00:00+02:00")
+    store.finish_experiment(i, "crash", None, None, None, None, ["boom"], finished_at="2025-03-01T01:30:00Z")
+    e = store.get_experiment(i)
+    assert (e["started_at"], e["finished_at"]) == ("2025-03-01T01:00:00.000000+00:00",
+                                                   "2025-03-01T01:30:00.000000+00:00")
+    # filters take aware times in any zone, or a plain date prefix
+    assert [x["id"] for x in store.experiments(since="2025-03-01T02:59:00+02:00")] == [i]
+    assert [x["id"] for x in store.experiments(since="2025-03-01", until="2025-03-02")] == [i]
+    assert store.experiments(until="2025-03-01T02:00:00+02:00") == []
+    j = new(store)
+    for bad in ("2025-03-01T03:00:00", "last tuesday"):
+        with pytest.raises(ValueError, match="started_at"):
+            store.update_experiment(j, started_at=bad)
