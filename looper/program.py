@@ -128,7 +128,8 @@ def _parse_search_plan(lines: list[tuple[int, str]], problems: list[str]) -> tup
             continue
         values: list[Any] = []
         bad = False
-        for token in _split_values(rest.strip().rstrip(".")):
+        rest = rest.strip().rstrip(".")
+        for token in _split_values(rest) if rest else []:
             try:
                 values.append(_value(token))
             except ValueError as exc:
