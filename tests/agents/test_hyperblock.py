@@ -72,3 +72,21 @@ def test_crlf_and_negative_values_survive() -> None:
 def test_knob_changes(train_py: str) -> None:
     out = rewrite_knobs(train_py, {"LR0": 0.02})
     assert knob_changes(train_py, out) == {"LR0": (0.01, 0.02)}
+
+
+def test_rewrite_property_random_values(train_py: str) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=60, deadline=None)
+    @given(lr=st.floats(min_value=1e-9, max_value=1e3, allow_nan=False), size=st.integers(1, 10_000),
+           name=st.text(alphabet="abcXYZ_-.0189 '\"", min_size=1, max_size=12))
+    def check(lr: float, size: int, name: str) -> None:
+        out = rewrite_knobs(train_py, {"LR0": lr, "IMGSZ": size, "MODEL": name})
+        knobs = read_knobs(out)
+        assert knobs["LR0"] == lr and knobs["IMGSZ"] == size and knobs["MODEL"] == name
+        changed = {i for i, (a, b) in enumerate(zip(train_py.splitlines(), out.splitlines(), strict=True)) if a != b}
+        lines = train_py.splitlines()
+        assert all(lines[i].split(" =")[0] in {"LR0", "IMGSZ", "MODEL"} for i in changed)
+
+    check()
