@@ -1,0 +1,435 @@
+"""The morning report as ONE self-contained HTML page: inline CSS, hand-written inline SVG.
+
+No script, no font, image or style from anywhere else: the page opens the same offline,
+in a mail attachment or years later. Every plotted point carries its experiment id
+(``data-id`` and a ``<title>`` tooltip ``#id``).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from looper.report import (
+    OUTCOME_ORDER,
+    TIME_PARTS,
+    Night,
+    _fmt,
+    _secs,
+    _signed,
+    _t,
+    class_rows,
+    gpu_line,
+)
+
+__all__ = ["render_html", "score_svg", "heatmap_svg", "time_svg", "outcome_svg"]
+
+COLORS: dict[str, str] = {
+    "keep": "#1a7f37", "discard": "#8c959f", "inconclusive": "#d4a72c", "crash": "#cf222e",
+    "vacuous": "#bc4c00", "error": "#82071e", "interrupted": "#6e40c9", "running": "#0969da",
+    "pending": "#57606a", "baseline": "#0969da",
+}
+TIME_COLORS: dict[str, str] = {"agent": "#8250df", "train": "#0969da", "eval": "#1a7f37", "harness": "#bf8700"}
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1f2328;background:#f6f8fa}
+main{max-width:1180px;margin:0 auto;padding:18px 24px 60px}
+h1{font-size:22px;margin:6px 0 2px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
+.sub{color:#57606a;margin:0 0 14px}
+section{background:#fff;border:1px solid #d0d7de;border-radius:8px;padding:10px 16px 14px;margin:14px 0}
+.attn{border-left:6px solid #cf222e} .attn.ok{border-left-color:#1a7f37}
+.attn li{margin:4px 0} .lvl-halt{color:#82071e;font-weight:600} .lvl-warn{color:#9a6700} .lvl-note{color:#57606a}
+code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+code.cmd{background:#eaeef2;padding:1px 6px;border-radius:4px}
+table{border-collapse:collapse;margin:6px 0;font-size:13px} th,td{padding:3px 8px;border-bottom:1px solid #eaeef2;text-align:left;vertical-align:top}
+th{background:#f6f8fa} td.n{text-align:right;font-variant-numeric:tabular-nums}
+.pos{color:#1a7f37} .neg{color:#cf222e} .rare{font-weight:600}
+.kpis{display:flex;gap:12px;flex-wrap:wrap} .kpi{border:1px solid #d0d7de;border-radius:6px;padding:6px 12px;min-width:140px}
+.kpi b{display:block;font-size:20px}
+pre.diff{background:#f6f8fa;padding:8px;overflow:auto;max-height:420px;border-radius:6px}
+pre.diff .a{color:#1a7f37} pre.diff .d{color:#cf222e} pre.diff .h{color:#6e7781}
+.rationale{color:#424a53;white-space:pre-wrap}
+svg text{font:11px system-ui,sans-serif;fill:#424a53}
+.legend span{display:inline-block;margin-right:14px} .sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px}
+details summary{cursor:pointer;color:#0969da}
+"""
+
+
+def _e(text: Any) -> str:
+    return html.escape(_t(text), quote=True)
+
+
+def _num_class(v: float | None) -> str:
+    if v is None or abs(v) < 1e-12:
+        return "n"
+    return "n pos" if v > 0 else "n neg"
+
+
+def _exp(i: int | None) -> str:
+    return "" if i is None else f'<a href="#exp-{i}">#{i}</a>'
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def score_svg(n: Night, width: int = 1100, height: int = 360) -> str:
+    """Score over experiments: every scored experiment a point, keeps marked and joined as the
+    running best, unscored ones (crash, vacuous, error, interrupted) as ticks under the axis."""
+    exps = n.experiments
+    scored = n.scored
+    if not scored:
+        return '<p class="sub">No measured experiment in this window: nothing to plot.</p>'
+    left, right, top, bottom = 64, 16, 16, 56
+    pw, ph = width - left - right, height - top - bottom
+    x0, x1 = exps[0]["id"], exps[-1]["id"]
+    if x1 == x0:
+        x0, x1 = x0 - 1, x1 + 1
+    in_window = {e["id"] for e in exps}
+    first_best = n.best_before.get(exps[0]["id"], (None, None))
+    steps = [(i, s) for i, s in n.running_best if i in in_window]
+    ys = [float(e["score"]) for e in scored] + [s for _, s in steps]
+    if first_best[0] is not None:
+        ys.append(first_best[0])
+    if n.baseline_score is not None:
+        ys.append(n.baseline_score)
+    y0, y1 = min(ys), max(ys)
+    pad = (y1 - y0) * 0.06 or 0.01
+    y0, y1 = y0 - pad, y1 + pad
+
+    def X(i: float) -> float:
+        return left + (i - x0) / (x1 - x0) * pw
+
+    def Y(v: float) -> float:
+        return top + (1.0 - (v - y0) / (y1 - y0)) * ph
+
+    out = [f'<svg id="score-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+           f'width="{width}" height="{height}" role="img" aria-label="score over experiments">',
+           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#d0d7de"/>']
+    for k in range(6):
+        v = y0 + (y1 - y0) * k / 5
+        y = Y(v)
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eaeef2"/>'
+                   f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{v:.3f}</text>')
+    nt = min(10, x1 - x0)
+    for k in range(nt + 1):
+        i = round(x0 + (x1 - x0) * k / max(nt, 1))
+        out.append(f'<text x="{X(i):.1f}" y="{top + ph + 30}" text-anchor="middle">#{i}</text>')
+    out.append(f'<text x="{left + pw / 2}" y="{height - 4}" text-anchor="middle">experiment id</text>'
+               f'<text x="14" y="{top + ph / 2}" transform="rotate(-90 14 {top + ph / 2})" '
+               f'text-anchor="middle">{html.escape(n.score_name)}</text>')
+    if n.baseline_score is not None:
+        y = Y(n.baseline_score)
+        out.append(f'<line class="baseline" x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" '
+                   f'stroke="{COLORS["baseline"]}" stroke-dasharray="6 4"><title>baseline {html.escape(n.baseline_source)}'
+                   f' {n.baseline_score:.4f}</title></line>')
+    # the running best: a step line through the kept experiments
+    pts: list[tuple[float, float]] = []
+    cur = first_best[0]
+    if cur is not None:
+        pts.append((X(x0), Y(cur)))
+    for i, s in steps:
+        if cur is not None:
+            pts.append((X(i), Y(cur)))
+        pts.append((X(i), Y(s)))
+        cur = s
+    if cur is not None:
+        pts.append((X(x1), Y(cur)))
+    if len(pts) >= 2:
+        d = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+        out.append(f'<polyline id="running-best" points="{d}" fill="none" stroke="{COLORS["keep"]}" '
+                   f'stroke-width="2"/>')
+    # unscored experiments as ticks below the plot area
+    for e in exps:
+        if e.get("score") is None and e["status"] not in ("running", "pending"):
+            x = X(e["id"])
+            c = COLORS.get(e["status"], "#57606a")
+            out.append(f'<line class="pt-unscored {e["status"]}" data-id="{e["id"]}" x1="{x:.1f}" x2="{x:.1f}" '
+                       f'y1="{top + ph + 4}" y2="{top + ph + 14}" stroke="{c}" stroke-width="2"><title>#{e["id"]} '
+                       f'{e["status"]}: {_e(e.get("description"))[:120]}</title></line>')
+    # the scored points, keeps last so they sit on top
+    order = sorted(scored, key=lambda e: e["status"] == "keep")
+    for e in order:
+        x, y = X(e["id"]), Y(float(e["score"]))
+        st = "baseline" if e["kind"] == "baseline" else e["status"]
+        c = COLORS.get(st, "#57606a")
+        r = 5 if e["status"] == "keep" else 3
+        stroke = ' stroke="#fff" stroke-width="1.5"' if e["status"] == "keep" else ""
+        out.append(f'<circle class="pt {st}" data-id="{e["id"]}" data-score="{float(e["score"]):.6f}" '
+                   f'cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{c}"{stroke}><title>#{e["id"]} {st} '
+                   f'{float(e["score"]):.4f}: {_e(e.get("description"))[:120]}</title></circle>')
+    out.append("</svg>")
+    legend = "".join(f'<span><i class="sw" style="background:{COLORS[s]}"></i>{s}</span>'
+                     for s in ("baseline", "keep", "discard", "inconclusive", "crash", "vacuous", "error",
+                               "interrupted"))
+    return "".join(out) + f'<div class="legend">{legend}<span>— running best (kept), '\
+                          f'- - baseline; ticks under the axis: no score</span></div>'
+
+
+def _blend(c0: tuple[int, int, int], c1: tuple[int, int, int], t: float) -> str:
+    t = max(0.0, min(1.0, t))
+    r, g, b = (round(a + (b_ - a) * t) for a, b_ in zip(c0, c1, strict=True))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def heatmap_svg(n: Night) -> str:
+    """Per class (rows): precision and recall, baseline, best and the change (columns)."""
+    rows = class_rows(n)
+    if not rows:
+        return '<p class="sub">No per-class figures recorded.</p>'
+    cols = [("P base", "p_base", False), ("P best", "p_best", False), ("ΔP", "d_precision", True),
+            ("R base", "r_base", False), ("R best", "r_best", False), ("ΔR", "d_recall", True)]
+    label_w, cw, ch, top = 190, 74, 20, 26
+    width, height = label_w + cw * len(cols) + 10, top + ch * len(rows) + 8
+    best_id = n.best["id"] if n.best else None
+    out = [f'<svg id="class-heatmap" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+           f'width="{width}" height="{height}" role="img" aria-label="per-class heat map">']
+    for j, (name, _, _) in enumerate(cols):
+        out.append(f'<text x="{label_w + j * cw + cw / 2}" y="16" text-anchor="middle">{name}</text>')
+    for i, r in enumerate(rows):
+        y = top + i * ch
+        label = html.escape(r["class"]) + (" ★" if r["rare"] else "")
+        weight = ' font-weight="600"' if r["rare"] else ""
+        out.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end"{weight}>{label}</text>')
+        for j, (name, key, delta) in enumerate(cols):
+            v = r[key]
+            if v is None:
+                fill, txt = "#eaeef2", "–"
+            elif delta:
+                fill = _blend((255, 255, 255), (26, 127, 55) if v > 0 else (207, 34, 46), abs(v) / 0.2)
+                txt = f"{v:+.2f}"
+            else:
+                fill, txt = _blend((255, 255, 255), (9, 105, 218), v), f"{v:.2f}"
+            src = f"#{best_id}" if "best" in name else (f"#{n.baseline_id}" if n.baseline_id is not None else "")
+            who = f"best {src} vs baseline {n.baseline_source}" if delta else (src or n.baseline_source)
+            dark = ' style="fill:#fff"' if (not delta) and v is not None and v > 0.6 else ""
+            out.append(f'<rect class="cell" x="{label_w + j * cw}" y="{y}" width="{cw - 2}" height="{ch - 2}" '
+                       f'fill="{fill}"><title>{html.escape(r["class"])} {name} {txt} ({html.escape(who)}); '
+                       f'support {r["support"]}</title></rect>'
+                       f'<text x="{label_w + j * cw + cw / 2 - 1}" y="{y + 14}" text-anchor="middle"{dark}>{txt}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def time_svg(n: Night, width: int = 900) -> str:
+    total = sum(n.time.values())
+    if total <= 0:
+        return '<p class="sub">No timings recorded.</p>'
+    out = [f'<svg id="time-bar" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} 54" width="{width}" '
+           f'height="54" role="img" aria-label="where the time went">']
+    x = 0.0
+    for part in TIME_PARTS:
+        w = n.time[part] / total * width
+        if w <= 0:
+            continue
+        out.append(f'<rect class="seg {part}" x="{x:.1f}" y="0" width="{w:.1f}" height="28" '
+                   f'fill="{TIME_COLORS[part]}"><title>{part}: {_secs(n.time[part])} '
+                   f'({100 * n.time[part] / total:.1f}%)</title></rect>')
+        if w > 70:
+            out.append(f'<text x="{x + 6:.1f}" y="18" style="fill:#fff">{part} {100 * n.time[part] / total:.0f}%</text>')
+        x += w
+    out.append(f'<text x="0" y="46">total {_secs(total)} over {len(n.experiments)} experiment(s)</text></svg>')
+    return "".join(out)
+
+
+def outcome_svg(n: Night, width: int = 900) -> str:
+    total = sum(n.counts.values())
+    if not total:
+        return ""
+    out = [f'<svg id="outcome-bar" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} 30" width="{width}" '
+           f'height="30" role="img" aria-label="experiments by outcome">']
+    x = 0.0
+    for s in OUTCOME_ORDER:
+        c = n.counts.get(s, 0)
+        if not c:
+            continue
+        w = c / total * width
+        out.append(f'<rect class="seg {s}" x="{x:.1f}" y="0" width="{w:.1f}" height="26" fill="{COLORS[s]}">'
+                   f'<title>{s}: {c}</title></rect>')
+        if w > 60:
+            out.append(f'<text x="{x + 5:.1f}" y="17" style="fill:#fff">{s} {c}</text>')
+        x += w
+    out.append("</svg>")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _diff_html(diff: str) -> str:
+    lines = []
+    for line in diff.splitlines():
+        cls = ("h" if line.startswith(("@@", "diff ", "index ", "---", "+++")) else
+               "a" if line.startswith("+") else "d" if line.startswith("-") else "")
+        esc = html.escape(line)
+        lines.append(f'<span class="{cls}">{esc}</span>' if cls else esc)
+    return "\n".join(lines)
+
+
+def _attention_html(n: Night) -> str:
+    needs = [a for a in n.attention if a.level in ("halt", "warn")]
+    cls = "attn" if needs else "attn ok"
+    head = f"Needs a person ({len(needs)})" if needs else "Needs a person: nothing"
+    items = []
+    for a in n.attention:
+        cmd = f' <code class="cmd">{html.escape(a.command)}</code>' if a.command else ""
+        ref = f" {_exp(a.exp_id)}" if a.exp_id is not None else ""
+        items.append(f'<li class="lvl-{a.level}" data-level="{a.level}">{_e(a.text)}{ref}{cmd}</li>')
+    body = f"<ul>{''.join(items)}</ul>" if items else ""
+    return f'<section id="attention" class="{cls}"><h2>{head}</h2>{body}</section>'
+
+
+def _glance_html(n: Night) -> str:
+    best = n.best
+    best_s = _fmt(best.get("score")) if best else "-"
+    delta = None
+    if best and best.get("score") is not None and n.baseline_score is not None:
+        delta = float(best["score"]) - n.baseline_score
+    halts = sum(1 for a in n.attention if a.level == "halt")
+    kpis = [
+        ("experiments", str(len(n.experiments)), ""),
+        ("kept improvements", str(len(n.kept)), " ".join(_exp(k.id) for k in n.kept[:12])
+         + (" …" if len(n.kept) > 12 else "")),
+        (f"best {html.escape(n.score_name)}", best_s, _exp(best["id"]) if best else ""),
+        ("baseline", _fmt(n.baseline_score), html.escape(n.baseline_source)),
+        ("best vs baseline", f'<span class="{_num_class(delta)}">{_signed(delta)}</span>', ""),
+        ("halts / undelivered pages", str(halts), ""),
+    ]
+    cards = "".join(f'<div class="kpi" data-kpi="{html.escape(k)}">{k}<b>{v}</b>{s}</div>' for k, v, s in kpis)
+    counts = ", ".join(f"{s} {n.counts[s]}" for s in OUTCOME_ORDER if n.counts.get(s))
+    table = "".join(f'<tr><td><i class="sw" style="background:{COLORS[s]}"></i>{s}</td>'
+                    f'<td class="n" data-outcome="{s}">{n.counts[s]}</td></tr>'
+                    for s in OUTCOME_ORDER if n.counts.get(s))
+    return (f'<section id="glance"><h2>The night at a glance</h2><div class="kpis">{cards}</div>'
+            f'<p>{counts or "no experiments"}</p>{outcome_svg(n)}'
+            f'<table id="outcomes"><tr><th>outcome</th><th>experiments</th></tr>{table}</table></section>')
+
+
+def _kept_html(n: Night) -> str:
+    if not n.kept:
+        return '<section id="kept"><h2>Kept changes</h2><p class="sub">Nothing was kept.</p></section>'
+    parts = []
+    for k in n.kept:
+        before = f" vs {_exp(k.best_before_id)} {_fmt(k.best_before)}" if k.best_before_id is not None else ""
+        commit = f" <code>{html.escape((k.commit or '')[:10])}</code>" if k.commit else ""
+        parts.append(
+            f'<div class="kept" id="exp-{k.id}" data-id="{k.id}"><h3>#{k.id}{commit}: {html.escape(k.description)}</h3>'
+            f'<p>{html.escape(n.score_name)} <b>{_fmt(k.score)}</b> '
+            f'<span class="{_num_class(k.delta)}">{_signed(k.delta)}</span>{before}</p>'
+            f'<p class="rationale">{html.escape(k.rationale) or "<i>no rationale recorded</i>"}</p>'
+            f'<details><summary>diff of train.py</summary><pre class="diff">{_diff_html(k.diff)}</pre></details></div>')
+    return f'<section id="kept"><h2>Kept changes ({len(n.kept)})</h2>{"".join(parts)}</section>'
+
+
+def _near_html(n: Night) -> str:
+    if not n.near_misses:
+        return ('<section id="near-misses"><h2>Near misses</h2><p class="sub">No candidate beat the best '
+                'and failed only a class gate.</p></section>')
+    rows = "".join(
+        f'<tr id="exp-{m.id}" data-id="{m.id}"><td>#{m.id}</td><td>{html.escape(m.description)}</td>'
+        f'<td class="n">{_fmt(m.score)}</td><td class="{_num_class(m.diff)}">{_signed(m.diff)}'
+        f'{" vs " + _exp(m.best_before_id) if m.best_before_id is not None else ""}</td>'
+        f'<td>{"<br>".join(html.escape(r) for r in m.class_reasons)}</td>'
+        f'<td><code class="cmd">{html.escape(m.command)}</code></td></tr>' for m in n.near_misses)
+    return (f'<section id="near-misses"><h2>Near misses ({len(n.near_misses)})</h2><p class="sub">Beat the best overall '
+            f'but failed a class gate. A person may accept the trade by approving it as the new baseline.</p>'
+            f'<table><tr><th>id</th><th>description</th><th>{html.escape(n.score_name)}</th><th>vs best</th>'
+            f'<th>failed</th><th>approve with</th></tr>{rows}</table></section>')
+
+
+def _failures_html(n: Night) -> str:
+    out = ['<section id="crashes"><h2>Crashes by failure signature</h2>']
+    if n.crash_groups:
+        rows = "".join(
+            f'<tr class="crash-group" data-count="{len(g.ids)}"><td class="n">{len(g.ids)}</td>'
+            f'<td><code>{html.escape(g.signature)}</code></td><td>{" ".join(_exp(i) for i in g.ids)}</td>'
+            f'<td>{html.escape(g.example_reason)}</td></tr>' for g in n.crash_groups)
+        out.append(f'<table><tr><th>count</th><th>signature</th><th>experiments</th><th>example</th></tr>{rows}</table>')
+    else:
+        out.append('<p class="sub">No crashes.</p>')
+    if n.vacuous:
+        items = "".join(f'<li id="exp-{e["id"]}">#{e["id"]} {_e(e.get("description"))}: '
+                        f'{_e("; ".join(e.get("blocking") or []))}</li>' for e in n.vacuous)
+        out.append(f'<h3>Vacuous (exited cleanly, left no evidence; never counted)</h3><ul>{items}</ul>')
+    if n.errors:
+        items = "".join(f'<li id="exp-{e["id"]}">#{e["id"]} {_e(e.get("description"))}: '
+                        f'{_e("; ".join(e.get("blocking") or []))}</li>' for e in n.errors)
+        out.append(f'<h3>Harness errors</h3><ul>{items}</ul>')
+    out.append("</section>")
+    out.append('<section id="inconclusive"><h2>Inconclusive ideas</h2>')
+    if n.inconclusive:
+        items = "".join(f'<li id="exp-{e["id"]}">#{e["id"]} {_fmt(e.get("score"))} {_e(e.get("description"))}'
+                        f' <span class="sub">{_e("; ".join(e.get("blocking") or []))}</span></li>'
+                        for e in n.inconclusive)
+        out.append(f'<p class="sub">Inside the noise band after reruns; not exclusions, may be retried.</p><ul>{items}</ul>')
+    else:
+        out.append('<p class="sub">None.</p>')
+    out.append("</section>")
+    out.append(f'<section id="exclusions"><h2>Exclusions learned ({len(n.exclusions)})</h2>')
+    if n.exclusions:
+        out.append("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in n.exclusions) + "</ul>")
+    else:
+        out.append('<p class="sub">None.</p>')
+    out.append("</section>")
+    return "".join(out)
+
+
+def _classes_html(n: Night) -> str:
+    rows = class_rows(n)
+    best_id = _exp(n.best["id"]) if n.best else "-"
+    head = (f'<section id="classes"><h2>Per class: baseline {html.escape(n.baseline_source)} vs best {best_id}</h2>'
+            f'<p class="sub">★ rare: support below the median. Δ = best − baseline.</p>')
+    if not rows:
+        return head + '<p class="sub">No per-class figures recorded.</p></section>'
+    trs = "".join(
+        f'<tr class="{"rare" if r["rare"] else ""}" data-class="{html.escape(r["class"])}">'
+        f'<td>{html.escape(r["class"])}{" ★" if r["rare"] else ""}</td><td class="n">{r["support"]}</td>'
+        f'<td class="n">{_fmt(r["p_base"], 3)}</td><td class="n">{_fmt(r["p_best"], 3)}</td>'
+        f'<td class="{_num_class(r["d_precision"])}">{_signed(r["d_precision"], 3)}</td>'
+        f'<td class="n">{_fmt(r["r_base"], 3)}</td><td class="n">{_fmt(r["r_best"], 3)}</td>'
+        f'<td class="{_num_class(r["d_recall"])}">{_signed(r["d_recall"], 3)}</td></tr>' for r in rows)
+    table = (f'<table id="class-table"><tr><th>class</th><th>support</th><th>P baseline</th><th>P best</th><th>ΔP</th>'
+             f'<th>R baseline</th><th>R best</th><th>ΔR</th></tr>{trs}</table>')
+    return head + heatmap_svg(n) + table + "</section>"
+
+
+def _time_html(n: Night) -> str:
+    rows = "".join(f'<tr><td>{p}</td><td class="n" data-seconds="{n.time[p]:.3f}">{_secs(n.time[p])}</td>'
+                   f'<td class="n">{n.time_ids[p]}</td></tr>' for p in TIME_PARTS)
+    return (f'<section id="time"><h2>Where the time went</h2>{time_svg(n)}'
+            f'<table><tr><th>part</th><th>time</th><th>experiments reporting it</th></tr>{rows}</table>'
+            f'<p>{html.escape(gpu_line(n).strip())}</p></section>')
+
+
+def _all_html(n: Night) -> str:
+    rows = []
+    for e in n.experiments:
+        why = e.get("failure_signature") or "; ".join(e.get("blocking") or [])
+        rows.append(f'<tr data-id="{e["id"]}"><td>#{e["id"]}</td><td>{html.escape(e["kind"])}</td>'
+                    f'<td>{html.escape(e["status"])}</td><td class="n">{_fmt(e.get("score"))}</td>'
+                    f'<td>{_e(e.get("description"))}</td><td>{_e(why)[:200]}</td></tr>')
+    return (f'<section id="all"><details><summary>Every experiment in this window ({len(n.experiments)})</summary>'
+            f'<table><tr><th>id</th><th>kind</th><th>status</th><th>{html.escape(n.score_name)}</th>'
+            f'<th>description</th><th>why</th></tr>{"".join(rows)}</table></details></section>')
+
+
+def render_html(n: Night) -> str:
+    """The whole page as one string."""
+    window = f"since {html.escape(n.since[:19])}" if n.since else "all history"
+    title = f"looper morning report: {html.escape(n.tag or '-')}"
+    body = [
+        f"<h1>{title}</h1><p class=\"sub\">{window}; scores are {html.escape(n.score_name)}; "
+        f"every number names its experiment (#id).</p>",
+        _attention_html(n),
+        _glance_html(n),
+        f'<section id="score"><h2>Score over experiments</h2>{score_svg(n)}</section>',
+        _classes_html(n),
+        _kept_html(n),
+        _near_html(n),
+        _failures_html(n),
+        _time_html(n),
+        _all_html(n),
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{title}</title><style>{CSS}</style></head><body><main>"
+            + "\n".join(body) + "</main></body></html>\n")
