@@ -24,8 +24,8 @@ def _one_line(text: str, limit: int) -> str:
 
 def exclusion_for(description: str, outcome: Outcome | str, blocking: Iterable[str]) -> str | None:
     """The exclusion line for a finished experiment, or None when it teaches nothing."""
-    outcome = Outcome.parse(outcome) if isinstance(outcome, str) and not isinstance(outcome, Outcome) \
-        else outcome
+    if not isinstance(outcome, Outcome):
+        outcome = Outcome.parse(outcome)
     if not outcome.is_exclusion:
         return None
     what = _one_line(description, MAX_DESCRIPTION) or "(no description)"

@@ -163,15 +163,18 @@ _QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:[/\\][\w.\-+@~]+)+[/\\]?")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _NUM = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+_UNIT = re.compile(r"<n>\s?(?:[KMGTP]i?B|bytes)\b")  # sizes differ between repeats, units too
 _MAX_SIG = 200
 
 
 def normalise(text: str) -> str:
-    """Strip what varies between repeats of one failure: quoted strings, paths, hex, numbers."""
+    """Strip what varies between repeats of one failure: quoted strings, paths, hex, numbers
+    (sizes with their units)."""
     text = _QUOTED.sub("<str>", text)
     text = _PATH.sub("<path>", text)
     text = _HEX.sub("<hex>", text)
     text = _NUM.sub("<n>", text)
+    text = _UNIT.sub("<size>", text)
     text = " ".join(text.split())
     return text[:_MAX_SIG]
 

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """The three answers a check can give."""
 
     PASS = "pass"
@@ -114,7 +114,7 @@ def verdict_json_schema() -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **schema}
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """How one experiment ended; the only values ``experiments.status`` may hold."""
 
     PENDING = "pending"
