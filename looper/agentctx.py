@@ -84,6 +84,9 @@ def build_context(store: Any, tag: str, checkout: Path, train_py: str, program_m
     from looper.prompt import build_prompt
 
     history = build_history(store, tag, cfg.gate.score)
-    prompt = build_prompt(program_md, train_py, history)
+    if cfg.agent.kind == "planner":
+        prompt = ""  # the planner reads the history itself; no prompt to bound
+    else:
+        prompt = build_prompt(program_md, train_py, history)
     return AgentContext(checkout=Path(checkout), train_py=train_py, program_md=program_md, prompt=prompt,
                         history=history)

@@ -121,6 +121,8 @@ def run(max_experiments: Optional[int] = typer.Option(None, "--max-experiments",
     _require_workspace(root)
     cfg = _config(root, **{"loop.max_experiments": max_experiments, "loop.until": until, "loop.tag": tag})
     program_text, program = _program(root)
+    if cfg.agent.kind == "planner" and getattr(program, "problems", None):
+        raise UsageError("program.md cannot drive the planner: " + "; ".join(program.problems))
     lock = DaemonLock(root / ".looper" / "daemon.lock")
     lock.acquire()
     try:

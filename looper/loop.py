@@ -343,18 +343,19 @@ class Loop:
         return m
 
     def classify_failed(self, m: Measurement, tr: RunResult, exp_id: int, allow_canary: bool = True) -> None:
-        fe = core_failure.FailureEvidence(
-            exit_code=tr.exit_code, signal=tr.signal, timed_out=tr.timed_out, stalled=tr.stalled,
-            log_tail=tr.log_tail, transport_exit_code=tr.transport_exit_code,
-            transport_error=tr.transport_error, canary_failed=None)
-        c = core_failure.classify_failure(fe)
-        if c.needs_canary and allow_canary and exp_id is not None:
-            canary_failed = self.canary(exp_id)
-            fe = core_failure.FailureEvidence(
+        data_dir = Path(self.cfg.data.dir)
+        data_dir = data_dir if data_dir.is_absolute() else self.root / data_dir
+
+        def evidence(canary_failed: bool | None) -> core_failure.FailureEvidence:
+            tail = tr.log_tail + (f"\n{tr.transport_error}" if tr.transport_error else "")
+            return core_failure.FailureEvidence(
                 exit_code=tr.exit_code, signal=tr.signal, timed_out=tr.timed_out, stalled=tr.stalled,
-                log_tail=tr.log_tail, transport_exit_code=tr.transport_exit_code,
-                transport_error=tr.transport_error, canary_failed=canary_failed)
-            c = core_failure.classify_failure(fe)
+                log_tail=tail, transport_exit_code=tr.transport_exit_code, canary_failed=canary_failed,
+                data_dir=str(data_dir))
+
+        c = core_failure.classify_failure(evidence(None))
+        if c.needs_canary and allow_canary:
+            c = core_failure.classify_failure(evidence(self.canary(exp_id)))
         m.kind = "crash" if c.outcome is Outcome.CRASH else "error"
         m.blocking = [c.reason]
         m.signature = c.signature
@@ -535,6 +536,12 @@ class Loop:
         self.store.set_phase(exp_id, "scope check")
         if rejected is not None:
             self.wt.reset_hard(parent)
+            try:
+                compile(new_source, "train.py", "exec")
+            except SyntaxError as exc:  # a change that does not compile broke the run: a crash
+                sig = core_failure.signature_of(f"SyntaxError: {exc.msg}")
+                return finish(Outcome.CRASH, Verdict.failed(
+                    f"train.py does not compile: {exc.msg} (line {exc.lineno})"), signature=sig)
             return finish(Outcome.DISCARD, Verdict.failed(f"agent reply rejected: {rejected}"))
         others = [c.path for c in self.wt.changes() if c.path != "train.py"]
         if others:
@@ -646,7 +653,7 @@ class Loop:
         hh, mm = (int(x) for x in until.split(":"))
         now = datetime.now()
         target = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
-        if target <= now:
+        if now - target > timedelta(minutes=1):  # already past today (not just now): tomorrow's
             target += timedelta(days=1)
         return target
 
@@ -719,6 +726,11 @@ class Loop:
             return self.halt(h.error)
         except HarnessError as exc:
             return self.halt(exc)
+        except Exception as exc:  # a bug in the harness is a harness error: halt and page
+            import traceback
+
+            traceback.print_exc()
+            return self.halt(HarnessError(f"internal error in looper: {type(exc).__name__}: {exc}"))
         finally:
             self.event("stop", f"daemon stopped after {self.stats.experiments} experiment(s)")
             self.display.close()

@@ -88,6 +88,26 @@ def run(
                      time.monotonic() - start)
 
 
+def kill_group(pgid: int, wait: float = 5.0) -> bool:
+    """TERM then KILL a process group; True when something was there to end."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return False
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
 @dataclass
 class Supervised:
     """What happened to a supervised child (training or evaluation)."""

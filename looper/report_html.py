@@ -201,7 +201,8 @@ def heatmap_svg(n: Night) -> str:
                 fill, txt = _blend((255, 255, 255), (9, 105, 218), v), f"{v:.2f}"
             src = f"#{best_id}" if "best" in name else (f"#{n.baseline_id}" if n.baseline_id is not None else "")
             who = f"best {src} vs baseline {n.baseline_source}" if delta else (src or n.baseline_source)
-            dark = ' style="fill:#fff"' if (not delta) and v is not None and v > 0.6 else ""
+            strong = v is not None and (abs(v) > 0.12 if delta else v > 0.6)
+            dark = ' style="fill:#fff"' if strong else ""
             out.append(f'<rect class="cell" x="{label_w + j * cw}" y="{y}" width="{cw - 2}" height="{ch - 2}" '
                        f'fill="{fill}"><title>{html.escape(r["class"])} {name} {txt} ({html.escape(who)}); '
                        f'support {r["support"]}</title></rect>'
