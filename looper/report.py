@@ -358,7 +358,7 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
     for part in TIME_PARTS:
         vals = [_num(e.get(f"{part}_seconds")) for e in experiments]
         known = [v for v in vals if v is not None]
-        time[part] = float(sum(known)) + 1
+        time[part] = float(sum(known))
         time_ids[part] = len(known)
     gpu = _gpu_summary(experiments)
 
