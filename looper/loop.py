@@ -42,7 +42,7 @@ DECLARED_MODULES = frozenset({
 
 
 def now_iso() -> str:
-    return datetime.now().astimezone().isoformat(timespec="seconds")
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
 def imports_of(source: str) -> set[str]:
@@ -480,6 +480,7 @@ class Loop:
         """Run one experiment. Returns its outcome, or None when the agent has run out of ideas."""
         assert self.wt is not None
         t0 = time.monotonic()
+        started_at = now_iso()
         pre = self.preflight()
         parent = self.wt.head()
         parent_source = (self.wt.path / "train.py").read_text()
@@ -514,7 +515,7 @@ class Loop:
         exp_id = self.store.create_experiment(
             self.tag, "candidate", parent=parent, seed=self.cfg.data.seed, config=self.cfg.redacted_dict(),
             description=description, rationale=rationale, source=new_source, diff=diff)
-        self.store.update_experiment(exp_id, agent_seconds=agent_seconds, started_at=now_iso())
+        self.store.update_experiment(exp_id, agent_seconds=agent_seconds, started_at=started_at)
         self.stats.experiments += 1
 
         def finish(outcome: Outcome, verdict: Verdict, score: float | None = None, metrics: dict | None = None,
