@@ -20,15 +20,15 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FIXTURE = HERE.parent / "tests" / "loop" / "fixture"
-sys.path.insert(0, str(HERE.parent / "tests" / "loop"))
+FIXTURE = HERE.parent / "tests" / "fixture_ws"
+sys.path.insert(0, str(HERE.parent / "tests"))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--experiments", type=int, default=12)
     args = ap.parse_args()
-    from conftest import write_config  # the loop tests' config writer
+    from harness import write_config
 
     from looper.workspace import init_workspace
 

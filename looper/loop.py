@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import signal
 import statistics
 import sys
@@ -111,6 +112,16 @@ class Measurement:
     @property
     def score_of(self) -> Any:
         return None
+
+
+def fault_pause(point: str) -> None:
+    """Fault-injection hook for the reliability tests: LOOPER_FAULT_PAUSE=<point>:<seconds>
+    makes the daemon sleep at that point (so a test can kill it exactly there). Unset in
+    normal use; it changes nothing else."""
+    spec = os.environ.get("LOOPER_FAULT_PAUSE", "")
+    if spec.startswith(point + ":"):
+        print(f"[fault-injection] pausing at {point}", flush=True)
+        time.sleep(float(spec.split(":", 1)[1]))
 
 
 class Halt(Exception):
@@ -520,6 +531,7 @@ class Loop:
 
         def finish(outcome: Outcome, verdict: Verdict, score: float | None = None, metrics: dict | None = None,
                    signature: str | None = None, commit: str | None = None, **extra: Any) -> Outcome:
+            fault_pause("record")
             blocking = list(verdict.blocking)
             self.store.finish_experiment(
                 exp_id, outcome, score if outcome.has_score else None, metrics if outcome.has_score else metrics,

@@ -1,0 +1,174 @@
+"""Shared harness-test fixtures: a real workspace (real git, real SQLite, the real daemon as a subprocess) with fixture
+train.py / evaluate.py / prepare.py that behave as each test needs in about a second."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).parent / "fixture_ws"
+
+
+class PageSink:
+    """A real HTTP endpoint on loopback that apprise's json:// posts pages to."""
+
+    def __init__(self) -> None:
+        self.pages: list[dict] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                try:
+                    sink.pages.append(json.loads(body))
+                except ValueError:
+                    sink.pages.append({"raw": body.decode(errors="replace")})
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"json://127.0.0.1:{self.port}/page"
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.fixture
+def pages():
+    sink = PageSink()
+    yield sink
+    sink.close()
+
+
+class WS:
+    """One fixture workspace and helpers to drive the daemon in it."""
+
+    def __init__(self, root: Path, queue: Path, notify_url: str) -> None:
+        self.root = root
+        self.queue = queue
+        self.notify_url = notify_url
+        self._n = 0
+
+    def enqueue(self, description: str, **item: object) -> None:
+        self._n += 1
+        item["description"] = description
+        (self.queue / f"{self._n:03d}.json").write_text(json.dumps(item))
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"FIXTURE_QUEUE": str(self.queue), "LOOPER_NOTIFY_URLS": "", "PYTHONUNBUFFERED": "1"})
+        env.pop("LOOPER_WORKSPACE", None)
+        return env
+
+    def looper(self, *args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "looper.cli", *args], cwd=self.root, env=env or self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def start(self, *args: str, env: dict | None = None) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "looper.cli", "run", *args], cwd=self.root,
+                                env=env or self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def db(self) -> sqlite3.Connection:
+        con = sqlite3.connect(self.root / "experiments.db")
+        con.row_factory = sqlite3.Row
+        return con
+
+    def rows(self, kind: str = "candidate") -> list[dict]:
+        with self.db() as con:
+            return [dict(r) for r in con.execute("SELECT * FROM experiments WHERE kind=? ORDER BY id", (kind,))]
+
+    def events(self, kind: str | None = None) -> list[dict]:
+        with self.db() as con:
+            q = "SELECT * FROM events" + (" WHERE kind=?" if kind else "") + " ORDER BY id"
+            return [dict(r) for r in con.execute(q, (kind,) if kind else ())]
+
+    def git(self, *args: str, cwd: Path | None = None) -> str:
+        return subprocess.run(["git", *args], cwd=cwd or self.root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    @property
+    def worktree(self) -> Path:
+        return self.root / ".looper" / "worktrees" / "t"
+
+    def wait_for(self, predicate, timeout: float = 60, what: str = "condition") -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                if predicate():
+                    return
+            except sqlite3.Error:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}")
+
+
+def write_config(root: Path, notify_url: str, agent_cmd: str, **over: object) -> None:
+    loop = {"tag": "t", "budget_seconds": 6, "grace_seconds": 2, "stall_seconds": 4, "max_experiments": 0,
+            "stuck_after": 3, "noise_reruns": 1}
+    loop.update({k[5:]: v for k, v in over.items() if k.startswith("loop_")})
+    gate = {"score": "weighted_f1", "max_class_drop": 0.05, "noise_sigmas": 2.0}
+    gate.update({k[5:]: v for k, v in over.items() if k.startswith("gate_")})
+
+    def val(v: object) -> str:
+        return json.dumps(v) if not isinstance(v, bool) else ("true" if v else "false")
+
+    text = "[loop]\n" + "".join(f"{k} = {val(v)}\n" for k, v in loop.items())
+    text += '\n[data]\ndir = "data"\nscale = "tiny"\nseed = 0\n'
+    text += "\n[gate]\n" + "".join(f"{k} = {val(v)}\n" for k, v in gate.items())
+    text += f'\n[agent]\nkind = "command"\ncommand = {json.dumps(agent_cmd)}\ntimeout_seconds = 60\n'
+    text += '\n[executor]\nkind = "local"\n'
+    text += f"\n[notify]\nurls = [{json.dumps(notify_url)}]\n"
+    (root / "looper.toml").write_text(text)
+
+
+@pytest.fixture
+def make_ws(tmp_path: Path, pages: PageSink):
+    """make_ws(**config_overrides) -> WS: a committed fixture workspace."""
+    from looper.workspace import init_workspace
+
+    made: list[WS] = []
+
+    def make(**over: object) -> WS:
+        root = tmp_path / f"ws{len(made)}"
+        init_workspace(root)
+        for name in ("train.py", "evaluate.py", "prepare.py"):
+            shutil.copy(FIXTURE / name, root / name)
+        queue = tmp_path / f"queue{len(made)}"
+        queue.mkdir()
+        agent_cmd = f"{sys.executable} {FIXTURE / 'agent.py'}"
+        write_config(root, pages.url, agent_cmd, **over)
+        subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fixtures"],
+                       cwd=root, check=True)
+        ws = WS(root, queue, pages.url)
+        made.append(ws)
+        return ws
+
+    yield make
+    for ws in made:  # no stray children
+        for p in (ws.root / ".looper" / "pids").glob("*.pid") if (ws.root / ".looper" / "pids").exists() else []:
+            try:
+                os.killpg(int(p.stem), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
