@@ -10,6 +10,11 @@ Keys beyond the contract, with their defaults (documented here on purpose):
 - ``[agent] max_failures = 2``: agent failures in a row the loop tolerates.
 - ``[executor] ssh_options = []``: extra ``ssh`` arguments, e.g. ``["-p", "2222"]``.
 - ``[executor] gpu_index = 0``: which GPU the run uses (``LOOPER_DEVICE``).
+- ``[executor]`` for ``kind = "slurm"`` (docs/SLURM.md): ``partition = ""`` (the cluster's
+  default), ``gres = ""`` (e.g. ``"gpu:1"``), ``account = ""``, ``sbatch_extra = []`` (extra
+  ``#SBATCH`` options, e.g. ``["--mem=16G", "--qos=low"]``), ``start_timeout = 600`` (seconds a
+  job may stay pending before that is a harness fault), ``requeue_limit = 2`` (resubmissions
+  after a harness fault). They are left out of the dump when ``kind`` is not ``"slurm"``.
 
 Secrets never live in this file: the OpenAI-compatible agent reads its key from the
 environment variable *named* by ``agent.api_key_env``. :meth:`Config.redacted_dict` is
@@ -22,20 +27,24 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-import sys
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from looper.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 needs the tomli backport
-    import tomli as tomllib
 
 __all__ = [
     "AgentConfig",
@@ -55,6 +64,9 @@ NOTIFY_ENV = "LOOPER_NOTIFY_URLS"
 _TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _UNTIL_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_GRES_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*(:[A-Za-z0-9_.-]+)*(,[A-Za-z][A-Za-z0-9_-]*(:[A-Za-z0-9_.-]+)*)*$")
+_SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9_.,-]*$")
+_SLURM_KEYS = ("partition", "gres", "account", "sbatch_extra", "start_timeout", "requeue_limit")
 
 
 class _Section(BaseModel):
@@ -156,13 +168,50 @@ class AgentConfig(_Section):
 
 
 class ExecutorConfig(_Section):
-    kind: Literal["local", "ssh"] = "local"
+    kind: Literal["local", "ssh", "slurm"] = "local"
     host: str = ""
     remote_dir: str = ""
     python: str = "python3"
     require_gpu: bool = False
     ssh_options: list[str] = Field(default_factory=list)
     gpu_index: int = Field(default=0, ge=0)
+    # kind = "slurm" (docs/SLURM.md)
+    partition: str = ""
+    gres: str = ""
+    account: str = ""
+    sbatch_extra: list[str] = Field(default_factory=list)
+    start_timeout: int = Field(default=600, gt=0)
+    requeue_limit: int = Field(default=2, ge=0)
+
+    @field_validator("partition", "account")
+    @classmethod
+    def _slurm_name(cls, v: str) -> str:
+        if not _SLURM_NAME_RE.match(v):
+            raise ValueError(f"not a SLURM name (letters, digits, '_', '.', ',', '-'): {v!r}")
+        return v
+
+    @field_validator("gres")
+    @classmethod
+    def _gres(cls, v: str) -> str:
+        if v and not _GRES_RE.match(v):
+            raise ValueError(f"not a SLURM gres request like 'gpu:1' or 'gpu:a100:2': {v!r}")
+        return v
+
+    @field_validator("sbatch_extra")
+    @classmethod
+    def _sbatch_extra(cls, v: list[str]) -> list[str]:
+        for i, entry in enumerate(v):
+            if not entry.startswith("-") or any(c in entry for c in "\r\n\0"):
+                raise ValueError(f"entry {i} is not one sbatch option like '--mem=16G': {entry!r}")
+        return v
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if self.kind != "slurm":
+            for key in _SLURM_KEYS:
+                data.pop(key, None)
+        return data
 
     @field_validator("python")
     @classmethod
