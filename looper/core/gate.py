@@ -193,7 +193,7 @@ def _fmt_over(value: float, limit: float) -> tuple[str, str]:
         a, b = f"{value:.{digits}f}", f"{limit:.{digits}f}"
         if float(a) > float(b):
             return a, b
-    return f"{value:.6g}", f"{limit:.6g}"
+    return repr(value), repr(limit)  # shortest round-trip forms differ when the values do
 
 
 def _listing(names: list[str]) -> str:

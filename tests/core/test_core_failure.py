@@ -102,6 +102,8 @@ C, E = Outcome.CRASH, Outcome.ERROR
         (ev(tb(*TRAIN_MAIN, f"{SP}/ultralytics/__init__.py::<module>",
                exc="ImportError: cannot import name 'Foo' from 'torch.nn' (/venv/torch/nn/__init__.py)")),
          E, "dependency", "declared dependency 'torch' fails to import"),
+        (ev("ImportError: cannot import name 'Foo' from 'torch.nn'"), E, "dependency",
+         "declared dependency 'torch' fails to import"),
         (ev(tb(*TRAIN_MAIN, exc="ImportError: libcuda.so.1: cannot open shared object file")), E, "harness",
          "a shared library is missing"),
         (ev(f'  File "{SP}/yaml/x.py", line 3\n    def (\nSyntaxError: invalid syntax'), E, "broken-install",

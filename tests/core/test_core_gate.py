@@ -172,6 +172,24 @@ def test_another_score_key() -> None:
     assert d.outcome is Outcome.DISCARD and d.verdict.blocking[0].startswith("macro_f1 0.3000")
 
 
+def test_classes_without_truth_are_neither_gated_nor_lost() -> None:
+    recalls = with_recall(fan=None)
+    d = gate(run(0.45, recalls), best=[run(0.40, recalls)], baseline=run(0.40, recalls))
+    assert d.outcome is Outcome.KEEP and "fan" not in d.verdict.metrics["class_recall"]
+    assert d.verdict.metrics["gated_classes"] == 4
+
+
+def test_dead_gates_of_something_that_is_not_metrics() -> None:
+    assert dead_gates([], 0.05) == [] and dead_gates({"classes": []}, 0.05) == []  # type: ignore[arg-type]
+
+
+def test_a_drop_a_hair_over_the_limit_is_still_shown_as_over() -> None:
+    from looper.core.gate import _fmt_over
+
+    shown, limit = _fmt_over(0.0500000002, 0.05)
+    assert float(shown) >= float(limit) and shown != limit
+
+
 def test_without_a_current_best_the_baseline_is_the_best() -> None:
     d = gate(run(0.45, BASE), best=[])
     assert d.outcome is Outcome.KEEP and d.verdict.metrics["best_score"] == 0.40

@@ -109,6 +109,7 @@ def test_round_trip_of_any_valid_verdict(verdict: Verdict) -> None:
     [
         (None, None),
         ("", None),
+        ("\n  \n", None),
         ("collecting...\n" + PASS + "\n\n", PASS),
         (PASS + "\nmore text after the verdict\n", None),
         ("  " + PASS + "  ", PASS),
