@@ -25,10 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import func, select
+
 from looper.adapters.notify import redact
 from looper.core.classes import CLASSES
 from looper.core.verdict import Outcome
 from looper.store import Store
+from looper.store import models as m
+from looper.store.repo import to_utc_iso
 
 __all__ = [
     "HISTORY_KEYS",
@@ -59,6 +63,9 @@ OUTCOME_ORDER: tuple[str, ...] = (
 TIME_PARTS: tuple[str, ...] = ("agent", "train", "eval", "harness")
 
 _DEFAULT_SCORE = "weighted_f1"
+#: How many items of one kind the attention list and the text report show before summing up.
+_MAX_ATTENTION = 5
+_MAX_TEXT_ROWS = 15
 _DEFAULT_MAX_CLASS_DROP = 0.05
 
 
@@ -162,6 +169,13 @@ def _t(text: Any) -> str:
     return redact("" if text is None else str(text))
 
 
+def _ids(ids: Iterable[int], limit: int = 12) -> str:
+    """``#3 #7 #9 ... (+N)``: experiment ids, the first ``limit`` of them."""
+    items = list(ids)
+    shown = " ".join(f"#{i}" for i in items[:limit])
+    return shown + (f" ... (+{len(items) - limit})" if len(items) > limit else "")
+
+
 def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -228,6 +242,62 @@ def _class_reasons(blocking: Iterable[str]) -> list[str]:
     return out
 
 
+#: Columns the report reads (never ``source``, ``config`` or the big ``metrics`` JSON of every row).
+_LEAN = ("id", "tag", "kind", "commit", "parent", "status", "score", "description", "started_at",
+         "finished_at", "failure_signature", "exit_code", "agent_seconds", "train_seconds", "eval_seconds",
+         "harness_seconds")
+_LEAN_JSON = ("blocking_json", "gpu_json")
+
+
+def _bound(value: str, what: str) -> str:
+    """An aware time normalised to stored UTC text; a bare date or prefix compared as text
+    (the same rule as :meth:`Store.experiments`)."""
+    try:
+        return to_utc_iso(value, what)
+    except ValueError:
+        return value
+
+
+def lean_experiments(store: Store, *, tag: str | None = None, status: Iterable[str] | None = None,
+                     since: str | None = None, until: str | None = None, kind: Iterable[str] | None = None,
+                     extra: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Experiments by id, with only the columns a report needs (read-only, one query).
+
+    Like :meth:`Store.experiments` but without decoding every row's source, config and
+    metrics: 10,000 experiments stay well under a second. ``blocking`` and ``gpu`` come
+    decoded; ``verdict_diff`` (the gate's ``metrics.diff``) and ``train_peak_memory_mb``
+    are pulled out of their JSON by SQLite. ``extra`` names further plain columns.
+    """
+    t = m.experiments
+    cols = [t.c[name] for name in (*_LEAN, *extra)] + [t.c[name] for name in _LEAN_JSON] + [
+        func.json_extract(t.c.verdict_json, "$.metrics.diff").label("verdict_diff"),
+        func.json_extract(t.c.train_json, "$.peak_memory_mb").label("train_peak_memory_mb"),
+    ]
+    q = select(*cols)
+    if tag is not None:
+        q = q.where(t.c.tag == tag)
+    if status is not None:
+        q = q.where(t.c.status.in_(list(status)))
+    if kind is not None:
+        q = q.where(t.c.kind.in_(list(kind)))
+    if since is not None:
+        q = q.where(t.c.started_at >= _bound(since, "since"))
+    if until is not None:
+        q = q.where(t.c.started_at < _bound(until, "until"))
+    q = q.order_by(t.c.id)
+    with store.engine.connect() as conn:
+        rows = conn.execute(q).all()
+    out = []
+    loads = json.loads
+    for r in rows:
+        d = dict(r._mapping)
+        b, g = d.pop("blocking_json"), d.pop("gpu_json")
+        d["blocking"] = loads(b) if b and b != "[]" else []
+        d["gpu"] = loads(g) if g else None
+        out.append(d)
+    return out
+
+
 def _default_since(store: Store) -> tuple[str | None, str | None]:
     starts = store.events(kind="start", limit=1)
     if not starts:
@@ -240,7 +310,7 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
     start_tag: str | None = None
     if since is None:
         since, start_tag = _default_since(store)
-    experiments = store.experiments(since=since, tag=start_tag)
+    experiments = lean_experiments(store, since=since, tag=start_tag, extra=("rationale", "diff"))
     events = store.events(since=since, tag=start_tag)
     tag = start_tag or (experiments[-1]["tag"] if experiments else None)
     if tag is None:
@@ -254,8 +324,13 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
     # the running best of every tag in the window (keeps before the window count too)
     keeps_by_tag: dict[str, list[tuple[int, float]]] = {}
     for t in sorted({e["tag"] for e in experiments} | ({tag} if tag else set())):
-        keeps_by_tag[t] = [(k["id"], float(k["score"])) for k in store.experiments(tag=t, status="keep")
-                           if k["kind"] in ("baseline", "candidate") and k.get("score") is not None]
+        with store.engine.connect() as conn:
+            ks = conn.execute(
+                select(m.experiments.c.id, m.experiments.c.score)
+                .where(m.experiments.c.tag == t, m.experiments.c.status == Outcome.KEEP.value,
+                       m.experiments.c.kind.in_(("baseline", "candidate")), m.experiments.c.score.is_not(None))
+                .order_by(m.experiments.c.id)).all()
+        keeps_by_tag[t] = [(int(i), float(v)) for i, v in ks]
     best_before: dict[int, tuple[float | None, int | None]] = {}
     for e in experiments:
         ks = keeps_by_tag.get(e["tag"], [])
@@ -266,8 +341,8 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
     baseline: dict[str, Any] | None = None
     if tag is not None:
         base_rows = store.experiments(tag=tag, kind="baseline", status="keep", limit=1)
-        baseline = base_rows[-1] if base_rows else None
-    score_name = _score_name(baseline or (experiments[-1] if experiments else None))
+        baseline = base_rows[-1] if base_rows else None  # the full row: config and metrics
+    score_name = _score_name(baseline or (store.get_experiment(experiments[-1]["id"]) if experiments else None))
     baseline_classes: dict[str, dict[str, Any]] = {}
     baseline_score: float | None = None
     baseline_id: int | None = None
@@ -312,8 +387,7 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
                 best_before=bb, best_before_id=bb_id))
         elif status == "discard" and e.get("score") is not None:
             reasons = _class_reasons(e.get("blocking") or [])
-            vm = ((e.get("verdict") or {}).get("metrics") or {}) if isinstance(e.get("verdict"), dict) else {}
-            diff = _num(vm.get("diff"))
+            diff = _num(e.get("verdict_diff"))
             if diff is None and bb is not None:
                 diff = float(e["score"]) - bb
             if reasons and diff is not None and diff > 0:
@@ -401,11 +475,9 @@ def _gpu_summary(experiments: list[dict[str, Any]]) -> dict[str, Any]:
             s, f = _num(g.get("ecc_uncorrected_start")), _num(g.get("ecc_uncorrected_end"))
             if s is not None and f is not None and f > s:
                 ecc.append(e["id"])
-        tj = e.get("train") if isinstance(e.get("train"), dict) else None
-        if tj:
-            p = _num(tj.get("peak_memory_mb"))
-            if p is not None and (train_peak is None or p > train_peak[0]):
-                train_peak = (p, e["id"])
+        p = _num(e.get("train_peak_memory_mb"))
+        if p is not None and (train_peak is None or p > train_peak[0]):
+            train_peak = (p, e["id"])
     return {
         "names": names, "peak_memory_mb": peak, "train_peak_memory_mb": train_peak,
         "mean_utilization_pct": statistics.fmean(utils) if utils else None, "utilization_samples": len(utils),
@@ -442,13 +514,20 @@ def _attention(n: Night, approved: bool) -> list[Attention]:
         src = f"#{n.baseline_id}" if n.baseline_id is not None else n.baseline_source
         out.append(Attention("warn", f"{len(n.dead_gates)} class gate(s) are dead (baseline {src} recall not above "
                                      f"the drop limit; they can never fire): {shown}", n.baseline_id))
-    for nm in n.near_misses:
+    ranked = sorted(n.near_misses, key=lambda x: -x.diff)
+    for nm in ranked[:_MAX_ATTENTION]:
         out.append(Attention(
             "warn", f"near miss #{nm.id} beat the best by {nm.diff:+.4f} but failed a class gate: "
                     f"{'; '.join(nm.class_reasons)}", nm.id, nm.command))
-    for e in n.interrupted:
+    if len(ranked) > _MAX_ATTENTION:
+        rest = ranked[_MAX_ATTENTION:]
+        out.append(Attention("warn", f"{len(rest)} more near miss(es): {_ids(x.id for x in rest)}"))
+    for e in n.interrupted[:_MAX_ATTENTION]:
         reason = "; ".join(_t(b) for b in (e.get("blocking") or [])) or "interrupted"
         out.append(Attention("note", f"#{e['id']} was interrupted: {reason}", e["id"]))
+    if len(n.interrupted) > _MAX_ATTENTION:
+        rest_i = n.interrupted[_MAX_ATTENTION:]
+        out.append(Attention("note", f"{len(rest_i)} more interrupted: {_ids(e['id'] for e in rest_i)}"))
     if not approved and n.baseline is not None:
         out.append(Attention("note", f"no approved baseline yet: the gates compare against the tag-start baseline "
                                      f"#{n.baseline['id']}", n.baseline["id"],
@@ -516,7 +595,7 @@ def render_text(n: Night, console_width: int = 100) -> str:
     total = len(n.experiments)
     by = ", ".join(f"{s} {n.counts[s]}" for s in OUTCOME_ORDER if n.counts.get(s))
     con.print(Text(f"{total} experiment(s): {by or 'none'}"))
-    kept_ids = " ".join(f"#{k.id}" for k in n.kept)
+    kept_ids = _ids(k.id for k in n.kept)
     con.print(Text(f"kept improvements: {len(n.kept)}" + (f" ({kept_ids})" if kept_ids else "")))
     best_line = "best: -"
     if n.best is not None:
@@ -533,46 +612,56 @@ def render_text(n: Night, console_width: int = 100) -> str:
         t = Table(title="Kept changes", title_justify="left", show_edge=False)
         for col in ("id", n.score_name, "change", "description"):
             t.add_column(col)
-        for k in n.kept:
+        for k in n.kept[-_MAX_TEXT_ROWS:]:
             before = f" vs #{k.best_before_id}" if k.best_before_id is not None else ""
             t.add_row(f"#{k.id}", _fmt(k.score), Text(_signed(k.delta) + before), Text(k.description))
         con.print(t)
+        if len(n.kept) > _MAX_TEXT_ROWS:
+            con.print(Text(f"  ({len(n.kept) - _MAX_TEXT_ROWS} earlier kept change(s): looper history, "
+                           "or the HTML report)"))
         con.print()
 
     if n.near_misses:
         t = Table(title="Near misses (beat the best, failed a class gate)", title_justify="left", show_edge=False)
         for col in ("id", n.score_name, "vs best", "failed", "approve with"):
             t.add_column(col)
-        for nm in n.near_misses:
+        for nm in sorted(n.near_misses, key=lambda x: -x.diff)[:_MAX_TEXT_ROWS]:
             t.add_row(f"#{nm.id}", _fmt(nm.score), _signed(nm.diff), Text("; ".join(nm.class_reasons)),
                       Text(nm.command))
         con.print(t)
+        if len(n.near_misses) > _MAX_TEXT_ROWS:
+            con.print(Text(f"  ({len(n.near_misses) - _MAX_TEXT_ROWS} more: the HTML report lists them all)"))
         con.print()
 
     if n.crash_groups or n.vacuous:
         t = Table(title="Crashes by failure signature", title_justify="left", show_edge=False)
         for col in ("count", "signature", "experiments", "example"):
             t.add_column(col)
-        for g in n.crash_groups:
-            t.add_row(str(len(g.ids)), Text(g.signature), " ".join(f"#{i}" for i in g.ids), Text(g.example_reason))
+        for g in n.crash_groups[:_MAX_TEXT_ROWS]:
+            t.add_row(str(len(g.ids)), Text(g.signature), _ids(g.ids, 8), Text(g.example_reason))
+        if len(n.crash_groups) > _MAX_TEXT_ROWS:
+            rest = n.crash_groups[_MAX_TEXT_ROWS:]
+            t.add_row(str(sum(len(g.ids) for g in rest)), f"({len(rest)} more signatures)", "", "")
         if n.vacuous:
-            t.add_row(str(len(n.vacuous)), "(vacuous: no evidence)", " ".join(f"#{e['id']}" for e in n.vacuous),
+            t.add_row(str(len(n.vacuous)), "(vacuous: no evidence)", _ids((e["id"] for e in n.vacuous), 8),
                       Text(_t(next(iter(n.vacuous[0].get("blocking") or []), ""))))
         con.print(t)
         con.print()
 
     if n.inconclusive:
         con.print(Text("Inconclusive ideas (inside the noise band; may be retried)", style="bold"))
-        for e in n.inconclusive:
+        for e in n.inconclusive[-_MAX_TEXT_ROWS:]:
             con.print(Text(f"  #{e['id']} {_fmt(e.get('score'))}  {_line_of(e)}"))
+        if len(n.inconclusive) > _MAX_TEXT_ROWS:
+            con.print(Text(f"  ({len(n.inconclusive) - _MAX_TEXT_ROWS} earlier: looper history --json)"))
         con.print()
 
     if n.exclusions:
         con.print(Text(f"Exclusions learned ({len(n.exclusions)})", style="bold"))
-        for line in n.exclusions[:30]:
+        for line in n.exclusions[-_MAX_TEXT_ROWS:]:
             con.print(Text(f"  {line}"))
-        if len(n.exclusions) > 30:
-            con.print(Text(f"  ... and {len(n.exclusions) - 30} more (see the HTML report)"))
+        if len(n.exclusions) > _MAX_TEXT_ROWS:
+            con.print(Text(f"  ({len(n.exclusions) - _MAX_TEXT_ROWS} earlier: the HTML report lists them all)"))
         con.print()
 
     rows = class_rows(n)
@@ -664,7 +753,7 @@ def history_rows(store: Store, tag: str | None = None, status: str | Iterable[st
         items = [status] if isinstance(status, str) else list(status)
         status = [Outcome.parse(s).value for s in items]
     rows = []
-    for e in store.experiments(tag=tag, status=status, since=since, until=until):
+    for e in lean_experiments(store, tag=tag, status=status, since=since, until=until):
         row = {k: e.get(k) for k in HISTORY_KEYS}
         row["description"] = _t(row["description"])
         row["blocking"] = [_t(b) for b in (e.get("blocking") or [])]

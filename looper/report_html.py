@@ -69,6 +69,11 @@ def _exp(i: int | None) -> str:
     return "" if i is None else f'<a href="#exp-{i}">#{i}</a>'
 
 
+def _exp_list(ids: tuple[int, ...] | list[int], limit: int = 60) -> str:
+    shown = " ".join(_exp(i) for i in ids[:limit])
+    return shown + (f" … (+{len(ids) - limit})" if len(ids) > limit else "")
+
+
 # --------------------------------------------------------------------------- plots
 
 
@@ -342,7 +347,7 @@ def _failures_html(n: Night) -> str:
     if n.crash_groups:
         rows = "".join(
             f'<tr class="crash-group" data-count="{len(g.ids)}"><td class="n">{len(g.ids)}</td>'
-            f'<td><code>{html.escape(g.signature)}</code></td><td>{" ".join(_exp(i) for i in g.ids)}</td>'
+            f'<td><code>{html.escape(g.signature)}</code></td><td>{_exp_list(g.ids)}</td>'
             f'<td>{html.escape(g.example_reason)}</td></tr>' for g in n.crash_groups)
         out.append(f'<table><tr><th>count</th><th>signature</th><th>experiments</th><th>example</th></tr>{rows}</table>')
     else:
