@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from looper.core.failure import (
@@ -222,6 +222,7 @@ def test_normalise_is_bounded() -> None:
     assert len(normalise("word " * 500)) <= 200
 
 
+@settings(max_examples=50, deadline=None)
 @given(st.text(max_size=300))
 def test_signature_is_stable_and_bounded(log: str) -> None:
     s = signature_of(log)
@@ -262,6 +263,7 @@ def test_is_stuck_needs_a_positive_count() -> None:
         is_stuck(["A"], 0)
 
 
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.sampled_from(["A", "B", "C", None]), max_size=10), st.integers(1, 4))
 def test_stuck_needs_a_failure_last(sigs: list[str | None], n: int) -> None:
     result = is_stuck(sigs, n)

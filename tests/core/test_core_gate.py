@@ -350,7 +350,7 @@ STATUS_OF = {Outcome.KEEP: Status.PASS, Outcome.DISCARD: Status.FAIL, Outcome.IN
              Outcome.ERROR: Status.ERROR}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(inputs)
 def test_outcome_and_status_agree_and_blocking_is_empty_exactly_on_pass(kw: dict[str, Any]) -> None:
     d = gate(**kw)
@@ -360,7 +360,7 @@ def test_outcome_and_status_agree_and_blocking_is_empty_exactly_on_pass(kw: dict
     assert (d.score is None) is (d.outcome is Outcome.ERROR)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(inputs, st.integers(0, 2))
 def test_error_input_never_becomes_pass_or_fail(kw: dict[str, Any], which: int) -> None:
     broken = [dict(m) for m in kw["candidate"]]
@@ -369,7 +369,7 @@ def test_error_input_never_becomes_pass_or_fail(kw: dict[str, Any], which: int) 
     assert d.outcome is Outcome.ERROR and d.verdict.status is Status.ERROR
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(inputs, st.sampled_from([0.0, 0.01, 0.03, 0.05]), recall, recall)
 def test_adding_a_dead_gate_never_makes_a_verdict_pass(kw: dict[str, Any], dead_recall: float,
                                                        cand_recall: float, best_recall: float) -> None:
@@ -389,7 +389,7 @@ def test_adding_a_dead_gate_never_makes_a_verdict_pass(kw: dict[str, Any], dead_
     assert "zz_dead" in after.verdict.metrics["dead_gates"]  # reported, error or not
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(inputs, st.floats(0.001, 0.5))
 def test_a_higher_score_never_loses_a_keep(kw: dict[str, Any], bump: float) -> None:
     before = gate(**kw)

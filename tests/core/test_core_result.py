@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from looper.core.result import last_json_line, read_check_output, read_check_result
@@ -81,6 +81,7 @@ def test_long_garbage_is_shortened() -> None:
     assert v.status is Status.ERROR and len(v.blocking[0]) < 250 and "..." in v.blocking[0]
 
 
+@settings(max_examples=50, deadline=None)
 @given(text=st.one_of(st.none(), st.text(max_size=60), st.sampled_from([PASS, FAIL, ERROR])),
        exit_code=st.one_of(st.none(), st.integers(-15, 300)), written=st.booleans())
 def test_pass_only_from_a_fresh_clean_pass(text: str | None, exit_code: int | None, written: bool) -> None:
@@ -90,11 +91,13 @@ def test_pass_only_from_a_fresh_clean_pass(text: str | None, exit_code: int | No
         assert json.loads(text)["status"] == "pass"
 
 
+@settings(max_examples=50, deadline=None)
 @given(exit_code=st.one_of(st.none(), st.integers(-15, 300)), written=st.booleans())
 def test_an_error_never_becomes_pass_or_fail(exit_code: int | None, written: bool) -> None:
     assert read_check_result(ERROR, exit_code, written).status is Status.ERROR
 
 
+@settings(max_examples=50, deadline=None)
 @given(verdict=st.builds(
     lambda s, r, c: Verdict(status=s, blocking=[] if s is Status.PASS else r, confidence=c),
     st.sampled_from(list(Status)), st.lists(st.text(min_size=1), min_size=1, max_size=3),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -12,6 +12,7 @@ from looper.core.verdict import Outcome, Status, Verdict
 reasons = st.lists(st.text(min_size=1, max_size=20), max_size=4)
 
 
+@settings(max_examples=50, deadline=None)
 @given(status=st.sampled_from(list(Status)), blocking=reasons)
 def test_blocking_is_empty_exactly_on_pass(status: Status, blocking: list[str]) -> None:
     try:
@@ -74,6 +75,7 @@ def test_combine_worst_status_wins(parts: dict[str, Verdict], expected: Status, 
         assert v.confidence == 0.7
 
 
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.sampled_from(list(Status)), min_size=1, max_size=5))
 def test_combine_error_never_becomes_pass_or_fail(statuses: list[Status]) -> None:
     parts = {f"p{i}": (Verdict.passed() if s is Status.PASS else Verdict(status=s, blocking=[f"r{i}"]))

@@ -108,9 +108,12 @@ def _run(root: Path) -> tuple[int, dict, str]:
     return done.returncode, json.loads(last), done.stdout
 
 
-def test_script_fail(tmp_path: Path) -> None:
+def test_script_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # in-process main() (the tools still run as child processes): one interpreter start cheaper
     body = "def test_ok():\n    assert True\n\n\ndef test_bad():\n    x = 1\n    assert x == 2\n"
-    code, verdict, stdout = _run(_repo(tmp_path, body, lint_problem=True))
+    code = vj.main(["--root", str(_repo(tmp_path, body, lint_problem=True))])
+    stdout = capsys.readouterr().out
+    verdict = json.loads(stdout.strip().splitlines()[-1])
     assert (code, verdict["status"]) == (1, "fail")
     assert verdict["blocking"] == ["ruff: 1 problem", "pytest: 1 failed"]
     assert verdict["metrics"]["tests"] == 2 and verdict["metrics"]["passed"] == 1
