@@ -94,3 +94,31 @@ def test_markup_in_descriptions_is_shown_verbatim(tmp_path) -> None:  # type: ig
 
 def test_secrets_in_event_free_text_do_not_leak_into_history(seeded: Seeded) -> None:
     assert SECRET not in history_json(history_rows(seeded.store))
+
+
+@pytest.mark.parametrize("text", [
+    "key sk-abcdefghijklmnop in a description", "Authorization: Bearer abcdefgh12345678",
+    "api_key=hunter2hunter2", "TOKEN: abc", "push to https://user:pw@example.com/x", "xoxb-1234567890abc",
+    "nothing secret here at all", "password = swordfish",
+])
+def test_report_redaction_equals_the_pagers(text: str) -> None:
+    """The report's fast path (skip text no pattern can match) must redact exactly like the pager."""
+    from looper.adapters.notify import redact
+    from looper.report import _t
+
+    assert _t(text) == redact(text)
+
+
+def test_secret_in_a_description_is_redacted_everywhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from looper.report import report_text, write_html
+
+    s = build(tmp_path)
+    i = s.store.create_experiment(TAG, "candidate", parent=None, seed=0, config={},
+                                  description="use https://bob:pw-s3cr3tpw@hub.example/model")
+    s.store.finish_experiment(i, "discard", 0.2, None, None, None, ["fetch from https://bob:pw-s3cr3tpw@hub.example"])
+    outputs = [history_json(history_rows(s.store)), history_text(history_rows(s.store)),
+               report_text(s.store, tmp_path), write_html(s.store, tmp_path, tmp_path / "r.html").read_text()]
+    for out in outputs:
+        assert "pw-s3cr3tpw" not in out
+    assert "https://***@hub.example/model" in outputs[0]
+    s.store.close()
