@@ -135,6 +135,7 @@ class SshExecutor:
         self.control_timeout = control_timeout
         self.package_dir = Path(package_dir) if package_dir else Path(looper.__file__).parent
         self._argv: list[str] | None = None
+        self._argv_solo: list[str] = []  # the same without looper's connection sharing
         self._connect_timeout = CONNECT_TIMEOUT
         self._control_path: Path | None = None  # set when looper manages the shared connection
         self._root: str | None = None
@@ -179,6 +180,7 @@ class SshExecutor:
             self._connect_timeout = int(eff["connecttimeout"])
         if eff.get("serveraliveinterval", "0") in ("0", ""):
             add += ["-o", f"ServerAliveInterval={ALIVE_INTERVAL}"]
+        self._argv_solo = ["ssh", *self.user_options, *add]
         if eff.get("controlmaster", "false") == "false" and eff.get("controlpath", "none") in ("none", ""):
             path = self._control_path_for()
             value = str(path).replace("%", "%%")
@@ -190,9 +192,16 @@ class SshExecutor:
         self._argv = ["ssh", *self.user_options, *add]
         return self._argv
 
-    def _remote(self, script: str) -> list[str]:
-        """argv running ``script`` with /bin/sh on the host, whatever the login shell is."""
-        return [*self.ssh_argv(), self.host, "sh -c " + _q(script)]
+    def _remote(self, script: str, solo: bool = False) -> list[str]:
+        """argv running ``script`` with /bin/sh on the host, whatever the login shell is.
+
+        ``solo``: a connection of its own, not the shared one. A multiplexed client hands its
+        stdout to the master, so killing it would not end the stream; a run's ssh must own it.
+        """
+        argv = self.ssh_argv()
+        if solo and self._control_path is not None:
+            argv = [*self._argv_solo, "-o", "ControlMaster=no", "-o", "ControlPath=none"]
+        return [*argv, self.host, "sh -c " + _q(script)]
 
     def describe(self, got: proc.Completed | None, text: str = "") -> str:
         """A transport failure in words, naming the host."""
@@ -303,27 +312,33 @@ class SshExecutor:
         if not self._package_synced:
             self._push([])
 
-    def _remote_hashes(self, names: list[str]) -> dict[str, str]:
+    def _remote_hashes(self, names: list[str], then: str = "") -> dict[str, str]:
+        """sha256 of files in the remote checkout; ``then`` runs in the same round trip."""
         files = " ".join(_q(n) for n in names)
         script = (f"cd {_q(self.checkout)} && "
                   f"if command -v sha256sum >/dev/null 2>&1; then sha256sum -- {files}; "
                   f"else shasum -a 256 -- {files}; fi")
+        if then:
+            script = f"( {script} ) && {{ {then}; }} >&2"
         got = self._control(script)
+        if then and got.exit_code != 0:
+            raise TransportFault(f"preparing the run on {self.host} failed (exit {got.exit_code}): "
+                                 f"{_last_lines(got.stderr) or 'no message'}", got.exit_code or NO_TOOL_CODE)
         out: dict[str, str] = {}
         for line in got.stdout.splitlines():
             digest, _, name = line.strip().partition(" ")
             out[name.strip().lstrip("*")] = digest
         return out
 
-    def _sync_checked(self, checkout: Path) -> list[str]:
-        """Push and verify; returns problems in words, raises TransportFault when the link fails."""
+    def _sync_checked(self, checkout: Path, run: str = "") -> list[str]:
+        """Push and verify (and create ``run``'s folder); problems in words; TransportFault on a link fault."""
         checkout = Path(checkout)
         names = ["train.py", *FIXED_FILES]
         missing = [n for n in names if not (checkout / n).is_file()]
         if missing:
             return [f"missing in the local checkout {checkout}: {', '.join(missing)}"]
         self._push([checkout / n for n in names])
-        remote = self._remote_hashes(names)
+        remote = self._remote_hashes(names, self._prepare_script(run) if run else "")
         problems = []
         for n in names:
             local = file_sha256(checkout / n)
@@ -362,11 +377,15 @@ class SshExecutor:
         if sample_gpu:
             lines.append(f"{_q(self.python)} -m {_SAMPLE_SNIPPET} sample --out {_q(run)}/gpu.json "
                          f"--index {self.gpu_index} </dev/null >/dev/null 2>{_q(run)}/gpu.err & sampler=$!")
+            # let the sampler open the device before the run starts (at most 5 s)
+            lines.append(f'i=0; while [ ! -s {_q(run)}/gpu.json ] && [ $i -lt 50 ] && kill -0 "$sampler" 2>/dev/null; '
+                         'do sleep 0.1; i=$((i+1)); done')
         lines.append(" ".join(_q(a) for a in argv))
         lines.append("rc=$?")
         if sample_gpu:
             lines.append('kill -TERM "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null')
-        lines += [f"echo $rc > {_q(run)}/status", f"rm -f {_q(run)}/run.pid", "exit $rc"]
+        # run.pid stays: the executor (or reap) removes it after ending what is left of the group
+        lines += [f"echo $rc > {_q(run)}/status", "exit $rc"]
         inner = "\n".join(lines)
         return (f"mkdir -p {_q(run)}/out && cd {_q(self.checkout)} && "
                 f"exec setsid -w sh -c {_q(inner)}")
@@ -375,12 +394,14 @@ class SshExecutor:
         run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}"
         return f"{self.root()}/runs/{run_id}"
 
+    def _prepare_script(self, run: str) -> str:
+        """Create the run folder and prune old ones (never one with a run.pid still there)."""
+        return (f"mkdir -p {_q(run)}/out && cd {_q(self.root())}/runs && "
+                f"ls -1t | tail -n +{KEEP_RUNS + 1} | while read -r d; do "
+                '[ -f "$d/run.pid" ] || rm -rf -- "$d"; done')
+
     def _prepare_run(self, run: str, extra: str = "") -> str:
-        """Create the run folder and prune old ones (never one with a live run.pid)."""
-        script = (f"mkdir -p {_q(run)}/out && cd {_q(self.root())}/runs && "
-                  f"ls -1t | tail -n +{KEEP_RUNS + 1} | while read -r d; do "
-                  '[ -f "$d/run.pid" ] || rm -rf -- "$d"; done; ' + (extra or "true"))
-        return self._check(script, f"creating run folder {run}")
+        return self._check(f"{self._prepare_script(run)}; {extra or 'true'}", f"creating run folder {run}")
 
     def _kill_script(self, run: str, wait_for_pid: bool) -> str:
         ticks = max(1, int(self.kill_after / 0.2))
@@ -413,36 +434,40 @@ class SshExecutor:
                     sample_gpu: bool) -> tuple[RunResult, bool]:
         """Run ``argv`` remotely under ``limits``; returns the result and whether the host still answers."""
         wrapper = self._wrapper(run, argv, env, sample_gpu)
-        s = proc.supervise(self._remote(wrapper), cwd=local_cwd, env=None, log_path=log_path, limits=limits,
+        s = proc.supervise(self._remote(wrapper, solo=True), cwd=local_cwd, env=None, log_path=log_path, limits=limits,
                            on_line=on_line, cancel=cancel)
         result = RunResult(exit_code=s.exit_code, signal=s.signal, timed_out=s.timed_out, stalled=s.stalled,
                            cancelled=s.stopped_by == "cancel", seconds=s.seconds, log_tail=s.log_tail)
-        if s.stopped_by:
-            # the local ssh is gone; the remote group lives on until it is told otherwise
-            try:
-                what, _ = self.end_remote_run(run)
-                result.log_tail += f"\n[looper] remote process group ended ({what.lower()}) after {s.stopped_by}"
-            except TransportFault as fault:
-                result.transport_exit_code = fault.code
+        ssh_failed = not s.stopped_by and (s.exit_code == 255 or s.signal is not None)
+        # Always end the remote process group: after a limit fired the local ssh is gone but the
+        # remote group lives on; after a normal exit, children train.py left behind must go too
+        # (as locally, nothing of the group outlives its leader). The status file it leaves tells
+        # a real exit status from ssh's own 255.
+        try:
+            what, status = self.end_remote_run(run)
+        except TransportFault as fault:
+            result.transport_exit_code = 255
+            if s.stopped_by:
                 result.transport_error = (f"could not end the remote run after {s.stopped_by}: {fault} "
                                           "(looper reap will end it at the next start)")
-                return result, False
-            return result, True
-        if s.exit_code == 255 or s.signal is not None:
-            # ssh's own failure, or train.py really exited 255: the remote status file decides
-            try:
-                what, status = self.end_remote_run(run, wait_for_pid=False)
-            except TransportFault as fault:
-                result.transport_exit_code = 255
-                result.transport_error = (f"{self.describe(None, s.log_tail)}; and reconnecting failed: {fault} "
+            elif ssh_failed:
+                result.transport_error = (f"{self._drop_words(s.log_tail)}; and reconnecting failed: {fault} "
                                           "(the remote run may still be alive; looper reap will end it)")
-                return result, False
-            if status == "255" and what == "GONE":
+            else:
+                result.transport_error = f"the run finished but its remote process group was not checked: {fault}"
+            return result, False
+        if s.stopped_by:
+            # what the remote run died of, not what ended the local ssh client
+            result.exit_code = None
+            result.signal = 9 if what == "KILLED" else 15
+            result.log_tail += f"\n[looper] remote process group ended ({what.lower()}) after {s.stopped_by}"
+            return result, True
+        if ssh_failed:
+            if status == "255":
                 return result, True  # the remote command itself exited 255: a real exit status
             result.transport_exit_code = 255
-            result.transport_error = (f"{self.describe(None, s.log_tail)} during the run"
-                                      + (f"; the remote run was still alive and was ended ({what.lower()})"
-                                         if what != "GONE" else ""))
+            alive = "; the remote run was still alive and was ended" if not status else ""
+            result.transport_error = f"{self._drop_words(s.log_tail)} during the run{alive}"
             return result, True
         code = s.exit_code
         if code is not None and 128 < code < 128 + 65:
@@ -451,6 +476,14 @@ class SshExecutor:
             result.transport_exit_code = NO_TOOL_CODE
             result.transport_error = f"remote disk full on {self.host} (the run hit 'No space left on device')"
         return result, True
+
+    def _drop_words(self, log_tail: str) -> str:
+        """ssh's 255 in the middle of a run in words, from ssh's own lines in the log only."""
+        keys = ("ssh", "connection", "closed by", "broken pipe", "mux_client", "timeout, server", "not responding")
+        own = "\n".join(ln for ln in log_tail.splitlines() if any(k in ln.lower() for k in keys))
+        if own:
+            return self.describe(None, own)
+        return f"the connection to {self.host} dropped (ssh exited 255 without a message)"
 
     def _fault(self, message: str, code: int, seconds: float = 0.0) -> RunResult:
         return RunResult(exit_code=None, seconds=seconds, transport_exit_code=code, transport_error=message)
@@ -597,11 +630,10 @@ class SshExecutor:
         job.out_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         try:
-            problems = self._sync_checked(job.checkout)
+            run = self._new_run("train")
+            problems = self._sync_checked(job.checkout, run)
             if problems:
                 return self._fault("; ".join(problems), NO_TOOL_CODE, time.monotonic() - t0)
-            run = self._new_run("train")
-            self._prepare_run(run)  # also opens the shared connection before the supervised ssh
             env = self._env(
                 LOOPER_BUDGET_SECONDS=str(int(job.budget_seconds)),
                 LOOPER_DATA=self.remote_data(self._data_dir),
@@ -635,10 +667,10 @@ class SshExecutor:
         job.metrics_path.unlink(missing_ok=True)  # a result not written by this run does not exist
         t0 = time.monotonic()
         try:
+            run = self._new_run("eval")
             problems = self._sync_checked(job.checkout)
             if problems:
                 return self._fault("; ".join(problems), NO_TOOL_CODE, time.monotonic() - t0)
-            run = self._new_run("eval")
             remote_weights = self._remote_weights(job.weights, run)
             argv = [self.python, "evaluate.py", "--weights", remote_weights,
                     "--data", self.remote_data(self._data_dir), "--out", f"{run}/out/METRICS.json"]

@@ -1,0 +1,400 @@
+"""The SSH executor against a real sshd on 127.0.0.1 (the remote host is this machine).
+
+Every test uses trivial fixture scripts: the executor must not care what they do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from looper.adapters.executors.base import EvalJob, RunResult, TrainJob
+from looper.adapters.executors.ssh import NO_TOOL_CODE, SshExecutor
+from looper.core.verdict import Status
+from looper.datahash import tree_hash
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+Make = Callable[..., SshExecutor]
+
+
+def _job(checkout: Path, tmp: Path, name: str = "run", budget: float = 30, grace: float = 5,
+         stall: float = 30, device: str = "") -> TrainJob:
+    return TrainJob(checkout=checkout, out_dir=tmp / name / "out", seed=7, budget_seconds=budget,
+                    grace_seconds=grace, stall_seconds=stall, log_path=tmp / name / "train.log", device=device)
+
+
+def _group_gone(pgid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _pgrep(pattern: str) -> list[int]:
+    got = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return [int(p) for p in got.stdout.split()]
+
+
+def _write_pgid_then(body: str, marker: str) -> str:
+    """A train.py that records its process group and starts a marked child, then runs ``body``."""
+    return (
+        "import os, pathlib, signal, subprocess, sys, time\n"
+        "out = pathlib.Path(os.environ['LOOPER_OUT'])\n"
+        "(out / 'pgid').write_text(str(os.getpgid(0)))\n"
+        f"subprocess.Popen(['sleep', '{marker}'])\n"
+        + body
+    )
+
+
+def _marker() -> str:
+    return f"1000.{uuid.uuid4().int % 10**9}"
+
+
+def _remote_pgids(remote: Path) -> list[int]:
+    out = []
+    for f in remote.glob("runs/*/out/pgid"):
+        out.append(int(f.read_text()))
+    return out
+
+
+# -- options --------------------------------------------------------------------------------------
+
+def test_ssh_argv_honours_the_users_config(make_executor: Make, tmp_path: Path, sshd) -> None:  # noqa: ANN001
+    argv = make_executor().ssh_argv()
+    joined = " ".join(argv)
+    assert "BatchMode=yes" in joined
+    assert "ConnectTimeout" not in joined  # the config sets ConnectTimeout 5: never overridden
+    assert "ServerAliveInterval=15" in joined
+    assert "ControlMaster=auto" in joined and "ControlPersist=300" in joined
+    # with the user's own multiplexing, looper adds none of its own
+    cfg = tmp_path / "own_mux"
+    cfg.write_text(sshd.ssh_config.read_text().replace(
+        "Host looper-test\n", f"Host looper-test\n  ControlMaster auto\n  ControlPath {tmp_path}/mine-%C\n"))
+    ex = SshExecutor(tmp_path / "ws", {"host": "looper-test", "remote_dir": "/tmp/x",
+                                        "ssh_options": [f"-F {cfg}", "ServerAliveInterval=2"]})
+    joined2 = " ".join(ex.ssh_argv())
+    assert "ControlPath=" not in joined2 and "ControlMaster" not in joined2
+    assert "-o ServerAliveInterval=2" in joined2 and "ServerAliveInterval=15" not in joined2
+
+
+def test_missing_host_or_remote_dir_is_a_config_error(tmp_path: Path) -> None:
+    from looper.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="executor.host"):
+        SshExecutor(tmp_path, {"host": "", "remote_dir": "/x"})
+    with pytest.raises(ConfigError, match="executor.remote_dir"):
+        SshExecutor(tmp_path, {"host": "h", "remote_dir": ""})
+
+
+# -- preflight ------------------------------------------------------------------------------------
+
+def test_preflight_passes_and_reports_remote_facts(make_executor: Make, tmp_path: Path) -> None:
+    v = make_executor().preflight(require_gpu=False)
+    assert v.status is Status.PASS, v.blocking
+    assert v.metrics["host"] == "looper-test" and v.metrics["disk_free_gb"] > 0
+    assert v.metrics["python"].startswith("3.")
+    assert v.metrics["remote_dir"] == str((tmp_path / "remote").resolve())
+
+
+def test_preflight_require_gpu_checks_nvml_on_the_remote(make_executor: Make) -> None:
+    v = make_executor(require_gpu=True).preflight(require_gpu=True)
+    gpu = v.metrics.get("gpu", {})
+    if gpu.get("ok"):  # a machine with a GPU: it must be named
+        assert v.ok and gpu["name"]
+    else:
+        assert v.status is Status.ERROR
+        assert any("looper-test" in b and "GPU" in b for b in v.blocking), v.blocking
+
+
+def test_preflight_connection_refused_is_an_error(make_executor: Make) -> None:
+    v = make_executor(host="looper-closed").preflight(require_gpu=False)
+    assert v.status is Status.ERROR
+    assert "connection refused" in v.blocking[0] and "looper-closed" in v.blocking[0]
+
+
+def test_preflight_authentication_failure_is_an_error(make_executor: Make) -> None:
+    v = make_executor(host="looper-badkey").preflight(require_gpu=False)
+    assert v.status is Status.ERROR and "authentication to looper-badkey failed" in v.blocking[0]
+
+
+def test_train_on_unreachable_host_is_a_transport_fault(make_executor: Make, checkout: Path,
+                                                        tmp_path: Path) -> None:
+    r = make_executor(host="looper-closed").train(_job(checkout, tmp_path), None, None)
+    assert r.exit_code is None and r.transport_exit_code not in (None, 0)
+    assert "connection refused" in r.transport_error and not r.clean_exit
+
+
+# -- train and evaluate ------------------------------------------------------------------------------
+
+def test_train_runs_remotely_and_brings_evidence_back(make_executor: Make, checkout: Path,
+                                                      tmp_path: Path) -> None:
+    ex = make_executor()
+    lines: list[str] = []
+    job = _job(checkout, tmp_path, budget=42)
+    r = ex.train(job, lines.append, None)
+    assert r.clean_exit, (r, r.log_tail)
+    remote = (tmp_path / "remote").resolve()
+    env_line = next(ln for ln in lines if ln.startswith("env "))
+    budget, seed, data, device, cwd = env_line.split()[1:]
+    assert (budget, seed, device) == ("42", "7", "cpu")
+    assert data == f"{remote}/data" and cwd == f"{remote}/checkout"
+    assert (job.out_dir / "weights.pt").stat().st_size == 1000
+    assert json.loads((job.out_dir / "train.json").read_text())["steps"] == 3
+    assert "done" in job.log_path.read_text()  # the log streamed back
+    assert not list(remote.glob("runs/*/run.pid"))  # a finished run leaves no pid file
+    assert (remote / "checkout" / "looper" / "datahash.py").is_file()  # the package went along
+
+
+def test_train_gpu_sampling_reports_without_gpu(make_executor: Make, checkout: Path, tmp_path: Path) -> None:
+    r = make_executor().train(_job(checkout, tmp_path, device="cuda:0"), None, None)
+    assert r.clean_exit
+    assert r.gpu.get("lost") is False
+    assert r.gpu.get("available") or r.gpu.get("problem")  # no GPU here: says why, never "lost"
+
+
+@pytest.mark.parametrize("body,exit_code,sig", [
+    ("raise SystemExit(3)\n", 3, None),
+    ("raise SystemExit(255)\n", 255, None),  # a real 255 from train.py is not a transport fault
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", None, signal.SIGKILL),
+])
+def test_train_exit_status_is_reported_like_a_local_run(make_executor: Make, checkout: Path, tmp_path: Path,
+                                                        body: str, exit_code: int | None, sig: int | None) -> None:
+    (checkout / "train.py").write_text("print('starting', flush=True)\n" + body)
+    r = make_executor().train(_job(checkout, tmp_path), None, None)
+    assert (r.exit_code, r.signal) == (exit_code, sig), r
+    assert r.transport_exit_code is None and r.transport_error == ""
+
+
+def test_evaluate_reuses_remote_weights_and_fetches_metrics(make_executor: Make, checkout: Path,
+                                                            tmp_path: Path) -> None:
+    ex = make_executor()
+    job = _job(checkout, tmp_path)
+    assert ex.train(job, None, None).clean_exit
+    metrics = tmp_path / "eval" / "METRICS.json"
+    metrics.parent.mkdir()
+    ej = EvalJob(checkout=checkout, weights=job.out_dir / "weights.pt", metrics_path=metrics,
+                 log_path=tmp_path / "eval" / "eval.log", timeout_seconds=30, stall_seconds=30)
+    r = ex.evaluate(ej, None, None)
+    assert r.clean_exit, r
+    m = json.loads(metrics.read_text())
+    assert m["weights_bytes"] == 1000 and "-train-" in m["weights"]  # no upload: training's copy
+    # weights that changed locally are uploaded, not confused with the remote copy
+    (job.out_dir / "weights.pt").write_bytes(b"X" * 1234)
+    r2 = ex.evaluate(ej, None, None)
+    m2 = json.loads(metrics.read_text())
+    assert r2.clean_exit and m2["weights_bytes"] == 1234 and "-eval-" in m2["weights"]
+
+
+def test_evaluate_deletes_stale_metrics_when_nothing_is_written(make_executor: Make, checkout: Path,
+                                                                 tmp_path: Path) -> None:
+    ex = make_executor()
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"w")
+    metrics = tmp_path / "METRICS.json"
+    metrics.write_text('{"stale": true}')
+    ej = EvalJob(checkout=checkout, weights=weights, metrics_path=metrics, log_path=tmp_path / "e.log",
+                 timeout_seconds=30, stall_seconds=30, device="write-nothing")
+    r = ex.evaluate(ej, None, None)
+    assert r.exit_code == 0 and not metrics.exists()
+
+
+# -- limits: the REMOTE process group must die ---------------------------------------------------------
+
+def test_budget_exceeded_kills_the_remote_process_group(make_executor: Make, checkout: Path,
+                                                        tmp_path: Path) -> None:
+    marker = _marker()
+    # ignores SIGTERM: only the SIGKILL that follows can end it
+    (checkout / "train.py").write_text(_write_pgid_then(
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "while True:\n    print('tick', flush=True)\n    time.sleep(0.2)\n", marker))
+    job = _job(checkout, tmp_path, budget=1, grace=0.5)
+    t0 = time.monotonic()
+    r = make_executor(kill_after=1.0).train(job, None, None)
+    assert r.timed_out and not r.clean_exit and r.transport_error == "", r
+    assert time.monotonic() - t0 < 20
+    pgid = int((job.out_dir / "pgid").read_text())
+    assert _group_gone(pgid), f"remote process group {pgid} survived the budget"
+    assert _pgrep(f"sleep {marker}") == []
+    assert "remote process group ended (killed)" in r.log_tail
+
+
+def test_stall_kills_the_remote_process_group(make_executor: Make, checkout: Path, tmp_path: Path) -> None:
+    marker = _marker()
+    (checkout / "train.py").write_text(_write_pgid_then("print('start', flush=True)\ntime.sleep(600)\n",
+                                                        marker))
+    job = _job(checkout, tmp_path, budget=60, stall=1.5)
+    r = make_executor().train(job, None, None)
+    assert r.stalled and not r.timed_out, r
+    pgid = int((job.out_dir / "pgid").read_text())
+    assert _group_gone(pgid) and _pgrep(f"sleep {marker}") == []
+
+
+def test_cancel_kills_the_remote_process_group(make_executor: Make, checkout: Path, tmp_path: Path) -> None:
+    marker = _marker()
+    (checkout / "train.py").write_text(_write_pgid_then(
+        "while True:\n    print('tick', flush=True)\n    time.sleep(0.2)\n", marker))
+    job = _job(checkout, tmp_path)
+    cancel = threading.Event()
+
+    def on_line(line: str) -> None:
+        if line == "tick":  # the remote run is up: cancel it
+            cancel.set()
+
+    r = make_executor().train(job, on_line, cancel)
+    assert r.cancelled and not r.clean_exit
+    assert _group_gone(int((job.out_dir / "pgid").read_text())) and _pgrep(f"sleep {marker}") == []
+
+
+# -- transport faults ------------------------------------------------------------------------------------
+
+def _wait_for(pred: Callable[[], bool], within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_sshd_dying_mid_run_is_a_transport_error_then_reap_ends_the_orphan(
+        make_executor: Make, checkout: Path, tmp_path: Path, sshd) -> None:  # noqa: ANN001
+    marker = _marker()
+    (checkout / "train.py").write_text(_write_pgid_then("print('started', flush=True)\ntime.sleep(600)\n",
+                                                        marker))
+    ex = make_executor()
+    job = _job(checkout, tmp_path, budget=120, stall=120)
+    box: list[RunResult] = []
+    th = threading.Thread(target=lambda: box.append(ex.train(job, None, None)))
+    th.start()
+    remote = (tmp_path / "remote").resolve()
+    _wait_for(lambda: bool(_remote_pgids(remote)) and "started" in
+              (job.log_path.read_text() if job.log_path.exists() else ""))
+    pgid = _remote_pgids(remote)[0]
+    sshd.kill_all()
+    th.join(timeout=60)
+    assert box, "train() did not return after the connection dropped"
+    r = box[0]
+    assert r.transport_exit_code == 255 and r.exit_code != 0 and not r.clean_exit, r
+    assert "dropped" in r.transport_error and "looper-test" in r.transport_error
+    assert "reconnecting failed" in r.transport_error
+    # the host is gone: preflight says so
+    v = ex.preflight(require_gpu=False)
+    assert v.status is Status.ERROR and "connection refused" in " ".join(v.blocking)
+    # the remote job outlived its session; once sshd is back, a new executor ends it
+    os.killpg(pgid, 0)
+    sshd.start()
+    ended = make_executor().reap()
+    assert len(ended) == 1 and f"process group {pgid}" in ended[0], ended
+    assert _group_gone(pgid) and _pgrep(f"sleep {marker}") == []
+    assert make_executor().reap() == []  # nothing twice
+
+
+def test_reap_ends_a_run_a_dead_daemon_left_behind(make_executor: Make, checkout: Path, tmp_path: Path,
+                                                   sshd) -> None:  # noqa: ANN001
+    marker = _marker()
+    (checkout / "train.py").write_text(_write_pgid_then("print('started', flush=True)\ntime.sleep(600)\n",
+                                                        marker))
+    remote = (tmp_path / "remote").resolve()
+    daemon = (
+        "import sys\nfrom pathlib import Path\n"
+        "from looper.adapters.executors.ssh import SshExecutor\n"
+        "from looper.adapters.executors.base import TrainJob\n"
+        f"ex = SshExecutor(Path({str(tmp_path / 'ws')!r}), {{'host': 'looper-test', 'remote_dir': {str(remote)!r},"
+        f" 'python': sys.executable, 'ssh_options': ['-F {sshd.ssh_config}']}})\n"
+        f"ex.train(TrainJob(Path({str(checkout)!r}), Path({str(tmp_path / 'd' / 'out')!r}), 0, 120, 5, 120,"
+        f" Path({str(tmp_path / 'd' / 'log')!r})), None, None)\n")
+    p = subprocess.Popen([sys.executable, "-c", daemon], start_new_session=True)
+    try:
+        _wait_for(lambda: bool(list(remote.glob("runs/*/out/pgid"))) and bool(list(remote.glob("runs/*/run.pid"))))
+        pgid = _remote_pgids(remote)[0]
+        # the daemon dies hard, and its ssh client with it
+        kids = [p.pid, *_descendants(p.pid)]
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    time.sleep(0.5)
+    os.killpg(pgid, 0)  # still alive on the "remote" side
+    ended = make_executor().reap()
+    assert len(ended) == 1 and "left behind on looper-test" in ended[0] and str(pgid) in ended[0]
+    assert _group_gone(pgid) and _pgrep(f"sleep {marker}") == []
+    assert not list(remote.glob("runs/*/run.pid"))
+
+
+def _descendants(pid: int) -> list[int]:
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        got = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True)
+        kids = [int(k) for k in got.stdout.split()]
+        out += kids
+        todo += kids
+    return out
+
+
+def test_fixed_file_changed_on_remote_is_an_error(make_executor: Make, checkout: Path, tmp_path: Path) -> None:
+    ex = make_executor()
+    assert ex.sync(checkout).ok
+    remote_eval = (tmp_path / "remote" / "checkout" / "evaluate.py").resolve()
+    st = remote_eval.stat()
+    text = remote_eval.read_text()
+    # same size, same mtime: rsync's quick check skips it, the hash check must not
+    remote_eval.write_text(text.replace("evaluated", "EVALUATED"))
+    os.utime(remote_eval, ns=(st.st_atime_ns, st.st_mtime_ns))
+    v = ex.sync(checkout)
+    assert v.status is Status.ERROR and "fixed file evaluate.py on looper-test differs" in v.blocking[0]
+    r = ex.train(_job(checkout, tmp_path), None, None)
+    assert r.exit_code is None and r.transport_exit_code == NO_TOOL_CODE
+    assert "fixed file evaluate.py" in r.transport_error and not r.clean_exit
+
+
+# -- data ------------------------------------------------------------------------------------------------
+
+def test_data_prepared_once_remotely_and_hash_matches_local(make_executor: Make, checkout: Path,
+                                                            tmp_path: Path) -> None:
+    ex = make_executor()
+    remote = (tmp_path / "remote").resolve()
+    v1 = ex.ensure_data(checkout / "prepare.py", "data", "tiny", 3)
+    assert v1.ok, v1.blocking
+    v2 = ex.ensure_data(checkout / "prepare.py", "data", "tiny", 3)
+    assert v2.ok and v2.metrics["hash"] == v1.metrics["hash"]
+    assert (remote / "prepare_calls.log").read_text().count("called") == 1  # prepared once
+    local = tmp_path / "local_data"
+    subprocess.run([sys.executable, str(checkout / "prepare.py"), "--out", str(local), "--scale", "tiny",
+                    "--seed", "3"], check=True, capture_output=True)
+    digest, files = tree_hash(local)
+    assert v1.metrics["hash"] == digest and v1.metrics["files"] == files == 4
+    # a change on the remote shows in the recomputed hash
+    (remote / "data" / "tiles" / "t0.txt").write_text("tampered")
+    assert ex.data_hash("data").metrics["hash"] != digest
+
+
+def test_data_hash_missing_and_dirty_folder_are_errors(make_executor: Make, checkout: Path, tmp_path: Path) -> None:
+    ex = make_executor()
+    v = ex.data_hash("nodata")
+    assert v.status is Status.ERROR and "manifest.json does not exist" in v.blocking[0]
+    dirty = tmp_path / "remote" / "half"
+    dirty.mkdir(parents=True)
+    (dirty / "x").write_text("x")
+    v2 = ex.ensure_data(checkout / "prepare.py", "half", "tiny", 0)
+    assert v2.status is Status.ERROR and "no manifest.json" in v2.blocking[0]
