@@ -69,7 +69,7 @@ def test_ruff_verdict(code: int | None, timed_out: bool, stdout: str, status: St
         (3, False, None, Status.ERROR, "hit an internal error"),
         (4, False, None, Status.ERROR, "was called wrongly"),
         (-11, False, None, Status.ERROR, "pytest: crashed (exit code -11)"),
-        (None, True, None, Status.ERROR, "pytest: did not finish within 50 s"),
+        (None, True, None, Status.ERROR, f"pytest: did not finish within {vj.DEADLINE_S:.0f} s"),
         (0, False, None, Status.ERROR, "pytest: wrote no junit report during this run"),
         (0, False, "<testsuites", Status.ERROR, "pytest: unreadable junit report"),
         (0, False, "<nothing/>", Status.ERROR, "no <testsuite>"),
