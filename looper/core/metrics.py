@@ -165,9 +165,9 @@ def merge_detections(dets: Sequence[Detection], iou_thr: float = MERGE_IOU,
     """Merge one page's boxes from overlapping tiles, class by class.
 
     Greedy, most confident first: a kept box swallows every remaining same-class box
-    that duplicates it (IoU >= ``iou_thr``: the duplicate vanishes) or is a piece of the
-    same symbol (mostly inside it, or abutting it along a seam: the kept box grows to
-    their union). The kept box keeps its score. Repeats until nothing more merges.
+    that is a piece of the same symbol (one mostly inside the other, or abutting along a
+    seam: the kept box grows to their union) or otherwise duplicates it (IoU >= ``iou_thr``:
+    the duplicate vanishes). The kept box keeps its score. Repeats until nothing more merges.
     """
     pending = _order(dets)
     out: list[Detection] = []
@@ -181,10 +181,10 @@ def merge_detections(dets: Sequence[Detection], iou_thr: float = MERGE_IOU,
             for d in rest:
                 if d.cls != head.cls:
                     remaining.append(d)
-                elif iou(box, d.box) >= iou_thr:
-                    changed = True
                 elif _contained(box, d.box) >= contain_thr or _abutting(box, d.box):
                     box = _union(box, d.box)
+                    changed = True
+                elif iou(box, d.box) >= iou_thr:
                     changed = True
                 else:
                     remaining.append(d)

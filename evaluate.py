@@ -1,0 +1,150 @@
+"""Evaluate one trained model on whole pages, per class (a fixed file: agents never edit it).
+
+    python evaluate.py --weights W --data D --out METRICS.json [--split test] [--device cpu]
+
+Each page is cut into overlapping tiles; tiles go through the network in batches (no
+per-tile predict call); boxes cut by an inner tile edge are dropped and the rest merged
+across tiles class by class; predictions are matched to the page's truth per class at
+IoU >= 0.5 at one pinned confidence (looper.core.metrics). The METRICS.json format is in
+docs/INTERFACES.md. Same weights, same data -> same bytes. On any failure it exits
+non-zero, says why, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from looper.core.metrics import CONFIDENCE, IOU, Detection, drop_seam_boxes, evaluate_pages, merge_detections, tile_grid
+
+TILE = 256  # inference tile side, px (the training tile side)
+OVERLAP = 96  # px; larger than the largest symbol, so every symbol is whole in some tile
+NMS_IOU = 0.7  # within-tile NMS (Ultralytics' default for validation)
+BATCH = 32  # tiles per forward pass
+
+
+def fail(msg: str, code: int = 2) -> None:
+    print(f"evaluate.py: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def load_model(weights: Path, device: str):  # type: ignore[no-untyped-def]
+    import torch
+
+    try:
+        ckpt = torch.load(weights, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is the same failure
+        fail(f"cannot load weights {weights}: {type(exc).__name__}: {exc}")
+    model = (ckpt.get("ema") or ckpt.get("model")) if isinstance(ckpt, dict) else None
+    if model is None:
+        fail(f"weights {weights} hold no Ultralytics model (no 'ema' or 'model' entry)")
+    model = model.float().to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def read_pages(data: Path, split: str) -> list[tuple[Path, dict]]:
+    folder = data / "pages" / split
+    if not folder.is_dir():
+        fail(f"no page folder {folder} (was the data set built by prepare.py?)")
+    pages = []
+    for truth_path in sorted(folder.glob("page_*.json")):
+        image = truth_path.with_suffix(".png")
+        if not image.is_file():
+            fail(f"page image {image} is missing next to its truth {truth_path.name}")
+        pages.append((image, json.loads(truth_path.read_text())))
+    if not pages:
+        fail(f"no pages in {folder}")
+    return pages
+
+
+def detect_page(model, image: Path, device: str, nc: int) -> list[tuple[int, tuple[float, float, float, float], float]]:  # type: ignore[no-untyped-def]
+    """All merged detections on one page: (class index, page box, score), score >= CONFIDENCE."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    try:
+        from ultralytics.utils.nms import non_max_suppression
+    except ImportError:  # older Ultralytics
+        from ultralytics.utils.ops import non_max_suppression
+
+    page = np.asarray(Image.open(image).convert("L"), dtype=np.uint8)
+    h, w = page.shape
+    if h < TILE or w < TILE:  # pad small pages with paper
+        padded = np.full((max(h, TILE), max(w, TILE)), 255, dtype=np.uint8)
+        padded[:h, :w] = page
+        page = padded
+    grid = tile_grid(page.shape[1], page.shape[0], TILE, OVERLAP)
+    found: list[Detection] = []
+    for start in range(0, len(grid), BATCH):
+        chunk = grid[start:start + BATCH]
+        tiles = np.stack([page[y0:y0 + TILE, x0:x0 + TILE] for x0, y0 in chunk])
+        x = torch.from_numpy(tiles).float().div_(255.0).unsqueeze(1).expand(-1, 3, -1, -1).contiguous().to(device)
+        with torch.inference_mode():
+            out = model(x)
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        results = non_max_suppression(out, conf_thres=CONFIDENCE, iou_thres=NMS_IOU, nc=nc,
+                                      max_det=300, max_time_img=1e6)
+        for (x0, y0), res in zip(chunk, results):
+            dets = [Detection(str(int(c)), (float(a) + x0, float(b) + y0, float(cc) + x0, float(d) + y0), float(s))
+                    for a, b, cc, d, s, c in res[:, :6].cpu().tolist()]
+            found += drop_seam_boxes(dets, (x0, y0), TILE, (w, h))
+    merged = merge_detections(found)
+    return [(int(d.cls), d.box, d.score) for d in merged if d.score >= CONFIDENCE]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="page-level per-class evaluation of one model")
+    ap.add_argument("--weights", type=Path, required=True)
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True, help="METRICS.json to write")
+    ap.add_argument("--split", default="test", choices=["test", "val"])
+    ap.add_argument("--device", default=os.environ.get("LOOPER_DEVICE", "cpu"))
+    args = ap.parse_args(argv)
+
+    if not args.weights.is_file():
+        fail(f"weights file {args.weights} does not exist")
+    manifest_path = args.data / "manifest.json"
+    if not manifest_path.is_file():
+        fail(f"data folder {args.data} has no manifest.json (was it built by prepare.py?)")
+    classes = json.loads(manifest_path.read_text()).get("classes")
+    if not isinstance(classes, list) or not classes:
+        fail(f"{manifest_path} lists no classes")
+    pages = read_pages(args.data, args.split)
+
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    os.environ.setdefault("YOLO_CONFIG_DIR", str(Path(".looper/ultralytics").resolve()))
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    device = "cuda:0" if args.device not in ("cpu", "mps") and torch.cuda.is_available() else "cpu"
+    model = load_model(args.weights, device)
+    names = getattr(model, "names", None)
+    model_classes = [names[i] for i in sorted(names)] if isinstance(names, dict) else list(names or [])
+    if model_classes != classes:
+        fail(f"the model's classes ({len(model_classes)}: {model_classes[:3]}...) differ from the data set's "
+             f"({len(classes)}: {classes[:3]}...)")
+
+    evaluated = []
+    for image, truth in pages:
+        preds = [Detection(classes[c], box, score) for c, box, score in detect_page(model, image, device, len(classes))]
+        gt = [Detection(str(b["class"]), tuple(float(v) for v in b["box"])) for b in truth["boxes"]]  # type: ignore[misc]
+        evaluated.append((preds, gt))
+    metrics = evaluate_pages(evaluated, classes, IOU, CONFIDENCE)
+    text = json.dumps(metrics, sort_keys=True, indent=1) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(args.out)
+    print(f"evaluate.py: {metrics['pages']} pages, {metrics['predictions']} predictions, {metrics['truth']} truth, "
+          f"macro_f1={metrics['macro_f1']} weighted_f1={metrics['weighted_f1']} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
