@@ -18,7 +18,15 @@ import os
 import sys
 from pathlib import Path
 
-from looper.core.metrics import CONFIDENCE, IOU, Detection, drop_seam_boxes, evaluate_pages, merge_detections, tile_grid
+from looper.core.metrics import (
+    CONFIDENCE,
+    IOU,
+    Detection,
+    drop_seam_boxes,
+    evaluate_pages,
+    merge_detections,
+    tile_grid,
+)
 
 TILE = 256  # inference tile side, px (the training tile side)
 OVERLAP = 96  # px; larger than the largest symbol, so every symbol is whole in some tile
@@ -90,7 +98,7 @@ def detect_page(model, image: Path, device: str, nc: int) -> list[tuple[int, tup
         out = out[0] if isinstance(out, (list, tuple)) else out
         results = non_max_suppression(out, conf_thres=CONFIDENCE, iou_thres=NMS_IOU, nc=nc,
                                       max_det=300, max_time_img=1e6)
-        for (x0, y0), res in zip(chunk, results):
+        for (x0, y0), res in zip(chunk, results, strict=True):
             dets = [Detection(str(int(c)), (float(a) + x0, float(b) + y0, float(cc) + x0, float(d) + y0), float(s))
                     for a, b, cc, d, s, c in res[:, :6].cpu().tolist()]
             found += drop_seam_boxes(dets, (x0, y0), TILE, (w, h))

@@ -1,0 +1,172 @@
+"""Train the HVAC symbol detector under a fixed wall-clock budget (the file the agent edits).
+
+Run by the harness as ``python train.py`` in the experiment's checkout with:
+  LOOPER_BUDGET_SECONDS  training wall-clock budget, s (the harness kills at budget + grace)
+  LOOPER_DATA            prepared data folder (prepare.py output, with dataset.yaml)
+  LOOPER_OUT             an empty folder for this run
+  LOOPER_SEED            random seed
+  LOOPER_DEVICE          cpu | cuda | 0 | 0,1 ...
+Writes $LOOPER_OUT/weights.pt and $LOOPER_OUT/train.json and ends with one line
+``LOOPER_SUMMARY steps=... epochs=... seconds=... loss=...``.
+"""
+
+from __future__ import annotations
+
+import time
+
+T_START = time.time()  # the budget counts from here, imports included
+
+# ==== HYPERPARAMETERS (the planner rewrites this block: one literal per line) ====
+MODEL = "yolov8"  # architecture yaml family in ultralytics/cfg/models (yolov8 | yolo11 | ...)
+WIDTH = 0.125  # width multiple: channels scale (0.25 = "n")
+DEPTH = 0.33  # depth multiple: repeated blocks scale (0.33 = "n")
+IMGSZ = 256  # training image side, px (tiles are 256 px)
+BATCH = 8  # images per optimizer step
+OPTIMIZER = "AdamW"  # SGD | Adam | AdamW | ...
+LR0 = 0.003  # initial learning rate
+LRF = 0.1  # final learning rate as a fraction of LR0
+MOMENTUM = 0.9  # SGD momentum / Adam beta1
+WEIGHT_DECAY = 0.0005  # L2 weight decay
+WARMUP_EPOCHS = 0.0  # learning-rate warm-up, epochs (0: none)
+COS_LR = False  # cosine learning-rate schedule instead of linear
+MOSAIC = 0.0  # probability of mosaic augmentation
+SCALE = 0.0  # random scale gain (+/- fraction)
+TRANSLATE = 0.05  # random translation (+/- fraction of image side)
+FLIPLR = 0.0  # probability of a left-right flip (symbols have handedness: off)
+FLIPUD = 0.0  # probability of an up-down flip
+BOX_GAIN = 7.5  # box loss gain
+CLS_GAIN = 1.0  # classification loss gain
+DFL_GAIN = 1.5  # distribution focal loss gain
+CLS_PRIOR = 0.01  # initial class probability of the detection head (0: Ultralytics' default bias)
+VALIDATE = False  # run Ultralytics' validation on the val tiles after each epoch (costs budget)
+WORKERS = 1  # data loader worker processes
+OVERHEAD_SECONDS = 8.0  # budget kept back for model build, final validation and saving, s
+# ==== END HYPERPARAMETERS ====
+
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import resource  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+def env(name: str, default: str | None = None) -> str:
+    value = os.environ.get(name, default)
+    if value is None or value == "":
+        sys.exit(f"train.py: environment variable {name} is required")
+    return value
+
+
+BUDGET = float(env("LOOPER_BUDGET_SECONDS", "60"))
+DATA = Path(env("LOOPER_DATA", "data")).resolve()
+OUT = Path(env("LOOPER_OUT", "runs/manual")).resolve()
+SEED = int(env("LOOPER_SEED", "0"))
+DEVICE = env("LOOPER_DEVICE", "cpu")
+
+os.environ.setdefault("YOLO_OFFLINE", "1")
+os.environ.setdefault("YOLO_CONFIG_DIR", str(Path(".looper/ultralytics").resolve()))
+os.environ.setdefault("YOLO_VERBOSE", "True")
+Path(os.environ["YOLO_CONFIG_DIR"]).mkdir(parents=True, exist_ok=True)
+
+if not (DATA / "dataset.yaml").is_file():
+    sys.exit(f"train.py: no dataset.yaml in LOOPER_DATA={DATA} (run prepare.py first)")
+OUT.mkdir(parents=True, exist_ok=True)
+
+import torch  # noqa: E402
+from ultralytics import YOLO  # noqa: E402
+from ultralytics.utils import YAML  # noqa: E402
+
+CUDA = DEVICE not in ("cpu", "mps") and torch.cuda.is_available()
+
+
+def model_yaml() -> Path:
+    """The architecture yaml at WIDTH x DEPTH, written into LOOPER_OUT (nothing downloaded)."""
+    import ultralytics
+
+    root = Path(ultralytics.__file__).parent / "cfg" / "models"
+    found = sorted(root.rglob(f"{MODEL}.yaml"))
+    if not found:
+        sys.exit(f"train.py: no architecture {MODEL}.yaml under {root}")
+    cfg = YAML.load(found[0])
+    cfg.pop("scales", None)
+    cfg["depth_multiple"], cfg["width_multiple"], cfg["max_channels"] = DEPTH, WIDTH, 1024
+    cfg["nc"] = len(YAML.load(DATA / "dataset.yaml")["names"])
+    path = OUT / "model.yaml"
+    YAML.save(path, cfg)
+    return path
+
+
+def main() -> int:
+    torch.manual_seed(SEED)
+    model = YOLO(str(model_yaml()), task="detect")
+    state = {"steps": 0, "epochs": 0, "losses": {}}
+
+    def on_batch_end(trainer: object) -> None:
+        state["steps"] += 1
+
+    def on_epoch_end(trainer: object) -> None:
+        state["epochs"] = int(trainer.epoch) + 1  # type: ignore[attr-defined]
+        tloss = trainer.tloss  # type: ignore[attr-defined]
+        pairs = tloss.items() if isinstance(tloss, dict) else zip(trainer.loss_names, tloss, strict=False)  # type: ignore[attr-defined]
+        state["losses"] = {str(n).replace("_loss", ""): round(float(v), 5) for n, v in pairs}
+        print(f"LOOPER_EPOCH epoch={state['epochs']} steps={state['steps']} "
+              f"elapsed={time.time() - T_START:.1f} " + " ".join(f"{n}={v:.4f}" for n, v in state["losses"].items()),
+              flush=True)
+
+    def on_pretrain_end(trainer: object) -> None:
+        if not VALIDATE:  # evaluate.py scores the model; Ultralytics' own validation only costs budget
+            trainer.validate = lambda: (trainer.metrics, 0.0)  # type: ignore[attr-defined]
+            trainer.final_eval = lambda: None  # type: ignore[attr-defined]
+        if CLS_PRIOR > 0:  # start class scores near CLS_PRIOR instead of ~1e-5: learns in fewer steps
+            bias = math.log(CLS_PRIOR / (1.0 - CLS_PRIOR))
+            for net in (trainer.model, getattr(trainer.ema, "ema", None)):  # type: ignore[attr-defined]
+                if net is None:
+                    continue
+                head = net.model[-1]
+                for seq in head.cv3:
+                    seq[-1].bias.data[: head.nc] = bias
+
+    model.add_callback("on_pretrain_routine_end", on_pretrain_end)
+    model.add_callback("on_train_batch_end", on_batch_end)
+    model.add_callback("on_train_epoch_end", on_epoch_end)
+    train_seconds = max(5.0, BUDGET - OVERHEAD_SECONDS - (time.time() - T_START))
+    model.train(
+        data=str(DATA / "dataset.yaml"), epochs=1000, time=train_seconds / 3600.0, patience=0,
+        imgsz=IMGSZ, batch=BATCH, nbs=BATCH, optimizer=OPTIMIZER, lr0=LR0, lrf=LRF, momentum=MOMENTUM,
+        weight_decay=WEIGHT_DECAY, warmup_epochs=WARMUP_EPOCHS, cos_lr=COS_LR, mosaic=MOSAIC,
+        close_mosaic=0, scale=SCALE, translate=TRANSLATE, fliplr=FLIPLR, flipud=FLIPUD,
+        hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, box=BOX_GAIN, cls=CLS_GAIN, dfl=DFL_GAIN,
+        device=DEVICE if DEVICE != "cuda" else 0, workers=WORKERS, seed=SEED, deterministic=True,
+        amp=CUDA, plots=False, val=False, project=str(OUT), name="ultralytics", exist_ok=True,
+        verbose=False, pretrained=False, cache=False,
+    )
+    weights_dir = OUT / "ultralytics" / "weights"
+    src = weights_dir / "last.pt"
+    if not src.is_file():
+        src = weights_dir / "best.pt"
+    if not src.is_file():
+        sys.exit(f"train.py: Ultralytics wrote no weights under {weights_dir}")
+    shutil.copyfile(src, OUT / "weights.pt")
+    seconds = time.time() - T_START
+    if CUDA:
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    info = {
+        "steps": state["steps"], "epochs": state["epochs"], "seconds": round(seconds, 2),
+        "peak_memory_mb": round(peak, 1), "final_losses": state["losses"],
+        "device": "cuda" if CUDA else DEVICE, "seed": SEED, "budget_seconds": BUDGET,
+    }
+    (OUT / "train.json").write_text(json.dumps(info, sort_keys=True, indent=1) + "\n")
+    loss = sum(state["losses"].values()) if state["losses"] else float("nan")
+    print(f"LOOPER_SUMMARY steps={info['steps']} epochs={info['epochs']} seconds={info['seconds']} "
+          f"loss={loss:.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    assert re.match(r"^[A-Za-z0-9_]+$", MODEL), f"train.py: MODEL must be a plain yaml name, got {MODEL!r}"
+    sys.exit(main())
