@@ -328,7 +328,7 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
     start_tag: str | None = None
     if since is None:
         since, start_tag = _default_since(store)
-    experiments = lean_experiments(store, since=since, tag=start_tag, extra=("rationale", "diff"))
+    experiments = lean_experiments(store, since=since, tag=start_tag)
     events = store.events(since=since, tag=start_tag)
     tag = start_tag or (experiments[-1]["tag"] if experiments else None)
     if tag is None:
@@ -390,7 +390,14 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
     best = store.best_experiment(tag) if tag else None
     best_classes = store.class_metrics(best["id"]) if best else {}
 
-    # kept changes, near misses, crashes, the rest
+    # kept changes (their rationale and diff: one more query), near misses, crashes, the rest
+    kept_ids = [e["id"] for e in experiments if e["status"] == "keep" and e["kind"] == "candidate"]
+    texts: dict[int, tuple[str, str]] = {}
+    t = m.experiments
+    with store.engine.connect() as conn:
+        for chunk in range(0, len(kept_ids), 500):
+            q = select(t.c.id, t.c.rationale, t.c.diff).where(t.c.id.in_(kept_ids[chunk:chunk + 500]))
+            texts.update({int(i): (r or "", d or "") for i, r, d in conn.execute(q)})
     kept: list[KeptChange] = []
     near: list[NearMiss] = []
     crashes: dict[str, list[dict[str, Any]]] = {}
@@ -401,7 +408,7 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
         if status == "keep" and e["kind"] == "candidate":
             kept.append(KeptChange(
                 id=e["id"], tag=e["tag"], commit=e.get("commit"), description=_t(e.get("description")),
-                rationale=_t(e.get("rationale")), diff=_t(e.get("diff")), score=float(e["score"]),
+                rationale=_t(texts[e["id"]][0]), diff=_t(texts[e["id"]][1]), score=float(e["score"]),
                 best_before=bb, best_before_id=bb_id))
         elif status == "discard" and e.get("score") is not None:
             reasons = _class_reasons(e.get("blocking") or [])

@@ -56,7 +56,13 @@ details summary{cursor:pointer;color:#0969da}
 
 
 def _e(text: Any) -> str:
+    """Escape free text that has not been redacted yet."""
     return html.escape(_t(text), quote=True)
+
+
+def _h(text: Any) -> str:
+    """Escape text that is already redacted (experiment rows come from the store redacted)."""
+    return "" if text is None else html.escape(str(text), quote=True)
 
 
 def _num_class(v: float | None) -> str:
@@ -150,7 +156,7 @@ def score_svg(n: Night, width: int = 1100, height: int = 360) -> str:
             c = COLORS.get(e["status"], "#57606a")
             out.append(f'<line class="pt-unscored {e["status"]}" data-id="{e["id"]}" x1="{x:.1f}" x2="{x:.1f}" '
                        f'y1="{top + ph + 4}" y2="{top + ph + 14}" stroke="{c}" stroke-width="2"><title>#{e["id"]} '
-                       f'{e["status"]}: {_e(e.get("description"))[:120]}</title></line>')
+                       f'{e["status"]}: {_h(e.get("description"))[:120]}</title></line>')
     # the scored points, keeps last so they sit on top
     order = sorted(scored, key=lambda e: e["status"] == "keep")
     for e in order:
@@ -161,7 +167,7 @@ def score_svg(n: Night, width: int = 1100, height: int = 360) -> str:
         stroke = ' stroke="#fff" stroke-width="1.5"' if e["status"] == "keep" else ""
         out.append(f'<circle class="pt {st}" data-id="{e["id"]}" data-score="{float(e["score"]):.6f}" '
                    f'cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{c}"{stroke}><title>#{e["id"]} {st} '
-                   f'{float(e["score"]):.4f}: {_e(e.get("description"))[:120]}</title></circle>')
+                   f'{float(e["score"]):.4f}: {_h(e.get("description"))[:120]}</title></circle>')
     out.append("</svg>")
     legend = "".join(f'<span><i class="sw" style="background:{COLORS[s]}"></i>{s}</span>'
                      for s in ("baseline", "keep", "discard", "inconclusive", "crash", "vacuous", "error",
@@ -353,18 +359,18 @@ def _failures_html(n: Night) -> str:
     else:
         out.append('<p class="sub">No crashes.</p>')
     if n.vacuous:
-        items = "".join(f'<li id="exp-{e["id"]}">#{e["id"]} {_e(e.get("description"))}: '
-                        f'{_e("; ".join(e.get("blocking") or []))}</li>' for e in n.vacuous)
+        items = "".join(f'<li id="exp-{e["id"]}">#{e["id"]} {_h(e.get("description"))}: '
+                        f'{_h("; ".join(e.get("blocking") or []))}</li>' for e in n.vacuous)
         out.append(f'<h3>Vacuous (exited cleanly, left no evidence; never counted)</h3><ul>{items}</ul>')
     if n.errors:
-        items = "".join(f'<li id="exp-{e["id"]}">#{e["id"]} {_e(e.get("description"))}: '
-                        f'{_e("; ".join(e.get("blocking") or []))}</li>' for e in n.errors)
+        items = "".join(f'<li id="exp-{e["id"]}">#{e["id"]} {_h(e.get("description"))}: '
+                        f'{_h("; ".join(e.get("blocking") or []))}</li>' for e in n.errors)
         out.append(f'<h3>Harness errors</h3><ul>{items}</ul>')
     out.append("</section>")
     out.append('<section id="inconclusive"><h2>Inconclusive ideas</h2>')
     if n.inconclusive:
-        items = "".join(f'<li id="exp-{e["id"]}">#{e["id"]} {_fmt(e.get("score"))} {_e(e.get("description"))}'
-                        f' <span class="sub">{_e("; ".join(e.get("blocking") or []))}</span></li>'
+        items = "".join(f'<li id="exp-{e["id"]}">#{e["id"]} {_fmt(e.get("score"))} {_h(e.get("description"))}'
+                        f' <span class="sub">{_h("; ".join(e.get("blocking") or []))}</span></li>'
                         for e in n.inconclusive)
         out.append(f'<p class="sub">Inside the noise band after reruns; not exclusions, may be retried.</p><ul>{items}</ul>')
     else:
@@ -412,7 +418,7 @@ def _all_html(n: Night) -> str:
         why = e.get("failure_signature") or "; ".join(e.get("blocking") or [])
         rows.append(f'<tr data-id="{e["id"]}"><td>#{e["id"]}</td><td>{html.escape(e["kind"])}</td>'
                     f'<td>{html.escape(e["status"])}</td><td class="n">{_fmt(e.get("score"))}</td>'
-                    f'<td>{_e(e.get("description"))}</td><td>{_e(why)[:200]}</td></tr>')
+                    f'<td>{_h(e.get("description"))}</td><td>{_h(why)[:200]}</td></tr>')
     return (f'<section id="all"><details><summary>Every experiment in this window ({len(n.experiments)})</summary>'
             f'<table><tr><th>id</th><th>kind</th><th>status</th><th>{html.escape(n.score_name)}</th>'
             f'<th>description</th><th>why</th></tr>{"".join(rows)}</table></details></section>')
