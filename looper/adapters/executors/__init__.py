@@ -36,6 +36,13 @@ def _ssh(workspace: Path, section: Any) -> Executor:
     return SshExecutor(workspace, section)
 
 
+@register("slurm")
+def _slurm(workspace: Path, section: Any) -> Executor:
+    from looper.adapters.executors.slurm import SlurmExecutor
+
+    return SlurmExecutor(workspace, section)
+
+
 def make_executor(workspace: Path, section: Any) -> Executor:
     kind = section.kind
     if kind not in _REGISTRY:

@@ -1,0 +1,552 @@
+"""Run training and evaluation as SLURM batch jobs, with the local supervisor in charge.
+
+A shared filesystem is assumed: the workspace (checkouts, run folders, the data folder) has
+the same path on the submit host (where the daemon runs) and on the compute nodes. Each
+training or evaluation run is one ``sbatch --parsable`` of a generated script under the run
+folder's ``slurm/`` subfolder; the script ``cd``s into the checkout and runs ``train.py`` (or
+``evaluate.py``) with the same ``LOOPER_*`` environment as :class:`LocalExecutor`. The job's
+``--output`` file is tailed here: every line goes to the run's log and ``on_line``; the
+budget (from the moment the job is RUNNING), the stall rule (no growth of the output file
+for ``stall_seconds``) and cancellation are enforced from here with ``scancel`` (then
+``scancel --signal=KILL`` after ``kill_after`` seconds).
+
+The scheduler's own verdict decides what happened (``scontrol show job -o ID``: JobState,
+ExitCode, Reason; sacct is not needed):
+
+- COMPLETED, FAILED with ExitCode ``n:0``, a signal that ended the job's own processes,
+  OUT_OF_MEMORY: the change's doing, reported as the run's exit code / signal. An out of
+  memory job gets the line ``slurm: OUT_OF_MEMORY ...`` appended to ``log_tail`` so the core
+  classifies it as an out of memory crash.
+- NODE_FAIL, PREEMPTED, BOOT_FAIL, DEADLINE, REVOKED, CANCELLED by anyone but looper, a job
+  still pending after ``start_timeout``, a job launch failure, and a controller that does not
+  answer (squeue or sbatch failing to connect): harness faults. The job is resubmitted up to
+  ``requeue_limit`` times; after that the result carries ``transport_exit_code`` and
+  ``transport_error`` in words ("slurm: job 12 NODE_FAIL, requeued 2 times") and the core
+  calls it a harness error, never a crash of train.py.
+
+:meth:`SlurmExecutor.reap` finds this workspace's jobs (``--comment=looper:<workspace hash>``
+or the ``looper-<short hash>-`` name prefix) in ``squeue`` and cancels them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import shlex
+import shutil
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from looper import proc
+from looper.adapters.executors.base import EvalJob, LineSink, RunResult, TrainJob
+from looper.adapters.executors.local import LocalExecutor
+from looper.core.verdict import Verdict
+from looper.errors import ConfigError
+
+NO_TOOL_CODE = -1  # transport_exit_code when the fault is not a tool's own exit status
+TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo")
+
+#: states in which the job still holds (or waits for) resources
+ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED",
+                 "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SIGNALING", "STAGE_OUT", "STOPPED"}
+WAITING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
+#: end states that are the cluster's fault, never the change's
+HARNESS_STATES = {"NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+
+_UNREACHABLE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused|connect failure|"
+    r"Zero Bytes were transmitted|Communication connection failure|Transport endpoint is not connected|"
+    r"slurm_load_partitions|Unable to establish controller",
+    re.IGNORECASE,
+)
+_MEM_EXCEEDED = re.compile(r"Exceeded job memory limit|exceeded memory limit|oom-kill event", re.IGNORECASE)
+
+
+# -- the pure part: scheduler output -> what happened ------------------------------------------
+def parse_scontrol(text: str) -> dict[str, str]:
+    """``scontrol show job -o ID`` output -> {key: value} (first job only)."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    fields: dict[str, str] = {}
+    key = ""
+    for token in line.split(" "):
+        if "=" in token and re.match(r"^[A-Za-z][A-Za-z0-9/:_.-]*=", token):
+            key, _, value = token.partition("=")
+            fields[key] = value
+        elif key and token:  # a value with spaces (Comment=..., Command=...)
+            fields[key] += " " + token
+    return fields
+
+
+def parse_exit_code(value: str) -> tuple[int | None, int | None]:
+    """SLURM's ``ExitCode=n:s`` -> (exit code n, signal s or None)."""
+    code, _, sig = value.partition(":")
+    try:
+        n = int(code)
+    except ValueError:
+        return None, None
+    try:
+        s = int(sig) if sig else 0
+    except ValueError:
+        s = 0
+    return n, (s or None)
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """What a finished job means for looper."""
+
+    kind: str  # "done": the job's own end (success or the change's failure) | "harness": requeue
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    oom: bool = False
+    reason: str = ""  # in words, for harness faults and the OOM line
+
+
+def job_end(fields: dict[str, str], *, job_id: str, stopped_by: str = "", output: str = "") -> JobEnd:
+    """Map a finished job's ``scontrol`` fields to an outcome.
+
+    ``stopped_by`` is what looper itself did to the job ("budget", "stall", "cancel" or "");
+    ``output`` is the tail of the job's output file (the non-cgroup memory kill says it there).
+    """
+    state = fields.get("JobState", "").split("+")[0].upper()
+    reason = fields.get("Reason", "")
+    code, sig = parse_exit_code(fields.get("ExitCode", ""))
+    if state == "COMPLETED":
+        return JobEnd("done", exit_code=code if code is not None else 0, signal=None)
+    if state == "OUT_OF_MEMORY" or (state == "FAILED" and _MEM_EXCEEDED.search(output)):
+        # the change used more memory than the job asked for: its own fault (a crash)
+        return JobEnd("done", exit_code=code if code else None, signal=None if code else 9, oom=True,
+                      reason=f"slurm: OUT_OF_MEMORY: job {job_id} was killed for exceeding its memory "
+                             f"limit (out of memory; JobState={state}, ExitCode={fields.get('ExitCode', '?')})")
+    if stopped_by:
+        # looper cancelled it (budget, stall, cancel): whatever SLURM says, that is how it ended
+        return JobEnd("done", exit_code=code if code and not sig else None, signal=sig or 15)
+    if state == "TIMEOUT":
+        return JobEnd("done", exit_code=None, signal=sig or 15, timed_out=True,
+                      reason=f"slurm: job {job_id} hit its SLURM time limit")
+    if state == "FAILED":
+        if reason in ("JobLaunchFailure", "launch_failed_requeued_held", "Prolog", "NodeDown",
+                      "BadConstraints", "SystemFailure"):
+            return JobEnd("harness", reason=f"slurm: job {job_id} FAILED ({reason}): the job could not be "
+                                            "started on its node")
+        if code:
+            return JobEnd("done", exit_code=code, signal=None)
+        if sig:
+            return JobEnd("done", exit_code=None, signal=sig)
+        return JobEnd("harness", reason=f"slurm: job {job_id} FAILED with no exit code ({reason or 'no reason'})")
+    if state == "CANCELLED":
+        return JobEnd("harness", reason=f"slurm: job {job_id} CANCELLED by someone other than looper")
+    if state in HARNESS_STATES:
+        return JobEnd("harness", reason=f"slurm: job {job_id} {state} ({reason or 'no reason given'})")
+    return JobEnd("harness", reason=f"slurm: job {job_id} ended in a state looper does not know: "
+                                    f"{state or 'none'} ({reason or 'no reason'})")
+
+
+def time_limit_minutes(seconds: float) -> int:
+    """SLURM's ``--time`` in whole minutes, rounded up, at least 1."""
+    return max(1, math.ceil(seconds / 60.0))
+
+
+def _get(section: Any, key: str, default: Any) -> Any:
+    value = section.get(key, default) if isinstance(section, dict) else getattr(section, key, default)
+    return default if value is None else value
+
+
+def _last_lines(text: str, n: int = 3) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])
+
+
+class _Fault(Exception):
+    """The cluster could not do what was asked: a harness fault (may be retried)."""
+
+    def __init__(self, message: str, code: int = NO_TOOL_CODE, retry: bool = True) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retry = retry
+
+
+@dataclass
+class _Attempt:
+    """One submitted job and what the watcher saw of it."""
+
+    job_id: str
+    output: Path
+    submitted: float
+    started: float | None = None
+    stopped_by: str = ""
+    stop_at: float | None = None
+    killed: bool = False
+    offset: int = 0
+    buf: bytes = b""
+    last_growth: float = 0.0
+
+
+class SlurmExecutor(LocalExecutor):
+    """The :class:`~looper.adapters.executors.base.Executor` for ``[executor] kind = "slurm"``.
+
+    Data preparation and hashing run here, on the shared filesystem (inherited from
+    :class:`LocalExecutor`); training and evaluation are batch jobs.
+    """
+
+    name = "slurm"
+
+    def __init__(self, workspace: Path, section: Any, *, poll: float = 2.0, kill_after: float = 10.0,
+                 unreachable_seconds: float = 120.0, tool_timeout: float = 30.0) -> None:
+        super().__init__(workspace, python=str(_get(section, "python", "python3")),
+                         gpu_index=int(_get(section, "gpu_index", 0)))
+        self.partition = str(_get(section, "partition", "")).strip()
+        self.gres = str(_get(section, "gres", "")).strip()
+        self.account = str(_get(section, "account", "")).strip()
+        self.sbatch_extra = [str(x) for x in _get(section, "sbatch_extra", [])]
+        self.start_timeout = float(_get(section, "start_timeout", 600))
+        self.requeue_limit = int(_get(section, "requeue_limit", 2))
+        self.require_gpu = bool(_get(section, "require_gpu", False))
+        for entry in self.sbatch_extra:
+            if not entry.startswith("-") or "\n" in entry:
+                raise ConfigError(f"executor.sbatch_extra: not one sbatch option: {entry!r}")
+        if self.start_timeout <= 0 or self.requeue_limit < 0:
+            raise ConfigError("executor.start_timeout must be > 0 and executor.requeue_limit >= 0")
+        self.poll = poll
+        self.kill_after = kill_after
+        self.unreachable_seconds = unreachable_seconds
+        self.tool_timeout = tool_timeout
+        digest = hashlib.sha1(str(self.workspace.resolve()).encode()).hexdigest()
+        self.comment = f"looper:{digest[:16]}"
+        self.name_prefix = f"looper-{digest[:8]}-"
+
+    # -- talking to the cluster ----------------------------------------------------------------
+    def _tool(self, argv: Sequence[str], what: str, cwd: Path | None = None) -> proc.Completed:
+        """Run a SLURM client command; a connection failure or timeout is a :class:`_Fault`."""
+        try:
+            got = proc.run(list(argv), cwd=cwd, timeout=self.tool_timeout)
+        except OSError as exc:
+            raise _Fault(f"slurm: {what}: {argv[0]} could not be started ({exc})", NO_TOOL_CODE, False) from exc
+        if got.timed_out:
+            raise _Fault(f"slurm: {what}: {argv[0]} did not answer within {self.tool_timeout:.0f} s "
+                         "(controller unreachable?)", NO_TOOL_CODE)
+        if got.exit_code != 0 and _UNREACHABLE.search(got.stderr + got.stdout):
+            raise _Fault(f"slurm: {what}: controller unreachable ({_last_lines(got.stderr or got.stdout, 2)})",
+                         got.exit_code if got.exit_code is not None else NO_TOOL_CODE)
+        return got
+
+    def script_for(self, name: str, output: Path, cwd: Path, argv: Sequence[str], env: dict[str, str],
+                   seconds: float) -> str:
+        """The batch script (``#SBATCH`` directives, environment, cd, exec)."""
+        lines = ["#!/bin/sh",
+                 f"#SBATCH --job-name={name}",
+                 f"#SBATCH --comment={self.comment}",
+                 f"#SBATCH --time={time_limit_minutes(seconds)}",
+                 f"#SBATCH --output={output}",
+                 "#SBATCH --open-mode=append",
+                 "#SBATCH --no-requeue"]
+        if self.partition:
+            lines.append(f"#SBATCH --partition={self.partition}")
+        if self.gres:
+            lines.append(f"#SBATCH --gres={self.gres}")
+        if self.account:
+            lines.append(f"#SBATCH --account={self.account}")
+        lines += [f"#SBATCH {extra}" for extra in self.sbatch_extra]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+        lines += [f"cd {shlex.quote(str(cwd))} || {{ echo 'looper: checkout {cwd} is not on this node' >&2; "
+                  "exit 97; }",
+                  "exec " + " ".join(shlex.quote(a) for a in argv), ""]
+        return "\n".join(lines)
+
+    def _submit(self, script: Path, cwd: Path) -> str:
+        got = self._tool(["sbatch", "--parsable", str(script)], "submitting the job", cwd=cwd)
+        if got.exit_code != 0:
+            raise _Fault(f"slurm: sbatch refused the job (exit {got.exit_code}): "
+                         f"{_last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE, retry=False)
+        job_id = got.stdout.strip().split(";")[0].strip()
+        if not job_id.isdigit():
+            raise _Fault(f"slurm: sbatch printed no job id: {got.stdout.strip()!r}", NO_TOOL_CODE, retry=False)
+        return job_id
+
+    def _state(self, job_id: str) -> str:
+        """The job's state from squeue ('' when squeue no longer lists it)."""
+        got = self._tool(["squeue", "-h", "-j", job_id, "-o", "%T"], f"watching job {job_id}")
+        if got.exit_code != 0:
+            if "Invalid job id" in got.stderr:
+                return ""
+            raise _Fault(f"slurm: squeue failed for job {job_id} (exit {got.exit_code}): "
+                         f"{_last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE)
+        return got.stdout.strip().splitlines()[0].strip() if got.stdout.strip() else ""
+
+    def _details(self, job_id: str) -> dict[str, str]:
+        got = self._tool(["scontrol", "show", "job", "-o", job_id], f"reading job {job_id}")
+        if got.exit_code != 0:
+            raise _Fault(f"slurm: job {job_id} is gone from the controller: {_last_lines(got.stderr or got.stdout)}",
+                         got.exit_code or NO_TOOL_CODE)
+        return parse_scontrol(got.stdout)
+
+    def _scancel(self, job_id: str, *extra: str) -> bool:
+        try:
+            return self._tool(["scancel", *extra, job_id], f"cancelling job {job_id}").exit_code == 0
+        except _Fault:
+            return False
+
+    # -- one supervised run, with requeues ---------------------------------------------------------
+    def _run(self, kind: str, argv: list[str], cwd: Path, env: dict[str, str], log_path: Path,
+             limit_seconds: float, stall_seconds: float, on_line: LineSink | None,
+             cancel: threading.Event | None, before_attempt: Callable[[], None]) -> RunResult:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        folder = log_path.parent / "slurm"
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{self.name_prefix}{log_path.parent.name}-{kind}"
+        t0 = time.monotonic()
+        faults: list[str] = []
+        last_code = NO_TOOL_CODE
+        tail: deque[str] = deque(maxlen=80)
+        with open(log_path, "a", encoding="utf-8", errors="replace") as log:
+            def note(text: str) -> None:
+                log.write(text + "\n")
+                log.flush()
+
+            for attempt in range(self.requeue_limit + 1):
+                if cancel is not None and cancel.is_set():
+                    return RunResult(exit_code=None, cancelled=True, seconds=time.monotonic() - t0,
+                                     log_tail="\n".join(tail))
+                before_attempt()
+                output = folder / f"{name}-a{attempt}.out"
+                output.unlink(missing_ok=True)
+                script = folder / f"{name}-a{attempt}.sh"
+                script.write_text(self.script_for(name, output, cwd, argv, env, limit_seconds + self.kill_after))
+                tail.clear()
+                try:
+                    job_id = self._submit(script, cwd)
+                    note(f"slurm: submitted job {job_id} ({name}, attempt {attempt + 1})")
+                    result = self._watch(job_id, output, limit_seconds, stall_seconds, log, tail, on_line, cancel)
+                except _Fault as fault:
+                    faults.append(str(fault))
+                    last_code = fault.code
+                    note(f"{fault}")
+                    if not fault.retry:
+                        break
+                    time.sleep(min(self.poll, 2.0))
+                    continue
+                result.seconds = time.monotonic() - t0
+                return result
+        what = faults[-1] if faults else "slurm: no attempt was made"
+        if len(faults) > 1:
+            what += f"; requeued {len(faults) - 1} times"
+            earlier = "; ".join(dict.fromkeys(faults[:-1]))
+            what += f" (earlier: {earlier})"
+        return RunResult(exit_code=None, seconds=time.monotonic() - t0, log_tail="\n".join(tail),
+                         transport_exit_code=last_code if last_code else NO_TOOL_CODE, transport_error=what)
+
+    def _pump(self, at: _Attempt, log: Any, tail: deque[str], on_line: LineSink | None, final: bool) -> None:
+        """Read what the job's output file grew by; every complete line to the log and on_line."""
+        try:
+            with open(at.output, "rb") as fh:
+                fh.seek(at.offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return
+        if chunk:
+            at.offset += len(chunk)
+            at.last_growth = time.monotonic()
+            at.buf += chunk
+        parts = at.buf.replace(b"\r", b"\n").split(b"\n")
+        at.buf = b"" if final else parts.pop()
+        for raw in parts:
+            line = raw.decode("utf-8", "replace")
+            if not line.strip():
+                continue
+            log.write(line + "\n")
+            tail.append(line)
+            if on_line:
+                try:
+                    on_line(line)
+                except Exception:  # a display error never stops a run
+                    pass
+        log.flush()
+
+    def _watch(self, job_id: str, output: Path, limit_seconds: float, stall_seconds: float, log: Any,
+               tail: deque[str], on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
+        at = _Attempt(job_id=job_id, output=output, submitted=time.monotonic())
+        unreachable_since: float | None = None
+        next_poll = 0.0
+        state = "PENDING"
+        while True:
+            now = time.monotonic()
+            self._pump(at, log, tail, on_line, final=False)
+            if now >= next_poll:
+                next_poll = now + self.poll
+                try:
+                    state = self._state(job_id)
+                    unreachable_since = None
+                except _Fault as fault:
+                    unreachable_since = unreachable_since or now
+                    if now - unreachable_since >= self.unreachable_seconds:
+                        self._scancel(job_id)  # best effort: the controller may be back
+                        raise _Fault(f"{fault} for {now - unreachable_since:.0f} s while job {job_id} was "
+                                     "in flight", fault.code) from None
+                    time.sleep(0.2)
+                    continue
+                if state not in ACTIVE_STATES:
+                    break
+                if state == "RUNNING" and at.started is None:
+                    at.started = now
+                    at.last_growth = now
+            if not at.stopped_by:
+                if cancel is not None and cancel.is_set():
+                    at.stopped_by = "cancel"
+                elif at.started is None and state in WAITING_STATES and now - at.submitted > self.start_timeout:
+                    self._scancel(job_id)
+                    self._wait_gone(job_id)
+                    raise _Fault(f"slurm: job {job_id} did not start within start_timeout "
+                                 f"({self.start_timeout:.0f} s; still {state})")
+                elif at.started is not None and now - at.started > limit_seconds:
+                    at.stopped_by = "budget"
+                elif at.started is not None and stall_seconds and now - at.last_growth > stall_seconds:
+                    at.stopped_by = "stall"
+                if at.stopped_by:
+                    self._scancel(job_id)
+                    at.stop_at = now
+            elif not at.killed and at.stop_at is not None and now - at.stop_at > self.kill_after:
+                self._scancel(job_id, "--signal=KILL", "--full")
+                self._scancel(job_id)
+                at.killed = True
+            elif at.stop_at is not None and now - at.stop_at > self.kill_after * 3 + 30:
+                break  # it would not end: report how looper stopped it
+            time.sleep(0.2)
+        self._pump(at, log, tail, on_line, final=True)
+        try:
+            fields = self._details(job_id)
+        except _Fault:
+            if at.stopped_by:
+                fields = {"JobState": "CANCELLED"}
+            else:
+                raise
+        end = job_end(fields, job_id=job_id, stopped_by=at.stopped_by, output="\n".join(tail))
+        if end.kind == "harness":
+            raise _Fault(end.reason)
+        if end.oom:
+            tail.append(end.reason)
+            log.write(end.reason + "\n")
+        elif end.timed_out:
+            tail.append(end.reason)
+        return RunResult(exit_code=end.exit_code, signal=end.signal,
+                         timed_out=at.stopped_by == "budget" or end.timed_out,
+                         stalled=at.stopped_by == "stall", cancelled=at.stopped_by == "cancel",
+                         log_tail="\n".join(tail))
+
+    def _wait_gone(self, job_id: str, seconds: float = 30.0) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                if self._state(job_id) not in ACTIVE_STATES:
+                    return
+            except _Fault:
+                return
+            time.sleep(0.5)
+
+    # -- Executor --------------------------------------------------------------------------------
+    def preflight(self, require_gpu: bool) -> Verdict:
+        local = super().preflight(False)  # disk on the shared workspace, python present
+        metrics: dict[str, Any] = {**local.metrics, "executor": self.name}
+        problems: list[str] = list(local.blocking)
+        missing = [t for t in TOOLS if shutil.which(t) is None]
+        if missing:
+            return Verdict.errored(f"SLURM client tools not found on this machine: {', '.join(missing)}",
+                                   metrics=metrics)
+        try:
+            ping = self._tool(["scontrol", "ping"], "pinging the controller")
+            if ping.exit_code != 0 or "UP" not in ping.stdout:
+                return Verdict.errored(f"slurm: controller not up: {_last_lines(ping.stdout + ping.stderr)}",
+                                       metrics=metrics)
+            parts = self._tool(["sinfo", "-h", "-o", "%P %a %G"], "listing partitions")
+        except _Fault as fault:
+            return Verdict.errored(str(fault), metrics=metrics)
+        if parts.exit_code != 0:
+            return Verdict.errored(f"slurm: sinfo failed: {_last_lines(parts.stderr or parts.stdout)}",
+                                   metrics=metrics)
+        table: dict[str, tuple[str, set[str]]] = {}
+        default = ""
+        for line in parts.stdout.splitlines():
+            bits = line.split()
+            if len(bits) < 2:
+                continue
+            pname, avail, gres = bits[0], bits[1], (bits[2] if len(bits) > 2 else "(null)")
+            if pname.endswith("*"):
+                pname = pname[:-1]
+                default = pname
+            old = table.get(pname, (avail, set()))
+            table[pname] = (old[0], old[1] | ({gres} if gres != "(null)" else set()))
+        wanted = self.partition or default
+        metrics["partition"] = wanted
+        if not wanted:
+            problems.append("slurm: no partition configured and the cluster has no default partition")
+        elif wanted not in table:
+            problems.append(f"slurm: partition {wanted!r} does not exist (known: {', '.join(sorted(table))})")
+        else:
+            avail, gres = table[wanted]
+            metrics["gres"] = sorted(gres)
+            if avail != "up":
+                problems.append(f"slurm: partition {wanted!r} is {avail}, not up")
+            need_gpu = require_gpu or self.require_gpu or self.gres.startswith("gpu")
+            if need_gpu and not any(g.startswith("gpu") for g in gres):
+                problems.append(f"slurm: GPU required but partition {wanted!r} has no gpu gres "
+                                f"(node gres: {', '.join(sorted(gres)) or 'none'})")
+        return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
+    def train(self, job: TrainJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
+        job.out_dir.mkdir(parents=True, exist_ok=True)
+        env = self._env(
+            LOOPER_BUDGET_SECONDS=str(int(job.budget_seconds)),
+            LOOPER_DATA=str(self._data_path(self._data_dir)),
+            LOOPER_OUT=str(job.out_dir),
+            LOOPER_SEED=str(job.seed),
+            LOOPER_DEVICE=job.device or "cpu",
+        )
+
+        def clear_out() -> None:  # a resubmitted job must not find the last attempt's files
+            for p in job.out_dir.iterdir():
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+
+        return self._run("train", [self.python, "train.py"], job.checkout, env, job.log_path,
+                         job.budget_seconds + job.grace_seconds, job.stall_seconds, on_line, cancel, clear_out)
+
+    def evaluate(self, job: EvalJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
+        env = self._env(LOOPER_DEVICE=job.device or "cpu")
+        argv = [self.python, str(job.checkout / "evaluate.py"), "--weights", str(job.weights),
+                "--data", str(self._data_path(self._data_dir)), "--out", str(job.metrics_path)]
+        if job.device:
+            argv += ["--device", job.device]
+
+        def clear_metrics() -> None:  # a result not written by this run does not exist
+            job.metrics_path.unlink(missing_ok=True)
+
+        return self._run("eval", argv, job.checkout, env, job.log_path, job.timeout_seconds, job.stall_seconds,
+                         on_line, cancel, clear_metrics)
+
+    def reap(self) -> list[str]:
+        """Cancel this workspace's jobs a previous daemon left in the queue."""
+        try:
+            got = self._tool(["squeue", "-h", "-o", "%i|%j|%k|%T"], "listing jobs")
+        except _Fault:
+            return []  # preflight reports the unreachable controller
+        if got.exit_code != 0:
+            return []
+        ended = []
+        for line in got.stdout.splitlines():
+            bits = line.strip().split("|")
+            if len(bits) < 4:
+                continue
+            job_id, name, comment, state = bits[0], bits[1], bits[2], bits[3]
+            if comment.strip() != self.comment and not name.startswith(self.name_prefix):
+                continue
+            if self._scancel(job_id):
+                ended.append(f"cancelled SLURM job {job_id} ({name}, {state}) left behind by a previous daemon")
+        return ended
