@@ -1,0 +1,50 @@
+"""End to end: tiny data, one short real training run, evaluate twice -> identical, complete METRICS.json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from looper.core.classes import CLASSES
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+def evaluate(weights: Path, data: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "evaluate.py"), "--weights", str(weights), "--data", str(data),
+                           "--out", str(out), "--device", "cpu"], cwd=out.parent, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_train_then_evaluate_twice(tiny_data: Path, tiny_weights: Path, tmp_path: Path) -> None:
+    train = json.loads((tiny_weights / "train.json").read_text())
+    assert train["steps"] > 0 and train["epochs"] >= 1 and train["device"] == "cpu"
+    assert set(train["final_losses"]) == {"box", "cls", "dfl"} and train["seconds"] > 0
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for out in (a, b):
+        proc = evaluate(tiny_weights / "weights.pt", tiny_data, out)
+        assert proc.returncode == 0, proc.stderr
+    assert a.read_bytes() == b.read_bytes()
+    m = json.loads(a.read_text())
+    assert set(m["classes"]) == set(CLASSES)
+    assert m["pages"] == 2 and m["truth"] == sum(c["support"] for c in m["classes"].values()) > 0
+    assert m["predictions"] == sum(c["tp"] + c["fp"] for c in m["classes"].values())
+    for name, c in m["classes"].items():
+        assert set(c) == {"tp", "fp", "fn", "support", "precision", "recall", "f1", "count_error", "weight"}, name
+
+
+def test_evaluate_refuses_missing_inputs(tiny_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    proc = evaluate(tmp_path / "nope.pt", tiny_data, out)
+    assert proc.returncode != 0 and "nope.pt" in proc.stderr and not out.exists()
+    bogus = tmp_path / "bogus.pt"
+    bogus.write_bytes(b"not a checkpoint")
+    proc = evaluate(bogus, tmp_path / "no_data", out)
+    assert proc.returncode != 0 and "no_data" in proc.stderr and not out.exists()
+    proc = evaluate(bogus, tiny_data, out)
+    assert proc.returncode != 0 and "bogus.pt" in proc.stderr and not out.exists()

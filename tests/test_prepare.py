@@ -1,0 +1,144 @@
+"""prepare.py: deterministic, imbalanced, look-alike-rich synthetic drawings."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from looper.core.classes import CLASSES, LOOKALIKE_GROUPS
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+import prepare  # noqa: E402
+
+sys.path.remove(str(REPO))
+
+
+def all_boxes(data: Path) -> Counter[str]:
+    """Class counts over the whole data set: train tiles are cut from train pages, so count
+    train pages through their own truth (rebuilt from the same seed) plus val/test pages."""
+    counts: Counter[str] = Counter()
+    for page in sorted((data / "pages").rglob("page_*.json")):
+        counts.update(b["class"] for b in json.loads(page.read_text())["boxes"])
+    sc = prepare.SCALES["tiny"]
+    quota = prepare.class_quota("train", sc, np.random.RandomState([0, prepare.SPLIT_CODES["train"], 0]))
+    for names in quota:
+        counts.update(names)
+    return counts
+
+
+def test_same_seed_same_bytes(tiny_data: Path, tmp_path: Path) -> None:
+    again = prepare.build(tmp_path / "again", "tiny", 0)
+    first = json.loads((tiny_data / "manifest.json").read_text())
+    assert again["hash"] == first["hash"] and again["files"] == first["files"]
+    for rel in list(first["files"])[:20]:
+        assert (tmp_path / "again" / rel).read_bytes() == (tiny_data / rel).read_bytes()
+    assert (tmp_path / "again" / "manifest.json").read_bytes() == (tiny_data / "manifest.json").read_bytes()
+
+
+def test_different_seed_differs(tiny_data: Path, tmp_path: Path) -> None:
+    other = prepare.build(tmp_path / "other", "tiny", 1)
+    first = json.loads((tiny_data / "manifest.json").read_text())
+    assert other["hash"] != first["hash"]
+    assert (tmp_path / "other" / "pages/test/page_000.png").read_bytes() != (tiny_data / "pages/test/page_000.png").read_bytes()
+
+
+def test_manifest_hashes_every_file(tiny_data: Path) -> None:
+    manifest = json.loads((tiny_data / "manifest.json").read_text())
+    assert manifest["classes"] == list(CLASSES) and manifest["version"] == 1
+    on_disk = {p.relative_to(tiny_data).as_posix() for p in tiny_data.rglob("*") if p.is_file()}
+    assert set(manifest["files"]) == on_disk - {"manifest.json"} - {p for p in on_disk if p.endswith(".cache")}
+    for rel, digest in manifest["files"].items():
+        assert hashlib.sha256((tiny_data / rel).read_bytes()).hexdigest() == digest
+    assert prepare.verify(tiny_data) == []
+
+
+def test_verify_catches_a_changed_file(tiny_data: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    prepare.build(copy, "tiny", 0)
+    page = copy / "pages/test/page_000.json"
+    page.write_text(page.read_text().replace("supply", "return", 1))
+    assert any("page_000.json" in p for p in prepare.verify(copy))
+
+
+def test_labels_sit_on_drawn_symbols(tiny_data: Path) -> None:
+    checked = 0
+    for page_json in sorted((tiny_data / "pages").rglob("page_*.json")):
+        truth = json.loads(page_json.read_text())
+        img = np.asarray(Image.open(page_json.with_suffix(".png")).convert("L"))
+        for b in truth["boxes"]:
+            x1, y1, x2, y2 = b["box"]
+            crop = img[y1:y2, x1:x2]
+            assert crop.size and (crop < 128).mean() > 0.03, f"{page_json.name}: no ink under {b}"
+            # tight: ink on the box's outermost rows/columns
+            assert (crop[0] < 128).any() or (crop[:, 0] < 128).any()
+            checked += 1
+    for label in sorted((tiny_data / "tiles/train/labels").glob("*.txt"))[:20]:
+        img = np.asarray(Image.open(tiny_data / "tiles/train/images" / (label.stem + ".png")).convert("L"))
+        side = img.shape[0]
+        for line in label.read_text().splitlines():
+            c, cx, cy, w, h = line.split()
+            assert 0 <= int(c) < len(CLASSES)
+            x1, y1 = int((float(cx) - float(w) / 2) * side), int((float(cy) - float(h) / 2) * side)
+            x2, y2 = int((float(cx) + float(w) / 2) * side), int((float(cy) + float(h) / 2) * side)
+            assert (img[y1:y2 + 1, x1:x2 + 1] < 128).mean() > 0.03
+            checked += 1
+    assert checked > 50
+
+
+def test_imbalance_and_lookalikes(tiny_data: Path) -> None:
+    counts = all_boxes(tiny_data)
+    assert set(counts) == set(CLASSES), f"classes never drawn: {set(CLASSES) - set(counts)}"
+    ratio = max(counts.values()) / min(counts.values())
+    assert ratio >= 50, f"imbalance ratio {ratio:.1f} < 50"
+    assert len(LOOKALIKE_GROUPS) >= 3
+    for group in LOOKALIKE_GROUPS.values():
+        assert len(group) >= 2 and all(name in counts for name in group)
+
+
+def test_lookalikes_differ_only_by_a_small_detail(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prepare, "ROTATABLE", set())  # compare the symbols upright
+    for group in ("grilles", "dampers", "sensors"):
+        imgs = [np.asarray(prepare.draw_symbol(n, 40, np.random.RandomState(0))) < 128
+                for n in LOOKALIKE_GROUPS[group]]
+        same = [im for im in imgs if im.shape == imgs[0].shape]
+        assert len(same) >= 2, f"{group}: look-alikes should share their outline"
+        for a in same[1:]:
+            differ = (a != same[0]).mean()
+            assert 0 < differ < 0.25, f"{group}: look-alikes differ on {differ:.0%} of pixels"
+
+
+def test_test_pages_never_feed_training(tiny_data: Path) -> None:
+    train_sources = {p.name.split("_")[0] for p in (tiny_data / "tiles/train/images").glob("*.png")}
+    assert train_sources and all(s.startswith("train") for s in train_sources)
+    tile = prepare.TILE
+    train_hashes = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (tiny_data / "tiles/train/images").glob("*.png")}
+    for page in sorted((tiny_data / "pages/test").glob("page_*.png")):
+        img = Image.open(page)
+        truth = json.loads(page.with_suffix(".json").read_text())
+        assert truth["split"] == "test"
+        for y0 in prepare.tile_positions(img.height, tile, tile * 3 // 4):
+            for x0 in prepare.tile_positions(img.width, tile, tile * 3 // 4):
+                crop = prepare.png_bytes(img.crop((x0, y0, x0 + tile, y0 + tile)))
+                assert hashlib.sha256(crop).hexdigest() not in train_hashes, f"{page.name} tile {x0},{y0} is in training"
+
+
+def test_dataset_yaml_is_relative(tiny_data: Path) -> None:
+    text = (tiny_data / "dataset.yaml").read_text()
+    assert "train: tiles/train/images" in text and str(tiny_data) not in text and "path:" not in text
+
+
+def test_bad_scale_and_nonempty_out(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="unknown --scale"):
+        prepare.build(tmp_path / "x", "huge", 0)
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / "stray.txt").write_text("x")
+    with pytest.raises(SystemExit, match="not empty"):
+        prepare.build(tmp_path / "y", "tiny", 0)
