@@ -58,7 +58,7 @@ def build(root: Path, n: int, seed: int = 0) -> Path:
             if i == n:
                 status, score = "error", None
             elif r < 0.04:
-                best += rng.uniform(0.0005, 0.003)
+                best += rng.uniform(0.0002, 0.0015)
                 status, score = "keep", best
             elif r < 0.60:
                 status, score = "discard", best + rng.uniform(-0.05, 0.004)

@@ -109,6 +109,15 @@ def test_report_redaction_equals_the_pagers(text: str) -> None:
     assert _t(text) == redact(text)
 
 
+def test_report_redaction_triggers_were_written_for_the_pagers_patterns() -> None:
+    """``looper.report._TRIGGERS`` must be a superset of what the pager's patterns match; it was
+    checked against these patterns. If this fails, the patterns changed: revisit _TRIGGERS."""
+    from looper.adapters.notify import _SECRET_PATTERNS
+    from looper.report import _TRIGGERS_FOR
+
+    assert tuple(p.pattern for p in _SECRET_PATTERNS) == _TRIGGERS_FOR
+
+
 def test_secret_in_a_description_is_redacted_everywhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from looper.report import report_text, write_html
 
