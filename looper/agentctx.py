@@ -31,7 +31,11 @@ def _safe_changes(before: str | None, after: str) -> dict[str, tuple[Any, Any]]:
         return {}
 
 
-def build_history(store: Any, tag: str, score_name: str, max_experiments: int = 200) -> HistoryView:
+RACE_REASON = "conflicts with kept change"  # raced candidates are handed back, not excluded
+
+
+def build_history(store: Any, tag: str, score_name: str, max_experiments: int = 200,
+                  in_flight: tuple[dict[str, Any], ...] = ()) -> HistoryView:
     rows = store.experiments(tag=tag)
     source_at: dict[str, str] = {r["commit"]: r.get("source") or "" for r in rows
                                  if r.get("commit") and r["status"] == Outcome.KEEP.value}
@@ -52,12 +56,13 @@ def build_history(store: Any, tag: str, score_name: str, max_experiments: int = 
         source = r.get("source") or ""
         blocking = r.get("blocking") or []
         outcome = Outcome(r["status"])
+        raced = any(RACE_REASON in b for b in blocking)
         views.append(ExperimentView(
             id=r["id"], outcome=outcome.value, score=r.get("score"), description=r.get("description") or "",
             reason="; ".join(blocking)[:300], changes=_safe_changes(source_at.get(r.get("parent") or ""), source),
             knobs=_safe_knobs(source), best_before=best_so_far,
-            failure_signature=r.get("failure_signature") or ""))
-        line = core_excl.exclusion_for(r.get("description") or "", outcome, blocking)
+            failure_signature=r.get("failure_signature") or "", excluded=False if raced else None))
+        line = None if raced else core_excl.exclusion_for(r.get("description") or "", outcome, blocking)
         if line:
             exclusions.append(line)
         if outcome is Outcome.INCONCLUSIVE:
@@ -77,13 +82,14 @@ def build_history(store: Any, tag: str, score_name: str, max_experiments: int = 
         best_score=best.get("score") if best else None, best_experiment_id=best["id"] if best else None,
         baseline_score=baseline_score, baseline_source="tag-start", class_scores=tuple(classes),
         exclusions=tuple(core_excl.dedupe(exclusions)), inconclusive=tuple(dict.fromkeys(inconclusive)),
-        failure_signatures=tuple(signatures[-10:]))
+        failure_signatures=tuple(signatures[-10:]), in_flight=tuple(in_flight))
 
 
-def build_context(store: Any, tag: str, checkout: Path, train_py: str, program_md: str, cfg: Any) -> AgentContext:
+def build_context(store: Any, tag: str, checkout: Path, train_py: str, program_md: str, cfg: Any,
+                  in_flight: tuple[dict[str, Any], ...] = ()) -> AgentContext:
     from looper.prompt import build_prompt
 
-    history = build_history(store, tag, cfg.gate.score)
+    history = build_history(store, tag, cfg.gate.score, in_flight=in_flight)
     if cfg.agent.kind == "planner":
         prompt = ""  # the planner reads the history itself; no prompt to bound
     else:

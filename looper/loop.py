@@ -26,10 +26,9 @@ from looper.adapters.gitops import Workspace, Worktree
 from looper.adapters.notify import Notifier, redact
 from looper.config import Config
 from looper.core import evidence as core_evidence
-from looper.core import exclusions as core_excl
 from looper.core import failure as core_failure
 from looper.core import gate as core_gate
-from looper.core.verdict import Outcome, Status, Verdict
+from looper.core.verdict import Outcome, Verdict
 from looper.datahash import fixed_hashes
 from looper.display import Display
 from looper.errors import HarnessError, StuckError
@@ -132,6 +131,24 @@ class Halt(Exception):
         self.error = error
 
 
+RACE_REASON = "conflicts with kept change"  # a raced candidate's idea is handed back, not excluded
+
+
+@dataclass
+class Worker:
+    """One experiment slot: its checkout, where it runs, and on which device."""
+
+    id: int
+    wt: Worktree
+    executor: Executor
+    device: str
+    detached: bool  # True with several workers: the branch moves only under the keep lock
+
+    @property
+    def label(self) -> str:
+        return f"w{self.id}"
+
+
 @dataclass
 class NightStats:
     experiments: int = 0
@@ -162,6 +179,14 @@ class Loop:
         self.device = "cuda" if cfg.executor.require_gpu else "cpu"
         if hasattr(executor, "use_data"):
             executor.use_data(cfg.data.dir)
+        self.workers: list[Worker] = []
+        self.keep_lock = threading.RLock()  # branch tip, best and keep decisions move together
+        self.agent_lock = threading.Lock()
+        self.count_lock = threading.Lock()
+        self.in_flight: dict[int, dict] = {}
+        self.halt_error: HarnessError | StuckError | None = None
+        self.exhausted = False
+        self._noted: set[str] = set()
 
     # ------------------------------------------------------------------ plumbing
     def event(self, kind: str, message: str, experiment_id: int | None = None, data: dict | None = None) -> None:
@@ -207,8 +232,17 @@ class Loop:
                                    f"data hash {v.metrics['hash'][:12]}")
             tag_row = self.store.get_tag(self.tag)
         self.pinned = tag_row
+        main = Worker(0, self.wt, self.executor, self.device, detached=False)
         if not self.store.experiments(tag=self.tag, kind="baseline", status=Outcome.KEEP.value):
-            self.measure_baseline()
+            self.measure_baseline(main)
+        n = self.cfg.loop.workers
+        if n == 1:
+            self.workers = [main]
+        else:
+            gpu = self.cfg.executor.require_gpu
+            self.workers = [Worker(i, self.ws.ensure_detached_worktree(self.tag, i, self.wt.head()), self.executor,
+                                   str(self.cfg.executor.gpu_index + i) if gpu else "cpu", detached=True)
+                            for i in range(n)]
 
     def recover(self) -> None:
         """A row left `running` by a killed daemon is interrupted; the checkout goes back."""
@@ -240,7 +274,7 @@ class Loop:
             self.event("recover", f"uncommitted changes in the checkout were reset to {head[:10]}")
 
     # ------------------------------------------------------------------ integrity
-    def integrity(self, when: str, folder: Path | None = None) -> Verdict:
+    def integrity(self, when: str, folder: Path | None = None, executor: Executor | None = None) -> Verdict:
         """Fixed files and data exactly as pinned when the tag began."""
         assert self.wt is not None and self.pinned is not None
         problems: list[str] = []
@@ -249,7 +283,7 @@ class Loop:
             if now.get(name) != h:
                 problems.append(f"fixed file {name} changed {when} (expected sha256 {str(h)[:12]}, "
                                 f"found {str(now.get(name))[:12]})")
-        v = self.executor.data_hash(self.cfg.data.dir)
+        v = (executor or self.executor).data_hash(self.cfg.data.dir)
         if not v.ok:
             problems.extend(v.blocking)
         elif v.metrics.get("hash") != self.pinned.get("data_hash"):
@@ -257,11 +291,10 @@ class Loop:
                             f"{v.metrics.get('hash', '')[:12]} != pinned {str(self.pinned.get('data_hash'))[:12]})")
         return Verdict.errored(*problems) if problems else Verdict.passed({"checked": when})
 
-    def preflight(self) -> Verdict:
-        assert self.wt is not None
-        parts = {"executor": self.executor.preflight(self.cfg.executor.require_gpu),
-                 "integrity": self.integrity("since the tag began")}
-        dirty = [c.path for c in self.wt.changes()]
+    def preflight(self, w: Worker) -> Verdict:
+        parts = {"executor": w.executor.preflight(self.cfg.executor.require_gpu),
+                 "integrity": self.integrity("since the tag began", w.wt.path, w.executor)}
+        dirty = [c.path for c in w.wt.changes()]
         parts["checkout"] = (Verdict.errored(f"checkout not clean: {', '.join(dirty[:5])}") if dirty
                              else Verdict.passed())
         problems = [f"{k}: {b}" for k, v in parts.items() for b in v.blocking]
@@ -269,28 +302,27 @@ class Loop:
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
 
     # ------------------------------------------------------------------ measuring
-    def measure(self, exp_id: int, role: str, seed: int, budget: float | None = None,
+    def measure(self, w: Worker, exp_id: int, role: str, seed: int, budget: float | None = None,
                 checkout: Path | None = None) -> Measurement:
         """Train and evaluate the checkout's train.py once."""
-        assert self.wt is not None
-        ck = checkout or self.wt.path
+        ck = checkout or w.wt.path
         budget = float(budget or self.cfg.loop.budget_seconds)
         rd = self.runs_dir(exp_id, role, seed)
         out = rd / "out"
         out.mkdir()
         self.store.set_phase(exp_id, f"train ({role}, seed {seed})")
-        self.display.set_phase(exp_id, f"train {role} seed={seed}", budget)
-        tr = self.executor.train(
+        self.display.set_phase(exp_id, f"{self.wlabel(w)}train {role} seed={seed}", budget)
+        tr = w.executor.train(
             TrainJob(checkout=ck, out_dir=out, seed=seed, budget_seconds=budget,
                      grace_seconds=self.cfg.loop.grace_seconds, stall_seconds=self.cfg.loop.stall_seconds,
-                     log_path=rd / "train.log", device=self.device),
+                     log_path=rd / "train.log", device=w.device),
             self.display.log_line, self.cancel)
         m = Measurement(kind="measured", seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd)
         if tr.cancelled or self.cancel.is_set():
             m.kind = "interrupted"
             m.blocking = ["the daemon was stopped during training"]
             return m
-        after = self.integrity("during the training run", ck)
+        after = self.integrity("during the training run", ck, w.executor)
         if not after.ok:
             m.kind, m.blocking = "error", list(after.blocking)
             return m
@@ -298,7 +330,7 @@ class Loop:
             m.kind, m.blocking = "error", [f"GPU lost during the run: {tr.gpu.get('lost_reason', 'NVML error')}"]
             return m
         if not tr.clean_exit:
-            self.classify_failed(m, tr, exp_id)
+            self.classify_failed(w, m, tr, exp_id)
             return m
         train_json = None
         tj = out / "train.json"
@@ -319,11 +351,11 @@ class Loop:
         # evaluate: the old metrics file is deleted by the executor before the run
         metrics_path = rd / "METRICS.json"
         self.store.set_phase(exp_id, f"evaluate ({role}, seed {seed})")
-        self.display.set_phase(exp_id, f"evaluate {role} seed={seed}")
-        ev = self.executor.evaluate(
+        self.display.set_phase(exp_id, f"{self.wlabel(w)}evaluate {role} seed={seed}")
+        ev = w.executor.evaluate(
             EvalJob(checkout=ck, weights=weights, metrics_path=metrics_path, log_path=rd / "eval.log",
                     timeout_seconds=max(600.0, 2 * budget), stall_seconds=self.cfg.loop.stall_seconds,
-                    device=self.device),
+                    device=w.device),
             self.display.log_line, self.cancel)
         m.eval, m.eval_seconds = ev, ev.seconds
         if ev.cancelled or self.cancel.is_set():
@@ -353,7 +385,8 @@ class Loop:
         m.metrics = metrics
         return m
 
-    def classify_failed(self, m: Measurement, tr: RunResult, exp_id: int, allow_canary: bool = True) -> None:
+    def classify_failed(self, w: Worker, m: Measurement, tr: RunResult, exp_id: int,
+                        allow_canary: bool = True) -> None:
         data_dir = Path(self.cfg.data.dir)
         data_dir = data_dir if data_dir.is_absolute() else self.root / data_dir
 
@@ -366,13 +399,13 @@ class Loop:
 
         c = core_failure.classify_failure(evidence(None))
         if c.needs_canary and allow_canary:
-            c = core_failure.classify_failure(evidence(self.canary(exp_id)))
+            c = core_failure.classify_failure(evidence(self.canary(w, exp_id)))
         m.kind = "crash" if c.outcome is Outcome.CRASH else "error"
         m.blocking = [c.reason]
         m.signature = c.signature
 
-    def canary(self, exp_id: int) -> bool:
-        """Rerun the last kept train.py briefly in a scratch worktree: did it fail too?"""
+    def canary(self, w: Worker, exp_id: int) -> bool:
+        """Rerun the last kept train.py briefly in a scratch folder: did it fail too?"""
         assert self.wt is not None
         kept = self.last_kept_commit()
         if kept is None:
@@ -387,10 +420,10 @@ class Loop:
             for name in ("train.py", *FIXED_FILES):
                 (scratch / name).write_text(self.wt.show(kept, name))
             rd = self.runs_dir(exp_id, "canary", self.cfg.data.seed)
-            tr = self.executor.train(
+            tr = w.executor.train(
                 TrainJob(checkout=scratch, out_dir=rd / "out", seed=self.cfg.data.seed, budget_seconds=budget,
                          grace_seconds=self.cfg.loop.grace_seconds, stall_seconds=self.cfg.loop.stall_seconds,
-                         log_path=rd / "train.log", device=self.device),
+                         log_path=rd / "train.log", device=w.device),
                 self.display.log_line, self.cancel)
             failed = not tr.clean_exit and not tr.cancelled
             self.event("note", f"canary of kept {kept[:10]}: {'FAILED' if failed else 'ok'}", exp_id)
@@ -399,7 +432,7 @@ class Loop:
             shutil.rmtree(scratch, ignore_errors=True)
 
     # ------------------------------------------------------------------ baseline
-    def measure_baseline(self) -> None:
+    def measure_baseline(self, w: Worker) -> None:
         assert self.wt is not None
         seeds = [self.cfg.data.seed + i for i in range(self.cfg.loop.noise_reruns + 1)]
         source = (self.wt.path / "train.py").read_text()
@@ -410,7 +443,7 @@ class Loop:
         self.display.note(f"measuring the baseline with {len(seeds)} seed(s) to learn the noise")
         results = []
         for seed in seeds:
-            m = self.measure(exp_id, "baseline", seed)
+            m = self.measure(w, exp_id, "baseline", seed)
             self.record_run(exp_id, "main", m)
             if m.kind == "interrupted":
                 self.store.mark_interrupted(exp_id, "stopped while measuring the baseline")
@@ -472,8 +505,9 @@ class Loop:
         runs = [r["metrics"] for r in self.store.runs(best["id"]) if r.get("metrics")]
         return runs or [best["metrics"]]
 
-    def gate_input(self, candidate: list[dict], simpler: bool) -> tuple[core_gate.GateInput, dict]:
-        best = self.best()
+    def gate_input(self, candidate: list[dict], simpler: bool,
+                   best: dict | None = None) -> tuple[core_gate.GateInput, dict]:
+        best = best or self.best()
         approved = self.approved_baseline()
         if approved:
             source, baseline = approved
@@ -487,59 +521,98 @@ class Loop:
         return inp, best
 
     # ------------------------------------------------------------------ one experiment
-    def run_one(self) -> Outcome | None:
+    def wlabel(self, w: Worker) -> str:
+        return f"[{w.label}] " if len(self.workers) > 1 else ""
+
+    def branch_tip(self) -> str:
+        return self.ws.repo.git.rev_parse(f"refs/heads/{self.wt.branch}").strip()
+
+    def advance_branch(self, w: Worker, commit: str, expected: str) -> None:
+        """Move looper/<tag> to a kept commit (under keep_lock)."""
+        if not w.detached:
+            return  # the commit was made on the branch itself
+        self.ws.repo.git.update_ref(f"refs/heads/{self.wt.branch}", commit, expected)
+        self.wt.reset_hard(commit)  # keep the branch's own worktree in step
+
+    def propose(self, w: Worker, parent_source: str) -> tuple[Any, str | None, float]:
+        """Ask the agent; returns (proposal or None, rejection reason, seconds)."""
+        from looper.adapters.agents.base import ProposalRejected
+        from looper.core.hyperblock import HyperblockError, read_knobs
+
+        ta = time.monotonic()
+        serial = getattr(self.agent, "name", "") == "planner" or len(self.workers) == 1
+        lock = self.agent_lock if serial else threading.Lock()
+        with lock:
+            try:
+                proposal = self.agent.propose(self.agent_context(parent_source, w))
+                rejected = None
+            except ProposalRejected as exc:
+                proposal, rejected = None, str(exc)
+            if proposal is not None and not getattr(proposal, "exhausted", False):
+                source = proposal.new_source if proposal.new_source is not None else \
+                    (w.wt.path / "train.py").read_text()
+                try:
+                    self.in_flight[w.id] = read_knobs(source)
+                except (HyperblockError, SyntaxError, ValueError):
+                    self.in_flight[w.id] = {}
+        return proposal, rejected, time.monotonic() - ta
+
+    def run_one(self, w: Worker | None = None) -> Outcome | None:
         """Run one experiment. Returns its outcome, or None when the agent has run out of ideas."""
-        assert self.wt is not None
+        w = w or self.workers[0]
+        try:
+            return self._run_one(w)
+        finally:
+            self.in_flight.pop(w.id, None)
+
+    def _run_one(self, w: Worker) -> Outcome | None:
         t0 = time.monotonic()
         started_at = now_iso()
-        pre = self.preflight()
-        parent = self.wt.head()
-        parent_source = (self.wt.path / "train.py").read_text()
+        with self.keep_lock:
+            if w.detached:
+                w.wt.reset_hard(self.branch_tip())
+            parent = w.wt.head()
+            best_then = self.best()
+        parent_source = (w.wt.path / "train.py").read_text()
+        pre = self.preflight(w)
         if not pre.ok:
             exp_id = self.store.create_experiment(self.tag, "candidate", parent=parent, seed=self.cfg.data.seed,
                                                   config=self.cfg.redacted_dict(), description="(preflight)",
-                                                  source=parent_source, diff="")
+                                                  source=parent_source, diff="", worker=w.label)
             self.store.finish_experiment(exp_id, Outcome.ERROR, None, None, None, pre.to_json_dict(),
                                          list(pre.blocking), finished_at=now_iso())
             raise Halt(HarnessError("preflight failed: " + "; ".join(pre.blocking)))
         # -- the agent proposes
-        self.display.set_phase(None, f"agent ({getattr(self.agent, 'name', 'agent')}) proposes")
-        ta = time.monotonic()
-        from looper.adapters.agents.base import ProposalRejected
-
-        rejected: str | None = None
-        try:
-            proposal = self.agent.propose(self.agent_context(parent_source))
-        except ProposalRejected as exc:
-            proposal, rejected = None, str(exc)
-        agent_seconds = time.monotonic() - ta
+        self.display.set_phase(None, f"{self.wlabel(w)}agent ({getattr(self.agent, 'name', 'agent')}) proposes")
+        proposal, rejected, agent_seconds = self.propose(w, parent_source)
         if proposal is not None and getattr(proposal, "exhausted", False):
+            self.exhausted = True
             self.event("stop", f"the agent has run out of ideas: {proposal.rationale or proposal.description}")
             return None
         if proposal is not None and proposal.new_source is not None:
-            (self.wt.path / "train.py").write_text(proposal.new_source)
+            (w.wt.path / "train.py").write_text(proposal.new_source)
         description = (proposal.description if proposal else f"(rejected proposal) {rejected}")[:300]
         description = " ".join(description.split()) or "(no description)"
         rationale = proposal.rationale if proposal else ""
-        new_source = (self.wt.path / "train.py").read_text()
-        diff = self.wt._git("diff", "HEAD", "--", "train.py")
+        new_source = (w.wt.path / "train.py").read_text()
+        diff = w.wt._git("diff", "HEAD", "--", "train.py")
         exp_id = self.store.create_experiment(
             self.tag, "candidate", parent=parent, seed=self.cfg.data.seed, config=self.cfg.redacted_dict(),
-            description=description, rationale=rationale, source=new_source, diff=diff)
+            description=description, rationale=rationale, source=new_source, diff=diff, worker=w.label)
         self.store.update_experiment(exp_id, agent_seconds=agent_seconds, started_at=started_at)
-        self.stats.experiments += 1
+        spent = 0.0
 
         def finish(outcome: Outcome, verdict: Verdict, score: float | None = None, metrics: dict | None = None,
-                   signature: str | None = None, commit: str | None = None, **extra: Any) -> Outcome:
+                   signature: str | None = None, **extra: Any) -> Outcome:
             fault_pause("record")
             blocking = list(verdict.blocking)
             self.store.finish_experiment(
-                exp_id, outcome, score if outcome.has_score else None, metrics if outcome.has_score else metrics,
+                exp_id, outcome, score if outcome.has_score else None, metrics,
                 (metrics or {}).get("classes") if outcome.has_score else None, verdict.to_json_dict(), blocking,
                 finished_at=now_iso(), failure_signature=signature,
-                harness_seconds=max(0.0, time.monotonic() - t0 - agent_seconds - extra.pop("_spent", 0.0)),
-                **extra)
-            self.stats.outcomes[outcome.value] = self.stats.outcomes.get(outcome.value, 0) + 1
+                harness_seconds=max(0.0, time.monotonic() - t0 - agent_seconds - spent), **extra)
+            with self.count_lock:
+                self.stats.outcomes[outcome.value] = self.stats.outcomes.get(outcome.value, 0) + 1
             best = self.store.best_experiment(self.tag)
             self.display.outcome(exp_id, outcome.value, score, "; ".join(blocking)[:200],
                                  best.get("score") if best else None)
@@ -548,18 +621,20 @@ class Loop:
         # -- scope check
         self.store.set_phase(exp_id, "scope check")
         if rejected is not None:
-            self.wt.reset_hard(parent)
+            w.wt.reset_hard(parent)
             try:
                 compile(new_source, "train.py", "exec")
             except SyntaxError as exc:  # a change that does not compile broke the run: a crash
                 sig = core_failure.signature_of(f"SyntaxError: {exc.msg}")
-                return finish(Outcome.CRASH, Verdict.failed(
+                out = finish(Outcome.CRASH, Verdict.failed(
                     f"train.py does not compile: {exc.msg} (line {exc.lineno})"), signature=sig)
+                self.check_stuck()
+                return out
             return finish(Outcome.DISCARD, Verdict.failed(f"agent reply rejected: {rejected}"))
-        others = [c.path for c in self.wt.changes() if c.path != "train.py"]
+        others = [c.path for c in w.wt.changes() if c.path != "train.py"]
         if others:
-            self.wt.restore(others)
-            self.wt.reset_hard(parent)
+            w.wt.restore(others)
+            w.wt.reset_hard(parent)
             return finish(Outcome.DISCARD, Verdict.failed(
                 "scope violation: the agent changed " + ", ".join(sorted(others)[:8])
                 + " (only train.py may change); restored"))
@@ -568,83 +643,144 @@ class Loop:
         try:
             compile(new_source, "train.py", "exec")
         except SyntaxError as exc:
-            self.wt.reset_hard(parent)
+            w.wt.reset_hard(parent)
             sig = core_failure.signature_of(f"SyntaxError: {exc.msg}")
-            return finish(Outcome.CRASH, Verdict.failed(f"train.py does not compile: {exc.msg} (line {exc.lineno})"),
-                          signature=sig)
-        new_imports = new_third_party_imports(new_source, parent_source)
-        if new_imports:
-            self.wt.reset_hard(parent)
-            return finish(Outcome.DISCARD, Verdict.failed(
-                f"new third-party import: {', '.join(new_imports)} (no new packages)"))
-        # -- commit on the branch
-        commit = self.wt.commit(f"looper #{exp_id}: {description}")
-        self.store.update_experiment(exp_id, commit=commit)
-
-        def reset(outcome: Outcome) -> None:
-            self.wt.save_ref(f"refs/looper/discarded/{exp_id}", commit)
-            self.wt.reset_hard(parent)
-
-        # -- train and evaluate
-        m = self.measure(exp_id, "main", self.cfg.data.seed)
-        self.record_run(exp_id, "main", m)
-        spent = m.train_seconds + m.eval_seconds
-        timing = {"train_seconds": m.train_seconds, "eval_seconds": m.eval_seconds,
-                  "exit_code": m.train.exit_code if m.train else None,
-                  "train": m.train_json, "gpu": (m.train.gpu if m.train else None) or None}
-        if m.kind == "interrupted":
-            reset(Outcome.INTERRUPTED)
-            self.store.mark_interrupted(exp_id, m.blocking[0])
-            return Outcome.INTERRUPTED
-        if m.kind == "error":
-            v = Verdict.errored(*m.blocking)
-            finish(Outcome.ERROR, v, signature=m.signature, _spent=spent, **timing)
-            raise Halt(HarnessError("; ".join(m.blocking)))
-        if m.kind in ("crash", "vacuous"):
-            reset(Outcome.CRASH)
-            outcome = Outcome.CRASH if m.kind == "crash" else Outcome.VACUOUS
-            out = finish(outcome, Verdict.failed(*m.blocking), signature=m.signature, _spent=spent, **timing)
+            out = finish(Outcome.CRASH, Verdict.failed(f"train.py does not compile: {exc.msg} (line {exc.lineno})"),
+                         signature=sig)
             self.check_stuck()
             return out
-        # -- gate, with reruns for candidates inside the noise band
-        runs = [m.metrics]
-        simpler = code_lines(new_source) < code_lines(parent_source)
-        reruns_left = self.cfg.loop.noise_reruns
+        new_imports = new_third_party_imports(new_source, parent_source)
+        if new_imports:
+            w.wt.reset_hard(parent)
+            return finish(Outcome.DISCARD, Verdict.failed(
+                f"new third-party import: {', '.join(new_imports)} (no new packages)"))
+        # -- commit (on the branch with one worker; on the worker's detached checkout with several)
+        commit = w.wt.commit(f"looper #{exp_id}: {description}")
+        self.store.update_experiment(exp_id, commit=commit)
+
+        def reset() -> None:
+            w.wt.save_ref(f"refs/looper/discarded/{exp_id}", commit)
+            w.wt.reset_hard(parent)
+
+        timing: dict[str, Any] = {}
+
+        def measured(role: str, seed: int) -> Measurement | Outcome:
+            """Train + evaluate; a non-result ends the experiment here (returned as its Outcome)."""
+            nonlocal spent
+            m = self.measure(w, exp_id, role, seed)
+            self.record_run(exp_id, "main" if role == "main" else "rerun", m)
+            spent += m.train_seconds + m.eval_seconds
+            timing.update(train_seconds=timing.get("train_seconds", 0.0) + m.train_seconds,
+                          eval_seconds=timing.get("eval_seconds", 0.0) + m.eval_seconds)
+            if role == "main":
+                timing.update(exit_code=m.train.exit_code if m.train else None, train=m.train_json,
+                              gpu=(m.train.gpu if m.train else None) or None)
+            if m.kind == "measured":
+                return m
+            if m.kind == "interrupted":
+                reset()
+                self.store.mark_interrupted(exp_id, m.blocking[0])
+                return Outcome.INTERRUPTED
+            prefix = "" if role == "main" else f"{role} seed {seed}: "
+            if m.kind == "error":
+                finish(Outcome.ERROR, Verdict.errored(*(prefix + b for b in m.blocking)), signature=m.signature,
+                       **timing)
+                raise Halt(HarnessError("; ".join(m.blocking)))
+            reset()
+            outcome = Outcome.CRASH if m.kind == "crash" else Outcome.VACUOUS
+            out = finish(outcome, Verdict.failed(*(prefix + b for b in m.blocking)), signature=m.signature,
+                         **timing)
+            self.check_stuck()
+            return out
+
         gcfg = core_gate.GateConfig(score=self.cfg.gate.score, max_class_drop=self.cfg.gate.max_class_drop,
                                     noise_sigmas=self.cfg.gate.noise_sigmas)
-        while True:
-            inp, _best = self.gate_input(runs, simpler)
-            d = core_gate.decide(inp, gcfg, reruns_left)
-            if d.outcome is not Outcome.INCONCLUSIVE or d.needs_reruns <= 0 or reruns_left <= 0:
-                break
-            for _ in range(min(d.needs_reruns, reruns_left)):
-                seed = self.cfg.data.seed + len(runs)
-                r = self.measure(exp_id, "rerun", seed)
-                self.record_run(exp_id, "rerun", r)
-                spent += r.train_seconds + r.eval_seconds
-                reruns_left -= 1
-                if r.kind == "interrupted":
-                    reset(Outcome.INTERRUPTED)
-                    self.store.mark_interrupted(exp_id, r.blocking[0])
-                    return Outcome.INTERRUPTED
-                if r.kind == "error":
-                    finish(Outcome.ERROR, Verdict.errored(*r.blocking), _spent=spent, **timing)
-                    raise Halt(HarnessError("; ".join(r.blocking)))
-                if r.kind != "measured":
-                    reset(Outcome.CRASH)
-                    outcome = Outcome.CRASH if r.kind == "crash" else Outcome.VACUOUS
-                    out = finish(outcome, Verdict.failed(*(f"rerun seed {seed}: {b}" for b in r.blocking)),
-                                 signature=r.signature, _spent=spent, **timing)
-                    self.check_stuck()
-                    return out
-                runs.append(r.metrics)
-        metrics = mean_metrics(runs)
-        if d.outcome is Outcome.ERROR:
-            finish(Outcome.ERROR, d.verdict, metrics=None, _spent=spent, **timing)
-            raise Halt(HarnessError("gate: " + "; ".join(d.verdict.blocking)))
-        if d.outcome is not Outcome.KEEP:
-            reset(d.outcome)
-        return finish(d.outcome, d.verdict, score=d.score, metrics=metrics, _spent=spent, **timing)
+
+        def judge(runs: list[dict], against: dict, source: str, base_source: str) -> core_gate.GateDecision | Outcome:
+            """Gate with reruns for a candidate inside the noise band."""
+            simpler = code_lines(source) < code_lines(base_source)
+            reruns_left = self.cfg.loop.noise_reruns
+            while True:
+                inp, _ = self.gate_input(runs, simpler, best=against)
+                d = core_gate.decide(inp, gcfg, reruns_left)
+                if d.outcome is not Outcome.INCONCLUSIVE or d.needs_reruns <= 0 or reruns_left <= 0:
+                    return d
+                for _ in range(min(d.needs_reruns, reruns_left)):
+                    r = measured("rerun", self.cfg.data.seed + len(runs))
+                    reruns_left -= 1
+                    if isinstance(r, Outcome):
+                        return r
+                    runs.append(r.metrics)
+
+        first = measured("main", self.cfg.data.seed)
+        if isinstance(first, Outcome):
+            return first
+        runs = [first.metrics]
+        d = judge(runs, best_then, new_source, parent_source)
+        if isinstance(d, Outcome):
+            return d
+        for attempt in range(3):
+            if d.outcome is Outcome.ERROR:
+                finish(Outcome.ERROR, d.verdict, **timing)
+                raise Halt(HarnessError("gate: " + "; ".join(d.verdict.blocking)))
+            if d.outcome is not Outcome.KEEP:
+                reset()
+                return finish(d.outcome, d.verdict, score=d.score, metrics=mean_metrics(runs), **timing)
+            with self.keep_lock:
+                tip = self.branch_tip()
+                if tip == parent or not w.detached:
+                    self.advance_branch(w, commit, parent)
+                    return finish(Outcome.KEEP, d.verdict, score=d.score, metrics=mean_metrics(runs), **timing)
+                # The best moved while this candidate ran: its win is conditional on the new best.
+                kept_by = next((r["id"] for r in reversed(self.store.experiments(tag=self.tag,
+                                status=Outcome.KEEP.value)) if r.get("commit") == tip), None)
+                tip_source = w.wt.show(tip, "train.py")
+                best_now = self.best()
+            if attempt == 2:
+                reset()
+                return finish(Outcome.DISCARD, Verdict.failed(
+                    f"{RACE_REASON} #{kept_by}: the best kept moving; idea handed back"), **timing)
+            merged, clean = self.merge_train(parent_source, tip_source, new_source)
+            if not clean:
+                reset()
+                return finish(Outcome.DISCARD, Verdict.failed(
+                    f"{RACE_REASON} #{kept_by}: the train.py change does not merge onto the new best; "
+                    "idea handed back"), **timing)
+            # Rerun the merged source and judge THAT: never keep a result measured on another source.
+            w.wt.save_ref(f"refs/looper/raced/{exp_id}-{attempt}", commit)
+            w.wt.reset_hard(tip)
+            (w.wt.path / "train.py").write_text(merged)
+            parent, parent_source, new_source = tip, tip_source, merged
+            commit = w.wt.commit(f"looper #{exp_id}: {description} (merged onto #{kept_by})")
+            self.store.update_experiment(exp_id, commit=commit, parent=parent, source=merged,
+                                         diff=w.wt.diff(parent, commit))
+            self.event("note", f"#{exp_id} raced keep #{kept_by}: merged cleanly, rerunning the merged source",
+                       exp_id)
+            m = measured("rerun", self.cfg.data.seed)
+            if isinstance(m, Outcome):
+                return m
+            runs = [m.metrics]
+            d = judge(runs, best_now, new_source, parent_source)
+            if isinstance(d, Outcome):
+                return d
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def merge_train(self, base: str, ours: str, theirs: str) -> tuple[str, bool]:
+        """Three-way merge of train.py (git merge-file): (merged text, clean?)."""
+        import tempfile
+
+        from looper import proc
+
+        with tempfile.TemporaryDirectory(prefix="looper-merge-") as tmp:
+            paths = []
+            for name, text in (("ours", ours), ("base", base), ("theirs", theirs)):
+                p = Path(tmp) / name
+                p.write_text(text)
+                paths.append(str(p))
+            done = proc.run(["git", "merge-file", "-p", *paths], timeout=60)
+        if done.exit_code is None or done.exit_code < 0:
+            raise HarnessError(f"git merge-file failed: {done.stderr.strip()}")
+        return done.stdout, done.exit_code == 0
 
     def check_stuck(self) -> None:
         sigs = self.store.recent_signatures(self.tag, 2 * self.cfg.loop.stuck_after)
@@ -652,11 +788,11 @@ class Loop:
         if why:
             raise Halt(StuckError(why))
 
-    def agent_context(self, train_py: str) -> Any:
+    def agent_context(self, train_py: str, w: Worker) -> Any:
         from looper.agentctx import build_context
 
-        assert self.wt is not None
-        return build_context(self.store, self.tag, self.wt.path, train_py, self.program_md, self.cfg)
+        others = tuple(dict(k) for wid, k in sorted(self.in_flight.items()) if wid != w.id)
+        return build_context(self.store, self.tag, w.wt.path, train_py, self.program_md, self.cfg, in_flight=others)
 
     # ------------------------------------------------------------------ the night
     def deadline(self) -> datetime | None:
@@ -709,9 +845,50 @@ class Loop:
         self.page(f"looper {kind}: {self.tag}: {str(err)[:120]}", body, last_exp["id"] if last_exp else None)
         return err.exit_code
 
+    def claim(self, limit: int, deadline: datetime | None) -> bool:
+        """May one more experiment start? Counts it when yes."""
+        with self.count_lock:
+            if self.cancel.is_set() or self.exhausted or self.halt_error is not None:
+                return False
+            if limit and self.stats.experiments >= limit:
+                if "limit" not in self._noted:
+                    self._noted.add("limit")
+                    self.event("stop", f"max_experiments reached ({limit})")
+                return False
+            if deadline and datetime.now() >= deadline:
+                if "until" not in self._noted:
+                    self._noted.add("until")
+                    self.event("stop", f"until {self.cfg.loop.until} reached")
+                return False
+            self.stats.experiments += 1
+            return True
+
+    def worker_loop(self, w: Worker, limit: int, deadline: datetime | None) -> None:
+        try:
+            while self.claim(limit, deadline):
+                outcome = self.run_one(w)
+                if outcome is None or outcome is Outcome.INTERRUPTED:
+                    break
+        except Halt as h:
+            with self.count_lock:
+                self.halt_error = self.halt_error or h.error
+            self.cancel.set()  # the other workers stop; their experiments are marked interrupted
+        except HarnessError as exc:
+            with self.count_lock:
+                self.halt_error = self.halt_error or exc
+            self.cancel.set()
+        except Exception as exc:  # a bug in the harness is a harness error: halt and page
+            import traceback
+
+            traceback.print_exc()
+            with self.count_lock:
+                self.halt_error = self.halt_error or HarnessError(
+                    f"internal error in looper ({w.label}): {type(exc).__name__}: {exc}")
+            self.cancel.set()
+
     def run(self, max_experiments: int = 0) -> int:
         """The night. Returns the process exit code (0 stop rule/signal, 3 error, 4 stuck)."""
-        self.event("start", f"daemon started (pid {__import__('os').getpid()})")
+        self.event("start", f"daemon started (pid {os.getpid()}, {self.cfg.loop.workers} worker(s))")
         deadline = self.deadline()
         limit = max_experiments or self.cfg.loop.max_experiments
         try:
@@ -719,18 +896,21 @@ class Loop:
                 self.setup()
             except HarnessError as exc:
                 return self.halt(exc)
-            while not self.cancel.is_set():
-                if limit and self.stats.experiments >= limit:
-                    self.event("stop", f"max_experiments reached ({limit})")
-                    break
-                if deadline and datetime.now() >= deadline:
-                    self.event("stop", f"until {self.cfg.loop.until} reached")
-                    break
-                outcome = self.run_one()
-                if outcome is None:
-                    break
-                if outcome is Outcome.INTERRUPTED:
-                    break
+            except Halt as h:
+                return self.halt(h.error)
+            if len(self.workers) == 1:
+                self.worker_loop(self.workers[0], limit, deadline)
+            else:
+                threads = [threading.Thread(target=self.worker_loop, args=(w, limit, deadline), name=w.label,
+                                            daemon=True) for w in self.workers]
+                for t in threads:
+                    t.start()
+                while any(t.is_alive() for t in threads):  # join in slices: signals reach the main thread
+                    for t in threads:
+                        t.join(timeout=0.5)
+            if self.halt_error is not None:
+                self.restore_last_kept()
+                return self.halt(self.halt_error)
             if self.cancel.is_set():
                 self.event("interrupted", "stopped by a signal; checkout restored to the last kept commit")
                 self.restore_last_kept()
@@ -777,7 +957,8 @@ class Loop:
         try:
             for name in ("train.py", *FIXED_FILES):
                 shutil.copy2(self.root / name, scratch / name)
-            m = self.measure(exp_id, "main", self.cfg.data.seed, checkout=scratch)
+            w = Worker(0, self.wt, self.executor, self.device, detached=False)
+            m = self.measure(w, exp_id, "main", self.cfg.data.seed, checkout=scratch)
             self.record_run(exp_id, "main", m)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

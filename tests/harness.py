@@ -111,6 +111,9 @@ class WS:
     def worktree(self) -> Path:
         return self.root / ".looper" / "worktrees" / "t"
 
+    def by_description(self) -> dict[str, dict]:
+        return {r["description"]: r for r in self.rows()}
+
     def wait_for(self, predicate, timeout: float = 60, what: str = "condition") -> None:
         end = time.monotonic() + timeout
         while time.monotonic() < end:

@@ -75,6 +75,20 @@ class Workspace:
     def save_ref(self, name: str, sha: str) -> None:
         self.repo.git.update_ref(name, sha)
 
+    def ensure_detached_worktree(self, tag: str, index: int, at: str) -> Worktree:
+        """A worker's own checkout, on a detached HEAD: the branch moves only on a keep."""
+        path = self.root / ".looper" / "worktrees" / f"{tag}-w{index}"
+        try:
+            self.repo.git.worktree("prune")
+            if not (path / ".git").exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.repo.git.worktree("add", "--force", "--detach", str(path), at)
+        except git.GitCommandError as exc:
+            raise HarnessError(f"git could not set up worker worktree {path}: {exc.stderr.strip()}") from exc
+        wt = Worktree(path, branch_name(tag))
+        wt.reset_hard(at)
+        return wt
+
 
 class Worktree:
     """One checkout of ``looper/<tag>``."""
