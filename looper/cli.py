@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import typer
 
@@ -95,7 +96,7 @@ def _program(root: Path) -> tuple[str, Any]:
 @app.command()
 @_errors
 def init(directory: Path = typer.Argument(Path("."), help="Folder for the new workspace (new or empty)."),
-         preset: Optional[str] = typer.Option(None, help="demo | tiny: a looper.toml sized for a short CPU run.")) -> None:
+         preset: str | None = typer.Option(None, help="demo | tiny: a looper.toml sized for a short CPU run.")) -> None:
     """Make a new workspace: the same files as looper's root, in a new git repository."""
     from looper.workspace import init_workspace
 
@@ -105,9 +106,9 @@ def init(directory: Path = typer.Argument(Path("."), help="Folder for the new wo
 
 @app.command()
 @_errors
-def run(max_experiments: Optional[int] = typer.Option(None, "--max-experiments", min=0),
-        until: Optional[str] = typer.Option(None, "--until", help="HH:MM: start no experiment after this."),
-        tag: Optional[str] = typer.Option(None, "--tag")) -> None:
+def run(max_experiments: int | None = typer.Option(None, "--max-experiments", min=0),
+        until: str | None = typer.Option(None, "--until", help="HH:MM: start no experiment after this."),
+        tag: str | None = typer.Option(None, "--tag")) -> None:
     """Run the loop until a stop rule, a signal, a harness error (exit 3) or a stuck loop (exit 4)."""
     from looper.adapters.agents import make_agent
     from looper.adapters.executors import make_executor
@@ -154,10 +155,10 @@ def status() -> None:
 @app.command()
 @_errors
 def history(as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-            status: Optional[str] = typer.Option(None, help="Only this outcome (keep, discard, crash, ...)."),
-            tag: Optional[str] = typer.Option(None),
-            since: Optional[str] = typer.Option(None, help="ISO date or time."),
-            until: Optional[str] = typer.Option(None, help="ISO date or time.")) -> None:
+            status: str | None = typer.Option(None, help="Only this outcome (keep, discard, crash, ...)."),
+            tag: str | None = typer.Option(None),
+            since: str | None = typer.Option(None, help="ISO date or time."),
+            until: str | None = typer.Option(None, help="ISO date or time.")) -> None:
     """Every experiment, oldest first."""
     from looper.report import history_json, history_rows, history_text
 
@@ -187,8 +188,8 @@ def suggest(as_json: bool = typer.Option(False, "--json")) -> None:
 
 @app.command()
 @_errors
-def report(html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML page."),
-           since: Optional[str] = typer.Option(None, help="ISO time; default: the last daemon run.")) -> None:
+def report(html: Path | None = typer.Option(None, "--html", help="Also write one self-contained HTML page."),
+           since: str | None = typer.Option(None, help="ISO time; default: the last daemon run.")) -> None:
     """The morning report."""
     from looper.report import report_text, write_html
 

@@ -390,18 +390,22 @@ class Loop:
         data_dir = Path(self.cfg.data.dir)
         data_dir = data_dir if data_dir.is_absolute() else self.root / data_dir
 
+        transport = tr.transport_exit_code
+        if tr.transport_error and transport in (None, 0):
+            transport = -1  # a transport fault in words, with no tool's exit code: still the harness
+
         def evidence(canary_failed: bool | None) -> core_failure.FailureEvidence:
             tail = tr.log_tail + (f"\n{tr.transport_error}" if tr.transport_error else "")
             return core_failure.FailureEvidence(
                 exit_code=tr.exit_code, signal=tr.signal, timed_out=tr.timed_out, stalled=tr.stalled,
-                log_tail=tail, transport_exit_code=tr.transport_exit_code, canary_failed=canary_failed,
+                log_tail=tail, transport_exit_code=transport, canary_failed=canary_failed,
                 data_dir=str(data_dir))
 
         c = core_failure.classify_failure(evidence(None))
         if c.needs_canary and allow_canary:
             c = core_failure.classify_failure(evidence(self.canary(w, exp_id)))
         m.kind = "crash" if c.outcome is Outcome.CRASH else "error"
-        m.blocking = [c.reason]
+        m.blocking = [c.reason] + ([tr.transport_error] if tr.transport_error else [])
         m.signature = c.signature
 
     def canary(self, w: Worker, exp_id: int) -> bool:

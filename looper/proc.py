@@ -167,6 +167,12 @@ def supervise(
             on_start(proc.pid)
 
         def pump() -> None:
+            try:
+                _pump()
+            except (ValueError, OSError):  # the log or pipe was closed under us: the run is over
+                pass
+
+        def _pump() -> None:
             assert proc.stdout is not None
             # Read raw chunks: progress bars use '\r' without '\n' and still count as life.
             buf = b""
@@ -221,6 +227,13 @@ def supervise(
         # The leader is gone; make sure nothing of its group outlives it.
         _kill_group(proc, signal.SIGKILL)
         reader.join(timeout=5)
+        if reader.is_alive():  # a grandchild outside the group still holds the pipe: stop reading
+            try:
+                assert proc.stdout is not None
+                proc.stdout.close()
+            except (OSError, ValueError):
+                pass
+            reader.join(timeout=1)
     rc = proc.returncode
     sig = -rc if rc is not None and rc < 0 else None
     return Supervised(

@@ -405,7 +405,7 @@ def _classes_html(n: Night) -> str:
 
 
 def _time_html(n: Night) -> str:
-    rows = "".join(f'<tr><td>{p}</td><td class="n" data-seconds="{n.time[p]:.3f}">{_secs(n.time[p])}</td>'
+    rows = "".join(f'<tr><td><i class="sw" style="background:{TIME_COLORS[p]}"></i>{p}</td><td class="n" data-seconds="{n.time[p]:.3f}">{_secs(n.time[p])}</td>'
                    f'<td class="n">{n.time_ids[p]}</td></tr>' for p in TIME_PARTS)
     return (f'<section id="time"><h2>Where the time went</h2>{time_svg(n)}'
             f'<table><tr><th>part</th><th>time</th><th>experiments reporting it</th></tr>{rows}</table>'
@@ -413,10 +413,14 @@ def _time_html(n: Night) -> str:
 
 
 def _all_html(n: Night) -> str:
+    # experiments without an anchor in another section get theirs here, so every #id link lands
+    anchored = ({k.id for k in n.kept} | {x.id for x in n.near_misses}
+                | {e["id"] for e in (*n.vacuous, *n.errors, *n.inconclusive)})
     rows = []
     for e in n.experiments:
         why = e.get("failure_signature") or "; ".join(e.get("blocking") or [])
-        rows.append(f'<tr data-id="{e["id"]}"><td>#{e["id"]}</td><td>{html.escape(e["kind"])}</td>'
+        anchor = "" if e["id"] in anchored else f' id="exp-{e["id"]}"'
+        rows.append(f'<tr data-id="{e["id"]}"{anchor}><td>#{e["id"]}</td><td>{html.escape(e["kind"])}</td>'
                     f'<td>{html.escape(e["status"])}</td><td class="n">{_fmt(e.get("score"))}</td>'
                     f'<td>{_h(e.get("description"))}</td><td>{_h(why)[:200]}</td></tr>')
     return (f'<section id="all"><details><summary>Every experiment in this window ({len(n.experiments)})</summary>'

@@ -228,4 +228,4 @@ def migrate(write_engine: Engine, target: int | None = None, *, where: str = "ex
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+    return _dt.datetime.now(_dt.UTC).isoformat()

@@ -58,7 +58,7 @@ class ExperimentNotFound(UsageError, LookupError):
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
 
 
 def to_utc_iso(value: str | _dt.datetime, what: str) -> str:
@@ -75,7 +75,7 @@ def to_utc_iso(value: str | _dt.datetime, what: str) -> str:
         raise TypeError(f"{what}: expected an ISO-8601 string or a datetime, got {type(value).__name__}")
     if parsed.tzinfo is None:
         raise ValueError(f"{what}: a time without a timezone is ambiguous: {value!r}")
-    return parsed.astimezone(_dt.timezone.utc).isoformat(timespec="microseconds")
+    return parsed.astimezone(_dt.UTC).isoformat(timespec="microseconds")
 
 
 def _iso(value: str | _dt.datetime | None, what: str) -> str | None:

@@ -162,7 +162,7 @@ def test_runs_are_recorded_per_experiment(store: Store) -> None:
     r1 = store.add_run(i, "main", seed=0, exit_code=0, score=0.5, metrics={"weighted_f1": 0.5},
                        train={"steps": 10}, log_tail="done\n")
     r2 = store.add_run(i, "rerun", seed=1, exit_code=0, score=0.48,
-                       started_at=dt.datetime(2025, 1, 1, 2, 0, tzinfo=dt.timezone.utc))
+                       started_at=dt.datetime(2025, 1, 1, 2, 0, tzinfo=dt.UTC))
     runs = store.runs(i)
     assert [r["id"] for r in runs] == [r1, r2]
     assert runs[0]["metrics"] == {"weighted_f1": 0.5} and runs[0]["train"] == {"steps": 10}
@@ -216,7 +216,7 @@ def test_experiments_filters(store: Store) -> None:
     last = store.get_experiment(o)["started_at"]
     assert [e["id"] for e in store.experiments(since=last)] == [o]
     assert [e["id"] for e in store.experiments(since=first, until=last)] == ids  # until is exclusive
-    future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
+    future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
     assert store.experiments(since=future) == []
     assert [e["id"] for e in store.running_experiments()] == [ids[2], ids[3], o]
     with pytest.raises(ValueError):
@@ -266,7 +266,7 @@ def test_events_journal(store: Store) -> None:
     assert [(e["kind"], e["data"]) for e in evs] == [("start", {"budget": 300}), ("page_failed", None)]
     assert [e["kind"] for e in store.events(kind=["note", "start"])] == ["start", "note"]
     assert [e["id"] for e in store.events(limit=1)] == [e2 + 1]
-    assert store.events(since=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)) == []
+    assert store.events(since=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)) == []
     with pytest.raises(ValueError, match="event kind must be one of"):
         store.add_event("t", "party", "x")
     with pytest.raises(ExperimentNotFound):

@@ -28,6 +28,7 @@ class LocalExecutor:
                  extra_env: dict[str, str] | None = None) -> None:
         self.workspace = Path(workspace)
         self.python = python if python and python != "python3" else sys.executable
+        self.gpu_index = gpu_index
         self.probe = probe or NvmlProbe(gpu_index)
         self.extra_env = dict(extra_env or {})
 
@@ -95,8 +96,19 @@ class LocalExecutor:
         )
         limits = proc.Limits(budget_seconds=job.budget_seconds + job.grace_seconds,
                              stall_seconds=job.stall_seconds)
-        s = self._supervise([self.python, "train.py"], job.checkout, env, job.log_path, limits, on_line, cancel)
-        return _result(s)
+        sampler = None
+        if job.device and job.device != "cpu":  # GPU figures and loss detection through NVML
+            from looper.adapters.gpu import GpuSampler
+
+            index = int(job.device.split(":")[-1]) if job.device.split(":")[-1].isdigit() else self.gpu_index
+            sampler = GpuSampler(index).start()
+        try:
+            s = self._supervise([self.python, "train.py"], job.checkout, env, job.log_path, limits, on_line, cancel)
+        finally:
+            gpu = sampler.stop() if sampler else {}
+        result = _result(s)
+        result.gpu = gpu
+        return result
 
     def evaluate(self, job: EvalJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
         job.metrics_path.unlink(missing_ok=True)  # a result not written by this run does not exist
