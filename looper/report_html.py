@@ -8,6 +8,7 @@ in a mail attachment or years later. Every plotted point carries its experiment 
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 from looper.report import (
@@ -428,6 +429,32 @@ def _all_html(n: Night) -> str:
             f'<th>description</th><th>why</th></tr>{"".join(rows)}</table></details></section>')
 
 
+def _earlier_html(n: Night, body: str) -> str:
+    """Anchors for experiments before this window that the page links to (the baseline, the
+    best before the first kept change ...), so that every ``#id`` link lands somewhere."""
+    linked = {int(i) for i in re.findall(r'href="#exp-(\d+)"', body)}
+    anchored = {int(i) for i in re.findall(r'id="exp-(\d+)"', body)}
+    missing = sorted(linked - anchored)
+    if not missing:
+        return ""
+    keeps = dict(n.running_best)
+    rows = []
+    for i in missing:
+        what = []
+        if n.baseline is not None and i == n.baseline["id"]:
+            what.append("the tag-start baseline")
+        if i == n.baseline_id and n.baseline_source.startswith("approved:"):
+            what.append(f"the approved baseline {n.baseline_source}")
+        if n.best is not None and i == n.best["id"]:
+            what.append("the current best")
+        if i in keeps:
+            what.append(f"kept, {html.escape(n.score_name)} {keeps[i]:.4f}")
+        rows.append(f'<tr id="exp-{i}" data-id="{i}"><td>#{i}</td><td>{"; ".join(what) or "-"}</td></tr>')
+    return (f'<section id="earlier"><h2>Earlier experiments referenced</h2><p class="sub">Before this window; '
+            f'<code>looper history</code> has them in full.</p><table><tr><th>id</th><th>what</th></tr>'
+            f'{"".join(rows)}</table></section>')
+
+
 def render_html(n: Night) -> str:
     """The whole page as one string."""
     window = f"since {html.escape(n.since[:19])}" if n.since else "all history"
@@ -445,6 +472,7 @@ def render_html(n: Night) -> str:
         _time_html(n),
         _all_html(n),
     ]
+    body.append(_earlier_html(n, "".join(body)))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{title}</title><style>{CSS}</style></head><body><main>"

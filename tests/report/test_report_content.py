@@ -251,3 +251,14 @@ def test_html_near_miss_crash_groups_and_exclusions(seeded: Seeded, tmp_path: Pa
     for name in ("discard", "near_miss", "crash_oom1", "crash_name"):
         assert f"(#{seeded.ids[name]})" in excl, name
     assert f"(#{seeded.ids['inconclusive']})" not in excl  # inconclusive is never an exclusion
+
+
+def test_html_every_experiment_link_has_a_target(seeded: Seeded, tmp_path: Path) -> None:
+    page = write_html(seeded.store, seeded.root, tmp_path / "r.html").read_text()
+    p = _parse(page)
+    ids = [a["id"] for _, a in p.elements if a.get("id")]
+    assert len(ids) == len(set(ids)), "duplicate element ids"
+    targets = {a["href"][1:] for t, a in p.elements if t == "a" and (a.get("href") or "").startswith("#")}
+    assert targets and targets <= set(ids), sorted(targets - set(ids))
+    window = {f"exp-{e['id']}" for e in seeded.store.experiments(since=seeded.since)}
+    assert window <= set(ids)
