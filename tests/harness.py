@@ -140,7 +140,9 @@ def write_config(root: Path, notify_url: str, agent_cmd: str, **over: object) ->
     text += '\n[data]\ndir = "data"\nscale = "tiny"\nseed = 0\n'
     text += "\n[gate]\n" + "".join(f"{k} = {val(v)}\n" for k, v in gate.items())
     text += f'\n[agent]\nkind = "command"\ncommand = {json.dumps(agent_cmd)}\ntimeout_seconds = 60\n'
-    text += '\n[executor]\nkind = "local"\n'
+    executor = {"kind": "local"}
+    executor.update({k[5:]: v for k, v in over.items() if k.startswith("exec_")})
+    text += "\n[executor]\n" + "".join(f"{k} = {val(v)}\n" for k, v in executor.items())
     text += f"\n[notify]\nurls = [{json.dumps(notify_url)}]\n"
     (root / "looper.toml").write_text(text)
 
