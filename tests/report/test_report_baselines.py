@@ -7,7 +7,7 @@ import os
 from datetime import date
 
 import pytest
-from conftest import Seeded
+from report_seed import Seeded
 
 from looper.baselines import approve, baseline_files, newest_baseline, next_name
 from looper.errors import UsageError

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import Seeded
+from report_seed import Seeded
 
 from looper.report import write_html
 

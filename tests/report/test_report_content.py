@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from conftest import SECRET, TAG, Seeded
+from report_seed import SECRET, TAG, Seeded
 
 from looper.report import gather, report_text, write_html
 

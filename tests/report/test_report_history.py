@@ -6,7 +6,7 @@ import json
 import sqlite3
 
 import pytest
-from conftest import SECRET, TAG, Seeded, build
+from report_seed import SECRET, TAG, Seeded, build
 
 from looper.report import HISTORY_KEYS, history_json, history_rows, history_text
 
