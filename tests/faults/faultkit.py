@@ -117,6 +117,12 @@ def assert_nothing_lost(ws: WS, *, halted: str | None = None, recovered: bool = 
             assert ref == r["commit"], f"refs/looper/discarded/{r['id']} missing or wrong for #{r['id']}"
             shown = ws.git("show", f"{r['commit']}:train.py")
             assert shown == r["source"].rstrip("\n"), f"discarded commit of #{r['id']} differs from its source"
+    refs = set(ws.git("for-each-ref", "--format=%(objectname)", "refs/looper/").split())
+    for r in rows:
+        if r["status"] == "interrupted" and r["commit"] and r["commit"] != r["parent"]:
+            on_branch = subprocess.run(["git", "merge-base", "--is-ancestor", r["commit"], "looper/t"],
+                                       cwd=ws.root).returncode == 0
+            assert on_branch or r["commit"] in refs, f"interrupted #{r['id']}'s commit is reachable from no ref"
     kinds = event_kinds(ws)
     assert "start" in kinds, "the journal has no start event"
     if halted:

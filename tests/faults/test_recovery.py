@@ -1,0 +1,153 @@
+"""Fault matrix, part 2: the daemon killed (SIGKILL) in each phase, then restarted.
+
+Training is covered by tests/loop/test_loop.py::test_kill_9_mid_training_then_restart_recovers_and_continues.
+Here: the agent phase, evaluation, and recording (LOOPER_FAULT_PAUSE=record:30 pauses just
+before an experiment's outcome is written). After the restart: the interrupted experiment
+is `interrupted`, the worktree is back at the last kept commit, the next experiment runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from faultkit import assert_nothing_lost, baseline_only, kill_pids, procs_with_env, runs_rows
+
+pytestmark = pytest.mark.e2e
+
+
+def _sigkill(daemon) -> None:  # noqa: ANN001
+    try:
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(10)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+
+
+def _restart_and_continue(ws) -> tuple[dict, dict]:  # noqa: ANN001
+    """Restart with one fine change queued; returns (the killed experiment's row or {}, the new row)."""
+    ws.enqueue("a fine change after the restart", knobs={"QUALITY": 0.8})
+    r = ws.looper("run", "--max-experiments", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = ws.rows()
+    new = rows[-1]
+    assert new["status"] == "keep" and new["description"] == "a fine change after the restart"
+    base = ws.rows("baseline")[-1]
+    assert new["parent"] == base["commit"], "the next experiment did not start from the last kept commit"
+    assert ws.git("rev-parse", "looper/t") == new["commit"]
+    return (rows[-2] if len(rows) > 1 else {}), new
+
+
+def _thinking(ws) -> bool:  # noqa: ANN001
+    """The agent is running and has claimed its queue item (it sleeps after claiming)."""
+    return bool(procs_with_env("FIXTURE_QUEUE", str(ws.queue), "agent.py")) and not list(ws.queue.glob("*.json"))
+
+
+def _assert_interrupted(row: dict) -> None:
+    assert row["status"] == "interrupted" and row["score"] is None, row["status"]
+    assert row["finished_at"]
+
+
+def test_kill_9_while_the_agent_thinks(make_ws):
+    ws = make_ws()
+    baseline_only(ws)
+    ws.enqueue("a slow idea", knobs={"QUALITY": 0.9}, sleep=30)
+    daemon = ws.start("--max-experiments", "1")
+    orphans: list[int] = []
+    try:
+        ws.wait_for(lambda: _thinking(ws), 60, "the agent to think")
+        _sigkill(daemon)
+        orphans = procs_with_env("FIXTURE_QUEUE", str(ws.queue), "agent.py")
+        kill_pids(orphans)  # the orphaned agent is the subject of the next (xfail) test, not this one
+        assert not list(ws.queue.glob("*.json")), "the killed agent had claimed its queue item"
+        assert ws.rows() == [], "an experiment row exists although the agent had not answered"
+        killed, new = _restart_and_continue(ws)
+    finally:
+        kill_pids(orphans)
+        if daemon.poll() is None:
+            daemon.kill()
+    assert killed == {}  # nothing was started, so nothing is interrupted
+    assert_nothing_lost(ws)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: the command agent runs in a session of its own (proc.run, "
+                   "start_new_session=True) and leaves no pid trail: a daemon killed during the agent "
+                   "phase leaves the agent running, and the restarted daemon does not end it; it later "
+                   "writes train.py into the shared worktree")
+def test_restart_ends_the_agent_a_killed_daemon_left_behind(make_ws):
+    ws = make_ws()
+    baseline_only(ws)
+    ws.enqueue("a slow idea", knobs={"QUALITY": 0.9}, sleep=30)
+    daemon = ws.start("--max-experiments", "1")
+    orphans: list[int] = []
+    try:
+        ws.wait_for(lambda: _thinking(ws), 60, "the agent to think")
+        _sigkill(daemon)
+        orphans = procs_with_env("FIXTURE_QUEUE", str(ws.queue), "agent.py")
+        assert orphans, "expected the killed daemon's agent to be still running"
+        baseline_only(ws)  # a restart that starts no experiment: recovery only
+        alive = procs_with_env("FIXTURE_QUEUE", str(ws.queue), "agent.py")
+        assert not set(alive) & set(orphans), f"agent pid(s) {alive} outlived the restart"
+    finally:
+        kill_pids(orphans)
+        if daemon.poll() is None:
+            daemon.kill()
+
+
+def test_kill_9_during_evaluation(make_ws):
+    ws = make_ws()
+    baseline_only(ws)
+    ws.enqueue("evaluated slowly", knobs={"QUALITY": 0.9})
+    env = ws.env()
+    env["FIXTURE_EVAL_SLEEP"] = "60"
+    daemon = ws.start("--max-experiments", "1", env=env)
+    try:
+        ws.wait_for(lambda: any(r["status"] == "running" and (r["phase"] or "").startswith("evaluate")
+                                for r in ws.rows()), 60, "the candidate to be evaluated")
+        ws.wait_for(lambda: list((ws.root / ".looper" / "pids").glob("*.pid")), 10, "the evaluator's pid file")
+        left = [int(p.stem) for p in (ws.root / ".looper" / "pids").glob("*.pid")]
+        _sigkill(daemon)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    assert ws.git("rev-parse", "looper/t") == ws.rows()[0]["commit"]  # mid-experiment state
+    killed, _new = _restart_and_continue(ws)
+    _assert_interrupted(killed)
+    assert ws.events("recover")
+    for pgid in left:  # the orphaned evaluator was ended
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
+    assert_nothing_lost(ws, recovered=True)
+
+
+def test_kill_9_while_recording_the_outcome(make_ws):
+    ws = make_ws()
+    baseline_only(ws)
+    ws.enqueue("a keep, never recorded", knobs={"QUALITY": 0.9})
+    env = ws.env()
+    env["LOOPER_FAULT_PAUSE"] = "record:30"
+    daemon = ws.start("--max-experiments", "1", env=env)
+    try:
+        def recording() -> bool:
+            rows = ws.rows()
+            return bool(rows) and rows[0]["status"] == "running" and \
+                any(x["experiment_id"] == rows[0]["id"] for x in runs_rows(ws))
+
+        ws.wait_for(recording, 60, "the candidate to be measured and about to be recorded")
+        import time
+
+        time.sleep(0.5)  # inside fault_pause("record")
+        _sigkill(daemon)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    exp = ws.rows()[0]
+    assert exp["status"] == "running" and exp["score"] is None  # the outcome was never written
+    measured = [x for x in runs_rows(ws) if x["experiment_id"] == exp["id"]]
+    assert measured and measured[0]["score"] is not None  # the measurement itself was kept
+    killed, _new = _restart_and_continue(ws)
+    _assert_interrupted(killed)
+    assert killed["id"] == exp["id"]
+    assert ws.events("recover")
+    assert_nothing_lost(ws, recovered=True)
