@@ -23,8 +23,8 @@ def test_two_workers_on_slurm_keep_and_discard(make_ws, slurm_cluster, pages):  
     kept = [r for r in ws.rows() if r["status"] == "keep"]
     assert ws.git("rev-parse", "looper/t") == kept[-1]["commit"]
     # every run went through the scheduler: each run folder holds its batch script and job output
-    runs = list((ws.root / "runs" / "t").glob("*/main-s0"))
-    assert len(runs) >= 4  # the baseline's and three candidates'
+    runs = list((ws.root / "runs" / "t").glob("*/*-s*"))
+    assert len(runs) >= 5  # the baseline (two seeds) and three candidates
     for run in runs:
         assert list((run / "slurm").iterdir()), f"no slurm job files in {run}"
         assert "fixture train.py starting" in (run / "train.log").read_text()
