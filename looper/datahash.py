@@ -21,11 +21,18 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def tree_hash(root: Path) -> tuple[str, int]:
+# Ultralytics writes ``labels.cache`` next to the label folders the first time it trains on
+# a data set: a derived index, not data. Everything else under the data folder is hashed.
+IGNORED = ("*.cache",)
+
+
+def tree_hash(root: Path, ignore: tuple[str, ...] = IGNORED) -> tuple[str, int]:
     """One hash over every file under ``root`` (path and content); returns (hash, files)."""
     root = Path(root)
     entries = []
     for p in sorted(root.rglob("*")):
+        if any(p.match(pattern) for pattern in ignore):
+            continue
         if p.is_file() or p.is_symlink():
             rel = p.relative_to(root).as_posix()
             digest = file_sha256(p) if p.is_file() else "symlink:" + str(p.readlink())

@@ -1,0 +1,43 @@
+"""Content hashes: any change to the data is seen; Ultralytics' label caches are not data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from looper.datahash import file_sha256, fixed_hashes, tree_hash
+
+
+def _tree(root: Path) -> None:
+    (root / "tiles" / "train").mkdir(parents=True)
+    (root / "tiles" / "train" / "a.txt").write_text("0 0.5 0.5 0.1 0.1\n")
+    (root / "manifest.json").write_text("{}")
+
+
+def test_tree_hash_sees_content_names_and_new_files(tmp_path: Path):
+    _tree(tmp_path)
+    h, n = tree_hash(tmp_path)
+    assert n == 2
+    (tmp_path / "tiles" / "train" / "a.txt").write_text("0 0.5 0.5 0.1 0.2\n")
+    h2, _ = tree_hash(tmp_path)
+    assert h2 != h
+    (tmp_path / "tiles" / "train" / "a.txt").write_text("0 0.5 0.5 0.1 0.1\n")
+    assert tree_hash(tmp_path)[0] == h  # same content, same hash
+    (tmp_path / "tiles" / "train" / "b.txt").write_text("")
+    assert tree_hash(tmp_path)[0] != h
+    (tmp_path / "tiles" / "train" / "b.txt").unlink()
+    (tmp_path / "tiles" / "train" / "a.txt").rename(tmp_path / "tiles" / "train" / "c.txt")
+    assert tree_hash(tmp_path)[0] != h  # a rename is a change
+
+
+def test_label_caches_written_by_ultralytics_are_not_data(tmp_path: Path):
+    _tree(tmp_path)
+    h, _ = tree_hash(tmp_path)
+    (tmp_path / "tiles" / "train.cache").write_bytes(b"\x00cache")
+    (tmp_path / "tiles" / "train" / "labels.cache").write_bytes(b"\x00cache")
+    assert tree_hash(tmp_path)[0] == h
+
+
+def test_fixed_hashes_report_a_missing_file_as_none(tmp_path: Path):
+    (tmp_path / "evaluate.py").write_text("print(1)\n")
+    got = fixed_hashes(tmp_path, ("evaluate.py", "prepare.py"))
+    assert got == {"evaluate.py": file_sha256(tmp_path / "evaluate.py"), "prepare.py": None}
