@@ -118,18 +118,13 @@ def test_evaluate_changed_while_the_agent_thinks(make_ws, pages):
         if daemon.poll() is None:
             daemon.kill()
     exp = _one(ws.rows())
-    assert exp["status"] in ("discard", "error"), exp["status"]
-    assert exp["status"] != "keep" and exp["score"] is None
-    if exp["status"] == "discard":
-        assert daemon.returncode == 0, out
-        assert "evaluate.py" in exp["blocking_json"]
-        assert (ws.worktree / "evaluate.py").read_text() == original
-        assert pages.pages == []
-        assert_nothing_lost(ws)
-    else:
-        assert daemon.returncode == 3, out
-        assert len(pages.pages) == 1
-        assert_nothing_lost(ws, halted="halt")
+    assert exp["status"] == "discard" and exp["score"] is None, exp["status"]
+    assert daemon.returncode == 0, out
+    assert "scope violation" in exp["blocking_json"] and "evaluate.py" in exp["blocking_json"]
+    assert (ws.worktree / "evaluate.py").read_text() == original  # restored: never evaluated with the edit
+    assert not [x for x in runs_rows(ws) if x["experiment_id"] == exp["id"]]  # nothing ran with it
+    assert pages.pages == []
+    assert_nothing_lost(ws)
 
 
 # ---------------------------------------------------------------- a check that lies
