@@ -234,6 +234,9 @@ class Loop:
         self.pinned = tag_row
         main = Worker(0, self.wt, self.executor, self.device, detached=False)
         if not self.store.experiments(tag=self.tag, kind="baseline", status=Outcome.KEEP.value):
+            pre = self.preflight(main)  # nothing trains, not even the baseline, on a broken harness
+            if not pre.ok:
+                raise HarnessError("preflight failed before the baseline: " + "; ".join(pre.blocking))
             self.measure_baseline(main)
         n = self.cfg.loop.workers
         if n == 1:
@@ -371,6 +374,10 @@ class Loop:
             return m
         if not metrics_path.is_file():
             m.kind, m.blocking = "error", ["the evaluator exited 0 but wrote no METRICS.json"]
+            return m
+        after = self.integrity("during the evaluation", ck, w.executor)
+        if not after.ok:
+            m.kind, m.blocking = "error", list(after.blocking)
             return m
         try:
             metrics = json.loads(metrics_path.read_text())
@@ -817,23 +824,27 @@ class Loop:
         except Exception as exc:  # a failing notifier never hides the halt
             ok, problem = False, f"{type(exc).__name__}: {exc}"
         if ok:
-            self.event("page", title, exp_id)
+            self.journal("page", title, exp_id)
         else:
-            self.event("page_failed", f"{title} -- NOT DELIVERED: {problem}", exp_id)
+            self.journal("page_failed", f"{title} -- NOT DELIVERED: {problem}", exp_id)
             print(f"looper: PAGE NOT DELIVERED ({problem}). The halt stands:\n{title}\n{body}",
                   file=sys.stderr, flush=True)
 
     def halt(self, err: HarnessError | StuckError) -> int:
+        """Page a person exactly once; the page goes out even when the database cannot be used."""
         kind = "stuck" if isinstance(err, StuckError) else "halt"
-        last = self.store.experiments(tag=self.tag, limit=None)
-        last_exp = last[-1] if last else None
-        tail = ""
-        if last_exp:
-            runs = self.store.runs(last_exp["id"])
-            if runs:
-                tail = "\n".join((runs[-1].get("log_tail") or "").splitlines()[-15:])
+        last_exp, tail, store_problem = None, "", ""
+        try:
+            last = self.store.experiments(tag=self.tag, limit=1)
+            last_exp = last[-1] if last else None
+            if last_exp:
+                runs = self.store.runs(last_exp["id"])
+                if runs:
+                    tail = "\n".join((runs[-1].get("log_tail") or "").splitlines()[-15:])
+        except Exception as exc:  # the database itself may be what broke
+            store_problem = f"(the database could not be read: {type(exc).__name__}: {exc})"
         blocking = (last_exp or {}).get("blocking") or [str(err)]
-        what_next = ("Fix the harness problem named above (GPU, data, host, fixed files), then start "
+        what_next = ("Fix the harness problem named above (GPU, data, host, fixed files, database), then start "
                      "`looper run` again: the loop resumes from the last kept commit."
                      if kind == "halt" else
                      "The same failure keeps repeating. Read the failure signature, adjust program.md "
@@ -842,12 +853,22 @@ class Loop:
                 f"What happened: {err}\n\nBlocking reasons:\n" + "\n".join(f"- {b}" for b in blocking)
                 + f"\n\nExperiments this run: {self.stats.experiments} {self.stats.outcomes}\n"
                 + (f"Last experiment: #{last_exp['id']} ({last_exp['status']})\n" if last_exp else "")
+                + (f"{store_problem}\n" if store_problem else "")
                 + (f"\nLast lines of the run log:\n{tail}\n" if tail else "")
                 + f"\nWhat to do next: {what_next}\n")
-        self.event(kind, str(err), last_exp["id"] if last_exp else None, {"blocking": blocking})
+        exp_id = last_exp["id"] if last_exp else None
         self.display.note(f"HALT ({kind}): {err}")
-        self.page(f"looper {kind}: {self.tag}: {str(err)[:120]}", body, last_exp["id"] if last_exp else None)
+        self.page(f"looper {kind}: {self.tag}: {str(err)[:120]}", body, exp_id)
+        self.journal(kind, str(err), exp_id, {"blocking": blocking})
         return err.exit_code
+
+    def journal(self, kind: str, message: str, exp_id: int | None = None, data: dict | None = None) -> None:
+        """A journal entry that must never hide what it reports (a halt, a failed page)."""
+        try:
+            self.event(kind, message, exp_id, data)
+        except Exception as exc:
+            print(f"looper: could not write the journal entry ({kind}: {redact(message, self.secrets)}): "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
     def claim(self, limit: int, deadline: datetime | None) -> bool:
         """May one more experiment start? Counts it when yes."""
@@ -893,6 +914,12 @@ class Loop:
     def run(self, max_experiments: int = 0) -> int:
         """The night. Returns the process exit code (0 stop rule/signal, 3 error, 4 stuck)."""
         self.event("start", f"daemon started (pid {os.getpid()}, {self.cfg.loop.workers} worker(s))")
+        from looper import proc
+
+        reaped = proc.reap_trail(self.root / ".looper" / "pids")  # before anything new is noted there
+        proc.set_trail(self.root / ".looper" / "pids")
+        for line in reaped:
+            self.event("recover", line)
         deadline = self.deadline()
         limit = max_experiments or self.cfg.loop.max_experiments
         try:
@@ -912,8 +939,7 @@ class Loop:
                 while any(t.is_alive() for t in threads):  # join in slices: signals reach the main thread
                     for t in threads:
                         t.join(timeout=0.5)
-            if self.halt_error is not None:
-                self.restore_last_kept()
+            if self.halt_error is not None:  # leave everything as it is for the person
                 return self.halt(self.halt_error)
             if self.cancel.is_set():
                 self.event("interrupted", "stopped by a signal; checkout restored to the last kept commit")

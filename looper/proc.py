@@ -21,6 +21,53 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The pid trail: while a daemon runs, every child's process group is noted as
+# ``<trail>/<pgid>.pid`` until it ends, so a restart after ``kill -9`` can end what the dead
+# daemon left behind (training runs, agents, ssh clients).
+_TRAIL: Path | None = None
+
+
+def set_trail(folder: Path | None) -> None:
+    global _TRAIL
+    _TRAIL = Path(folder) if folder else None
+    if _TRAIL:
+        _TRAIL.mkdir(parents=True, exist_ok=True)
+
+
+def _trail_add(pid: int, argv: Sequence[str]) -> Path | None:
+    if _TRAIL is None:
+        return None
+    p = _TRAIL / f"{pid}.pid"
+    try:
+        p.write_text(" ".join(str(a) for a in argv[:4])[:300])
+    except OSError:
+        return None
+    return p
+
+
+def _trail_remove(p: Path | None) -> None:
+    if p is not None:
+        p.unlink(missing_ok=True)
+
+
+def reap_trail(folder: Path) -> list[str]:
+    """End the process groups a dead daemon left in its trail; one line for each ended."""
+    ended = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return ended
+    for p in sorted(folder.glob("*.pid")):
+        try:
+            pid = int(p.stem)
+        except ValueError:
+            p.unlink(missing_ok=True)
+            continue
+        what = p.read_text(errors="replace").strip()
+        if kill_group(pid):
+            ended.append(f"ended a process a previous daemon left behind: group {pid} ({what})")
+        p.unlink(missing_ok=True)
+    return ended
+
 
 @dataclass(frozen=True)
 class Completed:
@@ -72,6 +119,7 @@ def run(
         errors="replace",
         start_new_session=True,
     )
+    trail = _trail_add(proc.pid, argv)
     timed_out = False
     try:
         out, err = proc.communicate(input=input_text, timeout=timeout)
@@ -83,6 +131,10 @@ def run(
         except subprocess.TimeoutExpired:
             _kill_group(proc, signal.SIGKILL)
             out, err = proc.communicate()
+    finally:
+        if proc.poll() is None:  # interrupted (a signal in this thread): never orphan the child
+            _kill_group(proc, signal.SIGKILL)
+        _trail_remove(trail)
     code = proc.returncode
     return Completed(tuple(argv), None if timed_out else code, out or "", err or "", timed_out,
                      time.monotonic() - start)
@@ -163,6 +215,7 @@ def supervise(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        trail = _trail_add(proc.pid, argv)
         if on_start:
             on_start(proc.pid)
 
@@ -234,6 +287,7 @@ def supervise(
             except (OSError, ValueError):
                 pass
             reader.join(timeout=1)
+    _trail_remove(trail)
     rc = proc.returncode
     sig = -rc if rc is not None and rc < 0 else None
     return Supervised(

@@ -75,8 +75,6 @@ def _lock_past_timeout(ws) -> tuple[int, str]:  # noqa: ANN001
     return daemon.returncode, out
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Loop.halt() journals the halt in the store BEFORE paging; with the "
-                   "database locked that write raises StoreError and the page is never sent")
 def test_db_locked_past_the_busy_timeout_still_pages_a_person(make_ws, pages):
     ws = make_ws()
     baseline_only(ws)
@@ -90,7 +88,7 @@ def test_db_locked_past_the_busy_timeout_halts_with_an_error(make_ws, pages):
     """The lock outlasts the busy timeout (shortened to 1.5 s for the test through a wrapper
     that sets looper.store.repo.BUSY_TIMEOUT_MS; no looper code changed): the daemon must
     halt with exit 3 and say why, the database must stay intact, and a restart must go on.
-    (The page is the xfail test above.)"""
+    (The page is the test above.)"""
     ws = make_ws()
     baseline_only(ws)
     ws.enqueue("a fine change", knobs={"QUALITY": 0.8}, sleep=1)

@@ -59,7 +59,7 @@ def test_kill_9_while_the_agent_thinks(make_ws):
         ws.wait_for(lambda: _thinking(ws), 60, "the agent to think")
         _sigkill(daemon)
         orphans = procs_with_env("FIXTURE_QUEUE", str(ws.queue), "agent.py")
-        kill_pids(orphans)  # the orphaned agent is the subject of the next (xfail) test, not this one
+        kill_pids(orphans)  # the orphaned agent is the subject of the next test, not this one
         assert not list(ws.queue.glob("*.json")), "the killed agent had claimed its queue item"
         assert ws.rows() == [], "an experiment row exists although the agent had not answered"
         killed, new = _restart_and_continue(ws)
@@ -71,10 +71,6 @@ def test_kill_9_while_the_agent_thinks(make_ws):
     assert_nothing_lost(ws)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the command agent runs in a session of its own (proc.run, "
-                   "start_new_session=True) and leaves no pid trail: a daemon killed during the agent "
-                   "phase leaves the agent running, and the restarted daemon does not end it; it later "
-                   "writes train.py into the shared worktree")
 def test_restart_ends_the_agent_a_killed_daemon_left_behind(make_ws):
     ws = make_ws()
     baseline_only(ws)

@@ -121,39 +121,14 @@ class LocalExecutor:
         s = self._supervise(argv, job.checkout, env, job.log_path, limits, on_line, cancel)
         return _result(s)
 
-    # Every child's process group is noted under .looper/pids/ while it runs, so a daemon
-    # killed with -9 leaves a trail the next start follows to end what it left behind.
-    def _pid_dir(self) -> Path:
-        d = self.workspace / ".looper" / "pids"
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
     def _supervise(self, argv: list[str], cwd: Path, env: dict[str, str], log_path: Path,
                    limits: proc.Limits, on_line: LineSink | None, cancel: threading.Event | None) -> proc.Supervised:
-        started: list[Path] = []
-
-        def note(pid: int) -> None:
-            p = self._pid_dir() / f"{pid}.pid"
-            p.write_text(" ".join(argv[:3]))
-            started.append(p)
-
-        try:
-            return proc.supervise(argv, cwd=cwd, env=env, log_path=log_path, limits=limits, on_line=on_line,
-                                  cancel=cancel, on_start=note)
-        finally:
-            for p in started:
-                p.unlink(missing_ok=True)
+        return proc.supervise(argv, cwd=cwd, env=env, log_path=log_path, limits=limits, on_line=on_line,
+                              cancel=cancel)
 
     def reap(self) -> list[str]:
-        """End process groups a killed daemon left running (found through .looper/pids/)."""
-        ended = []
-        for p in sorted(self._pid_dir().glob("*.pid")):
-            pid = int(p.stem)
-            if proc.kill_group(pid):
-                ended.append(f"ended a run left behind by a previous daemon: process group {pid} "
-                             f"({p.read_text().strip()})")
-            p.unlink(missing_ok=True)
-        return ended
+        """End process groups a killed daemon left running (the pid trail in .looper/pids/)."""
+        return proc.reap_trail(self.workspace / ".looper" / "pids")
 
     # The data folder is set once per loop; kept here so jobs stay small.
     _data_dir: str = "data"
