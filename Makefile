@@ -18,7 +18,7 @@ venv: $(STAMP)
 demo: $(STAMP)
 	rm -rf $(DEMO)
 	$(BIN)/looper init $(DEMO) --preset demo
-	cd $(DEMO) && $(abspath $(BIN))/looper run --max-experiments 4; code=$$?; \
+	cd $(DEMO) && $(abspath $(BIN))/looper run --max-experiments 3; code=$$?; \
 	  $(abspath $(BIN))/looper history; \
 	  $(abspath $(BIN))/looper report --html report.html; \
 	  exit $$code

@@ -38,7 +38,11 @@ def test_init_makes_a_committed_workspace_with_the_project_files(tmp_path: Path)
     from looper.config import load_config
 
     cfg = load_config(root / "looper.toml")
-    assert (cfg.loop.tag, cfg.loop.budget_seconds, cfg.data.scale) == ("demo", 60, "demo")
+    from looper.workspace import PRESETS
+
+    want = PRESETS["demo"]
+    assert (cfg.loop.tag, cfg.loop.budget_seconds, cfg.loop.noise_reruns, cfg.data.scale) == (
+        want["loop"]["tag"], want["loop"]["budget_seconds"], want["loop"]["noise_reruns"], want["data"]["scale"])
 
 
 def test_init_refuses_a_non_empty_folder_and_leaves_it_alone(tmp_path: Path):
