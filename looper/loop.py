@@ -723,13 +723,18 @@ class Loop:
                         return r
                     runs.append(r.metrics)
 
-        first = measured("main", self.cfg.data.seed)
-        if isinstance(first, Outcome):
-            return first
-        runs = [first.metrics]
-        d = judge(runs, best_then, new_source, parent_source)
-        if isinstance(d, Outcome):
-            return d
+        def measure_and_judge(role: str, against: dict) -> tuple[list[dict], core_gate.GateDecision] | Outcome:
+            m = measured(role, self.cfg.data.seed)
+            if isinstance(m, Outcome):
+                return m
+            runs = [m.metrics]
+            d = judge(runs, against, new_source, parent_source)
+            return d if isinstance(d, Outcome) else (runs, d)
+
+        got = measure_and_judge("main", best_then)
+        if isinstance(got, Outcome):
+            return got
+        runs, d = got
         for attempt in range(3):
             if d.outcome is Outcome.ERROR:
                 finish(Outcome.ERROR, d.verdict, **timing)
@@ -767,13 +772,10 @@ class Loop:
                                          diff=w.wt.diff(parent, commit))
             self.event("note", f"#{exp_id} raced keep #{kept_by}: merged cleanly, rerunning the merged source",
                        exp_id)
-            m = measured("rerun", self.cfg.data.seed)
-            if isinstance(m, Outcome):
-                return m
-            runs = [m.metrics]
-            d = judge(runs, best_now, new_source, parent_source)
-            if isinstance(d, Outcome):
-                return d
+            got = measure_and_judge("rerun", best_now)
+            if isinstance(got, Outcome):
+                return got
+            runs, d = got
         raise AssertionError("unreachable")  # pragma: no cover
 
     def merge_train(self, base: str, ours: str, theirs: str) -> tuple[str, bool]:

@@ -85,15 +85,19 @@ class LocalExecutor:
         digest, files = tree_hash(path)
         return Verdict.passed({"hash": digest, "files": files})
 
-    def train(self, job: TrainJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
-        job.out_dir.mkdir(parents=True, exist_ok=True)
-        env = self._env(
+    def train_env(self, job: TrainJob) -> dict[str, str]:
+        """The train.py interface (CONTRACT section 2) as environment variables."""
+        return self._env(
             LOOPER_BUDGET_SECONDS=str(int(job.budget_seconds)),
             LOOPER_DATA=str(self._data_path(self._data_dir)),
             LOOPER_OUT=str(job.out_dir),
             LOOPER_SEED=str(job.seed),
             LOOPER_DEVICE=job.device or "cpu",
         )
+
+    def train(self, job: TrainJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
+        job.out_dir.mkdir(parents=True, exist_ok=True)
+        env = self.train_env(job)
         limits = proc.Limits(budget_seconds=job.budget_seconds + job.grace_seconds,
                              stall_seconds=job.stall_seconds)
         sampler = None

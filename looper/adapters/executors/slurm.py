@@ -500,13 +500,7 @@ class SlurmExecutor(LocalExecutor):
 
     def train(self, job: TrainJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
         job.out_dir.mkdir(parents=True, exist_ok=True)
-        env = self._env(
-            LOOPER_BUDGET_SECONDS=str(int(job.budget_seconds)),
-            LOOPER_DATA=str(self._data_path(self._data_dir)),
-            LOOPER_OUT=str(job.out_dir),
-            LOOPER_SEED=str(job.seed),
-            LOOPER_DEVICE=job.device or "cpu",
-        )
+        env = self.train_env(job)
 
         def clear_out() -> None:  # a resubmitted job must not find the last attempt's files
             for p in job.out_dir.iterdir():
