@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -131,7 +132,8 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
         executor = make_executor(root, cfg.executor)
         agent = make_agent(cfg.agent, program)
         notifier = AppriseNotifier(notify_urls(cfg, os.environ), secrets=_secrets(cfg))
-        loop = Loop(root, cfg, store, executor, agent, notifier, make_display(), secrets=_secrets(cfg),
+        log_path = root / ".looper" / "logs" / f"looper-{time.strftime('%Y%m%d')}.log"
+        loop = Loop(root, cfg, store, executor, agent, notifier, make_display(log_path=log_path), secrets=_secrets(cfg),
                     program_md=program_text)
         loop.install_signals()
         code = loop.run()

@@ -5,14 +5,19 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
+from pathlib import Path
 from typing import TextIO
 
 
 class Display:
     """Plain-line progress: one line per phase change and outcome (logs, systemd, CI)."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, log_path: Path | None = None) -> None:
         self.stream = stream or sys.stdout
+        self.log = None
+        if log_path is not None:  # every line also goes to the daemon's log under .looper/logs/
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.log = open(log_path, "a", encoding="utf-8")
         self.exp: int | None = None
         self.phase = ""
         self.phase_started = time.monotonic()
@@ -23,6 +28,12 @@ class Display:
 
     def _emit(self, text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", file=self.stream, flush=True)
+        self._log(text)
+
+    def _log(self, text: str) -> None:
+        if self.log is not None:
+            self.log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {text}\n")
+            self.log.flush()
 
     def note(self, text: str) -> None:
         self._emit(text)
@@ -45,14 +56,16 @@ class Display:
         self._emit(f"#{exp} -> {status.upper()} score={s} best={b}" + (f": {why}" if why else ""))
 
     def close(self) -> None:
-        pass
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
 
 class RichDisplay(Display):
     """A live panel: experiment, phase, elapsed vs budget, best score, last outcomes."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, log_path: Path | None = None) -> None:
+        super().__init__(log_path=log_path)
         from rich.console import Console
         from rich.live import Live
 
@@ -76,6 +89,7 @@ class RichDisplay(Display):
 
     def _emit(self, text: str) -> None:
         self.console.print(f"[{time.strftime('%H:%M:%S')}] {text}", markup=False, highlight=False)
+        self._log(text)
         self.live.update(self._render())
 
     def log_line(self, line: str) -> None:
@@ -84,13 +98,14 @@ class RichDisplay(Display):
 
     def close(self) -> None:
         self.live.stop()
+        super().close()
 
 
-def make_display(stream: TextIO | None = None) -> Display:
+def make_display(stream: TextIO | None = None, log_path: Path | None = None) -> Display:
     out = stream or sys.stdout
     if out.isatty():
         try:
-            return RichDisplay()
+            return RichDisplay(log_path)
         except Exception:  # a broken terminal never stops the loop
             pass
-    return Display(out)
+    return Display(out, log_path)

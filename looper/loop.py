@@ -403,6 +403,7 @@ class Loop:
 
         def evidence(canary_failed: bool | None) -> core_failure.FailureEvidence:
             tail = tr.log_tail + (f"\n{tr.transport_error}" if tr.transport_error else "")
+            tail = redact(tail, self.secrets)  # reasons and signatures are built from this text
             return core_failure.FailureEvidence(
                 exit_code=tr.exit_code, signal=tr.signal, timed_out=tr.timed_out, stalled=tr.stalled,
                 log_tail=tail, transport_exit_code=transport, canary_failed=canary_failed,
@@ -616,6 +617,8 @@ class Loop:
         def finish(outcome: Outcome, verdict: Verdict, score: float | None = None, metrics: dict | None = None,
                    signature: str | None = None, **extra: Any) -> Outcome:
             fault_pause("record")
+            # reasons may quote run logs: secrets never reach the database, the display or a page
+            verdict = verdict.model_copy(update={"blocking": [redact(b, self.secrets) for b in verdict.blocking]})
             blocking = list(verdict.blocking)
             self.store.finish_experiment(
                 exp_id, outcome, score if outcome.has_score else None, metrics,

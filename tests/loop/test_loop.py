@@ -259,3 +259,23 @@ def test_sigterm_stops_cleanly_and_marks_interrupted(make_ws):
     base = _one(ws.rows("baseline"))
     assert ws.git("rev-parse", "looper/t") == base["commit"]
     assert ws.git("status", "--porcelain", cwd=ws.worktree) == ""
+
+
+def test_a_secret_printed_by_train_py_reaches_no_database_log_or_page(make_ws, pages):
+    secret = "sk-test-" + "0123456789abcdef" * 2
+    ws = make_ws(loop_stuck_after=1)
+    ws.enqueue("leak the key", knobs={"SCENARIO": "leak"})
+    env = ws.env()
+    env["OPENAI_API_KEY"] = secret
+    r = ws.looper("run", "--max-experiments", "1", env=env)
+    assert r.returncode == 4, r.stdout + r.stderr  # stuck after one identical crash: a page is sent
+    exp = _one(ws.rows())
+    assert exp["status"] == "crash"
+    assert "Bearer ***" in exp["failure_signature"] and "0123456789abcdef" not in exp["failure_signature"]
+    assert secret not in (ws.root / "experiments.db").read_bytes().decode("latin-1")
+    for wal in ws.root.glob("experiments.db-*"):
+        assert secret not in wal.read_bytes().decode("latin-1")
+    for log in (ws.root / ".looper" / "logs").glob("*.log"):
+        assert secret not in log.read_text()
+    assert len(pages.pages) == 1 and secret not in json.dumps(pages.pages)
+    assert secret not in r.stdout + r.stderr
