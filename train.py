@@ -35,11 +35,14 @@ TRANSLATE = 0.05  # random translation (+/- fraction of image side)
 FLIPLR = 0.0  # probability of a left-right flip (symbols have handedness: off)
 FLIPUD = 0.0  # probability of an up-down flip
 BOX_GAIN = 7.5  # box loss gain
-CLS_GAIN = 1.0  # classification loss gain
+CLS_GAIN = 2.0  # classification loss gain
 DFL_GAIN = 1.5  # distribution focal loss gain
 CLS_PRIOR = 0.01  # initial class probability of the detection head (0: Ultralytics' default bias)
 VALIDATE = False  # run Ultralytics' validation on the val tiles after each epoch (costs budget)
 WORKERS = 1  # data loader worker processes
+CACHE = "ram"  # keep decoded training tiles in memory: ram | disk | none (saves the PNG decode per step)
+REPEAT_THRESHOLD = 0.1  # repeat-factor sampling: tiles holding a class seen in fewer than this fraction of tiles repeat (0: off)
+REPEAT_POWER = 1.0  # repeat factor r(c) = (REPEAT_THRESHOLD / f(c)) ** REPEAT_POWER (0.5: LVIS; 1.0: full balance)
 OVERHEAD_SECONDS = 8.0  # budget kept back for model build, final validation and saving, s
 # ==== END HYPERPARAMETERS ====
 
@@ -99,6 +102,67 @@ def model_yaml() -> Path:
     return path
 
 
+def split_images(split: str) -> list[Path]:
+    """The image tiles of one split, as dataset.yaml names them (a folder relative to the yaml)."""
+    spec = YAML.load(DATA / "dataset.yaml")[split]
+    folder = (DATA / spec).resolve()
+    if not folder.is_dir():
+        sys.exit(f"train.py: dataset.yaml {split}: {spec} is not a folder under LOOPER_DATA={DATA}")
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
+
+
+def repeat_factors(label_files: list[Path]) -> list[float]:
+    """Repeat factor per tile (LVIS repeat-factor sampling): max over its classes of
+    max(1, (REPEAT_THRESHOLD / f(c)) ** REPEAT_POWER), f(c) = fraction of tiles holding class c."""
+    classes = []
+    for lf in label_files:
+        text = lf.read_text() if lf.is_file() else ""
+        classes.append({int(line.split()[0]) for line in text.splitlines() if line.strip()})
+    counts: dict[int, int] = {}
+    for cs in classes:
+        for c in cs:
+            counts[c] = counts.get(c, 0) + 1
+    n = max(1, len(label_files))
+    return [max([1.0] + [(REPEAT_THRESHOLD * n / counts[c]) ** REPEAT_POWER for c in cs]) for cs in classes]
+
+
+def link_split(split: str, repeat: bool) -> Path:
+    """A folder OUT/data/<split>/images of links to the split's tiles (labels alongside), each
+    tile linked once per repeat. LOOPER_DATA is never written (Ultralytics' label cache lands here)."""
+    import random
+
+    images = split_images(split)
+    labels = [Path(str(p.parent.parent / "labels" / p.stem) + ".txt") for p in images]
+    if repeat and REPEAT_THRESHOLD > 0:
+        rng = random.Random(SEED)  # stochastic rounding of fractional repeat factors, reproducible per seed
+        reps = [int(r) + (rng.random() < r - int(r)) for r in repeat_factors(labels)]
+    else:
+        reps = [1] * len(images)
+    root = OUT / "data" / split
+    shutil.rmtree(root, ignore_errors=True)  # a rerun into the same LOOPER_OUT starts clean
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    (root / "labels").mkdir(parents=True, exist_ok=True)
+    for img, lab, k in zip(images, labels, reps, strict=True):
+        for i in range(k):
+            name = f"{img.stem}_r{i}"
+            (root / "images" / f"{name}{img.suffix}").symlink_to(img)
+            if lab.is_file():
+                (root / "labels" / f"{name}.txt").symlink_to(lab)
+    print(f"LOOPER_DATA_LIST split={split} tiles={len(images)} linked={sum(reps)}", flush=True)
+    return root / "images"
+
+
+def data_yaml() -> Path:
+    """A dataset yaml in LOOPER_OUT over linked (and, for train, class-balanced) tiles."""
+    cfg = YAML.load(DATA / "dataset.yaml")
+    cfg.pop("path", None)
+    cfg["train"] = str(link_split("train", repeat=True))
+    cfg["val"] = str(link_split("val", repeat=False))
+    path = OUT / "dataset.yaml"
+    YAML.save(path, cfg)
+    return path
+
+
 def main() -> int:
     torch.manual_seed(SEED)
     model = YOLO(str(model_yaml()), task="detect")
@@ -134,14 +198,14 @@ def main() -> int:
     model.add_callback("on_train_epoch_end", on_epoch_end)
     train_seconds = max(5.0, BUDGET - OVERHEAD_SECONDS - (time.time() - T_START))
     model.train(
-        data=str(DATA / "dataset.yaml"), epochs=1000, time=train_seconds / 3600.0, patience=0,
+        data=str(data_yaml()), epochs=1000, time=train_seconds / 3600.0, patience=0,
         imgsz=IMGSZ, batch=BATCH, nbs=BATCH, optimizer=OPTIMIZER, lr0=LR0, lrf=LRF, momentum=MOMENTUM,
         weight_decay=WEIGHT_DECAY, warmup_epochs=WARMUP_EPOCHS, cos_lr=COS_LR, mosaic=MOSAIC,
         close_mosaic=0, scale=SCALE, translate=TRANSLATE, fliplr=FLIPLR, flipud=FLIPUD,
         hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, box=BOX_GAIN, cls=CLS_GAIN, dfl=DFL_GAIN,
         device=DEVICE if DEVICE != "cuda" else 0, workers=WORKERS, seed=SEED, deterministic=True,
         amp=CUDA, plots=False, val=False, project=str(OUT), name="ultralytics", exist_ok=True,
-        verbose=False, pretrained=False, cache=False,
+        verbose=False, pretrained=False, cache=False if CACHE == "none" else CACHE,
     )
     weights_dir = OUT / "ultralytics" / "weights"
     src = weights_dir / "last.pt"
