@@ -264,7 +264,7 @@ def _class_reasons(blocking: Iterable[str]) -> list[str]:
 #: Columns the report reads (never ``source``, ``config`` or the big ``metrics`` JSON of every row).
 _LEAN = ("id", "tag", "kind", "commit", "parent", "status", "score", "description", "started_at",
          "finished_at", "failure_signature", "exit_code", "agent_seconds", "train_seconds", "eval_seconds",
-         "harness_seconds")
+         "harness_seconds", "worker")
 _LEAN_JSON = ("blocking_json", "gpu_json")
 
 
@@ -722,7 +722,30 @@ def render_text(n: Night, console_width: int = 100) -> str:
         share = 100.0 * n.time[part] / total_s if total_s else 0.0
         con.print(Text(f"  {part:<8} {_secs(n.time[part]):>10}  {share:5.1f}%  ({n.time_ids[part]} experiment(s))"))
     con.print(Text(gpu_line(n)))
+    workers = worker_lines(n)
+    if len(workers) > 1:
+        con.print(Text("Workers", style="bold"))
+        for line in workers:
+            con.print(Text("  " + line))
     return con.file.getvalue()
+
+
+def worker_lines(n: Night) -> list[str]:
+    """One line per worker: how many experiments, their outcomes, the last one and when."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for e in n.experiments:
+        if e.get("kind") == "candidate":
+            by.setdefault(e.get("worker") or "w0", []).append(e)
+    lines = []
+    for worker, rows in sorted(by.items()):
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        last = rows[-1]
+        lines.append(f"{worker}: {len(rows)} experiment(s) ("
+                     + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                     + f"); last #{last['id']} {last['status']} since {last.get('started_at') or '?'}")
+    return lines
 
 
 def gpu_line(n: Night) -> str:

@@ -21,6 +21,7 @@ from looper.report import (
     _t,
     class_rows,
     gpu_line,
+    worker_lines,
 )
 
 __all__ = ["render_html", "score_svg", "heatmap_svg", "time_svg", "outcome_svg"]
@@ -410,7 +411,8 @@ def _time_html(n: Night) -> str:
                    f'<td class="n">{n.time_ids[p]}</td></tr>' for p in TIME_PARTS)
     return (f'<section id="time"><h2>Where the time went</h2>{time_svg(n)}'
             f'<table><tr><th>part</th><th>time</th><th>experiments reporting it</th></tr>{rows}</table>'
-            f'<p>{html.escape(gpu_line(n).strip())}</p></section>')
+            f'<p>{html.escape(gpu_line(n).strip())}</p>'
+            + "".join(f"<p>{html.escape(line)}</p>" for line in worker_lines(n)) + "</section>")
 
 
 def _all_html(n: Night) -> str:

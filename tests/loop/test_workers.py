@@ -57,3 +57,18 @@ def test_two_workers_race_conflicting_merge_is_discarded_with_reason(make_ws):
     h = build_history(Store(ws.root / "experiments.db"), "t", "weighted_f1")
     assert not any("0.6" in e for e in h.exclusions)
     assert [e.excluded for e in h.experiments if e.id == slow["id"]] == [False]
+
+
+def test_status_and_report_show_each_worker(make_ws):
+    ws = make_ws(loop_workers=2)
+    ws.enqueue("a: QUALITY 0.5 -> 0.3", knobs={"QUALITY": 0.3})
+    ws.enqueue("b: QUALITY 0.5 -> 0.4", knobs={"QUALITY": 0.4, "SLEEP": 1.0})
+    r = ws.looper("run", "--max-experiments", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = ws.rows()
+    report = ws.looper("report")
+    assert report.returncode == 0, report.stderr
+    for w in ("w0", "w1"):
+        mine = [x for x in rows if x["worker"] == w]
+        assert f"{w}: {len(mine)} experiment(s)" in report.stdout, report.stdout
+        assert f"last #{mine[-1]['id']} {mine[-1]['status']}" in report.stdout
