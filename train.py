@@ -23,7 +23,7 @@ DEPTH = 0.33  # depth multiple: repeated blocks scale (0.33 = "n")
 IMGSZ = 256  # training image side, px (tiles are 256 px)
 BATCH = 8  # images per optimizer step
 OPTIMIZER = "AdamW"  # SGD | Adam | AdamW | ...
-LR0 = 0.006  # initial learning rate
+LR0 = 0.012  # initial learning rate
 LRF = 0.1  # final learning rate as a fraction of LR0
 MOMENTUM = 0.9  # SGD momentum / Adam beta1
 WEIGHT_DECAY = 0.0005  # L2 weight decay
