@@ -45,8 +45,8 @@ COMMANDS: dict[str, Command] = {
     "bench_overhead.py": Command(("--experiments", "12")),
     "bench_report.py": Command(("--repeats", "5")),
     "bench_fault_to_page.py": Command(("--runs", "5")),
-    "bench_baseline.py": Command(("--data", "data", "--budget", "60", "--out", "bench/out/baseline"), slow=True),
-    "bench_eval.py": Command(("--weights", "bench/out/baseline/budget60_seed0/weights.pt", "--data", "data",
+    "bench_baseline.py": Command(("--data", "data", "--budget", "180", "--out", "bench/out/baseline"), slow=True),
+    "bench_eval.py": Command(("--weights", "bench/out/baseline/budget180_seed0/weights.pt", "--data", "data",
                               "--pages", "6"), slow=True),
 }
 # Run order: listed ones first (bench_eval needs bench_baseline's weights), then the rest by name.

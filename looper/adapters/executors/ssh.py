@@ -651,7 +651,9 @@ class SshExecutor:
         if not reachable:
             return result  # nothing more can be fetched from a host that does not answer
         try:
-            self._rsync([self._spec(f"{run}/out/"), str(job.out_dir) + "/"], f"fetching the run output from {run}")
+            # train.py's own scratch (a linked view of the data, Ultralytics' caches) stays there
+            self._rsync(["--exclude", "/data/", "--exclude", "*.cache", self._spec(f"{run}/out/"),
+                         str(job.out_dir) + "/"], f"fetching the run output from {run}")
         except TransportFault as fault:
             if not result.transport_error:
                 result.transport_exit_code, result.transport_error = fault.code, str(fault)
