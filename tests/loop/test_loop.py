@@ -279,3 +279,29 @@ def test_a_secret_printed_by_train_py_reaches_no_database_log_or_page(make_ws, p
         assert secret not in log.read_text()
     assert len(pages.pages) == 1 and secret not in json.dumps(pages.pages)
     assert secret not in r.stdout + r.stderr
+
+
+def test_verify_gates_the_current_train_py_and_commits_nowhere(make_ws):
+    ws = make_ws()
+    r = ws.looper("run", "--max-experiments", "0", "--until", time.strftime("%H:%M"))
+    assert r.returncode == 0, r.stdout + r.stderr  # the baseline only
+    tip = ws.git("rev-parse", "looper/t")
+    src = (ws.root / "train.py").read_text()
+
+    def verify(quality: float) -> tuple[int, dict]:
+        (ws.root / "train.py").write_text(src.replace("QUALITY = 0.5", f"QUALITY = {quality}"))
+        r = ws.looper("verify", "--json")
+        lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+        assert len(lines) == 1, r.stdout  # exactly one verdict object
+        return r.returncode, json.loads(lines[0])
+
+    code, v = verify(0.8)
+    assert (code, v["status"], v["blocking"]) == (0, "pass", [])
+    assert v["metrics"]["outcome"] == "keep" and v["metrics"]["baseline"] == "tag-start"
+    code, v = verify(0.2)
+    assert code == 1 and v["status"] == "fail" and v["blocking"]
+    # committed nowhere: the branch, the person's checkout and the best are as they were
+    assert ws.git("rev-parse", "looper/t") == tip
+    assert ws.git("status", "--porcelain") == "M train.py"  # (stripped) only the edit a person made
+    assert [r["status"] for r in ws.rows()] == []  # no candidate rows: verify rows are kind 'verify'
+    assert [r["status"] for r in ws.rows("verify")] == ["keep", "discard"]
