@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # The pid trail: while a daemon runs, every child's process group is noted as
 # ``<trail>/<pgid>.pid`` until it ends, so a restart after ``kill -9`` can end what the dead
@@ -174,6 +175,27 @@ class Supervised:
     stopped_by: str = ""  # "budget" | "stall" | "cancel" | ""
 
 
+def split_lines(buf: bytes, final: bool = False) -> tuple[list[str], bytes]:
+    """Complete, non-blank output lines in ``buf`` and the unfinished rest. A progress bar's
+    '\r' ends a line too: it is output, and output is life."""
+    parts = buf.replace(b"\r", b"\n").split(b"\n")
+    rest = b"" if final else parts.pop()
+    return [ln for ln in (raw.decode("utf-8", "replace") for raw in parts) if ln.strip()], rest
+
+
+def emit_lines(lines: list[str], log: Any, tail: deque, on_line: Callable[[str], None] | None) -> None:
+    """Each line to the run log, the tail and the live display; a display error never stops a run."""
+    for line in lines:
+        log.write(line + "\n")
+        tail.append(line)
+        if on_line:
+            try:
+                on_line(line)
+            except Exception:
+                pass
+    log.flush()
+
+
 @dataclass
 class Limits:
     budget_seconds: float | None = None  # hard wall clock (budget + grace)
@@ -234,28 +256,12 @@ def supervise(
                 if not chunk:
                     break
                 state.last_output = time.monotonic()
-                buf += chunk
-                parts = buf.replace(b"\r", b"\n").split(b"\n")
-                buf = parts.pop()
-                for raw in parts:
-                    line = raw.decode("utf-8", "replace")
-                    if not line.strip():
-                        continue
-                    log.write(line + "\n")
-                    state.tail.append(line)
-                    state.lines += 1
-                    if on_line:
-                        try:
-                            on_line(line)
-                        except Exception:  # a display error never stops a run
-                            pass
-                log.flush()
-            if buf.strip():
-                line = buf.decode("utf-8", "replace")
-                log.write(line + "\n")
-                state.tail.append(line)
-                state.lines += 1
-            log.flush()
+                lines, buf = split_lines(buf + chunk)
+                state.lines += len(lines)
+                emit_lines(lines, log, state.tail, on_line)
+            lines, _ = split_lines(buf, final=True)
+            state.lines += len(lines)
+            emit_lines(lines, log, state.tail, on_line)
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()

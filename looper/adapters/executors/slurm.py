@@ -354,20 +354,8 @@ class SlurmExecutor(LocalExecutor):
             at.offset += len(chunk)
             at.last_growth = time.monotonic()
             at.buf += chunk
-        parts = at.buf.replace(b"\r", b"\n").split(b"\n")
-        at.buf = b"" if final else parts.pop()
-        for raw in parts:
-            line = raw.decode("utf-8", "replace")
-            if not line.strip():
-                continue
-            log.write(line + "\n")
-            tail.append(line)
-            if on_line:
-                try:
-                    on_line(line)
-                except Exception:  # a display error never stops a run
-                    pass
-        log.flush()
+        lines, at.buf = proc.split_lines(at.buf, final)
+        proc.emit_lines(lines, log, tail, on_line)
 
     def _watch(self, job_id: str, output: Path, limit_seconds: float, stall_seconds: float, log: Any,
                tail: deque[str], on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
