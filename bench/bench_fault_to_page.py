@@ -7,7 +7,7 @@ when the page arrives. Each run is a fresh fixture workspace with the real daemo
 (`python -m looper.cli run`) as a subprocess; the baseline is measured first and is not
 part of the figure.
 
-    /tmp/venvtest/bin/python bench/bench_fault_to_page.py [--runs 5]
+    .venv/bin/python bench/bench_fault_to_page.py [--runs 5]
 
 Prints one line per run, then median, min, max and spread. Goal: under 5 s.
 """

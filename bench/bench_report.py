@@ -1,6 +1,6 @@
 """Benchmark: the morning report and the history over 10,000 experiments.
 
-    /tmp/venvtest/bin/python bench/bench_report.py [--n 10000] [--repeats 5] [--out bench/out/report]
+    .venv/bin/python bench/bench_report.py [--n 10000] [--repeats 5] [--out bench/out/report]
 
 Builds ``experiments.db`` with N experiments of one tag in ONE daemon run (so the report's
 default window holds all of them, the worst case): a baseline, ~4% keeps climbing, discards

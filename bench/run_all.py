@@ -1,6 +1,6 @@
 """Run every bench/bench_*.py and (re)write the generated section of bench/RESULTS.md.
 
-    /tmp/venvtest/bin/python bench/run_all.py [--all] [--only NAME ...] [--timeout 1800] [--dry-run]
+    .venv/bin/python bench/run_all.py [--all] [--only NAME ...] [--timeout 1800] [--dry-run]
 
 Each benchmark runs as its own process with the arguments listed in ``COMMANDS`` (a new
 bench_*.py not listed there runs with none). Its exit status, wall time and output are put
@@ -73,7 +73,7 @@ def command_line(name: str) -> list[str]:
 
 
 def shown(argv: list[str]) -> str:
-    return " ".join(["/tmp/venvtest/bin/python" if a == sys.executable else a for a in argv])
+    return " ".join([".venv/bin/python" if a == sys.executable else a for a in argv])
 
 
 def run_one(name: str, timeout: float) -> Outcome:
