@@ -133,23 +133,23 @@ def _render_history(h: HistoryView, cut: _Cut, secrets: list[str]) -> str:
             out.append(f"- no test instances (not scored): {', '.join(redact(a, secrets) for a in absent)}")
         out.append("")
 
+    def listing(items: tuple[str, ...], keep: int, title: str, noun: str) -> tuple[list[str], list[str]]:
+        """(heading lines, bullets): the newest ``keep`` items, saying how many older ones were cut."""
+        shown = list(items)[-keep:] if keep else []
+        head = [title] + ([f"({len(items) - len(shown)} older {noun} omitted)"] if len(items) > len(shown) else [])
+        return head, [f"- {_one_line(redact(x, secrets))}" for x in shown]
+
     if h.exclusions:
-        shown = list(h.exclusions)[-cut.exclusions:] if cut.exclusions else []
-        out.append("### Exclusions: ideas that were discarded or crashed; do not repeat them")
-        dropped = len(h.exclusions) - len(shown)
-        if dropped:
-            out.append(f"({dropped} older exclusions omitted)")
-        out.append(_fence("\n".join(f"- {_one_line(redact(x, secrets))}" for x in shown) or "(omitted)"))
-        out.append("")
+        head, bullets = listing(h.exclusions, cut.exclusions,
+                                "### Exclusions: ideas that were discarded or crashed; do not repeat them",
+                                "exclusions")
+        out.extend([*head, _fence("\n".join(bullets) or "(omitted)"), ""])
 
     if h.inconclusive:
-        shown = list(h.inconclusive)[-cut.inconclusive:] if cut.inconclusive else []
-        out.append("### Inconclusive ideas (inside the noise band; may be retried once)")
-        dropped = len(h.inconclusive) - len(shown)
-        if dropped:
-            out.append(f"({dropped} older inconclusive ideas omitted)")
-        out.extend(f"- {_one_line(redact(x, secrets))}" for x in shown)
-        out.append("")
+        head, bullets = listing(h.inconclusive, cut.inconclusive,
+                                "### Inconclusive ideas (inside the noise band; may be retried once)",
+                                "inconclusive ideas")
+        out.extend([*head, *bullets, ""])
 
     if h.experiments:
         shown_e = list(h.experiments)[-cut.experiments:] if cut.experiments else []

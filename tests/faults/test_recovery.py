@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 
 import pytest
 from faultkit import assert_nothing_lost, baseline_only, kill_pids, procs_with_env, runs_rows
@@ -49,23 +50,28 @@ def _assert_interrupted(row: dict) -> None:
     assert row["finished_at"]
 
 
-def test_kill_9_while_the_agent_thinks(make_ws):
-    ws = make_ws()
+def _kill_daemon_while_the_agent_thinks(ws) -> tuple[subprocess.Popen, list[int]]:
+    """Start the daemon, SIGKILL it while its (slow) agent thinks; returns it and the agent pids."""
     baseline_only(ws)
     ws.enqueue("a slow idea", knobs={"QUALITY": 0.9}, sleep=30)
     daemon = ws.start("--max-experiments", "1")
-    orphans: list[int] = []
+    ws.wait_for(lambda: _thinking(ws), 60, "the agent to think")
+    _sigkill(daemon)
+    return daemon, procs_with_env("FIXTURE_QUEUE", str(ws.queue), "agent.py")
+
+
+def test_kill_9_while_the_agent_thinks(make_ws):
+    ws = make_ws()
+    daemon, orphans = None, []
     try:
-        ws.wait_for(lambda: _thinking(ws), 60, "the agent to think")
-        _sigkill(daemon)
-        orphans = procs_with_env("FIXTURE_QUEUE", str(ws.queue), "agent.py")
+        daemon, orphans = _kill_daemon_while_the_agent_thinks(ws)
         kill_pids(orphans)  # the orphaned agent is the subject of the next test, not this one
         assert not list(ws.queue.glob("*.json")), "the killed agent had claimed its queue item"
         assert ws.rows() == [], "an experiment row exists although the agent had not answered"
         killed, new = _restart_and_continue(ws)
     finally:
         kill_pids(orphans)
-        if daemon.poll() is None:
+        if daemon is not None and daemon.poll() is None:
             daemon.kill()
     assert killed == {}  # nothing was started, so nothing is interrupted
     assert_nothing_lost(ws)
@@ -73,21 +79,16 @@ def test_kill_9_while_the_agent_thinks(make_ws):
 
 def test_restart_ends_the_agent_a_killed_daemon_left_behind(make_ws):
     ws = make_ws()
-    baseline_only(ws)
-    ws.enqueue("a slow idea", knobs={"QUALITY": 0.9}, sleep=30)
-    daemon = ws.start("--max-experiments", "1")
-    orphans: list[int] = []
+    daemon, orphans = None, []
     try:
-        ws.wait_for(lambda: _thinking(ws), 60, "the agent to think")
-        _sigkill(daemon)
-        orphans = procs_with_env("FIXTURE_QUEUE", str(ws.queue), "agent.py")
+        daemon, orphans = _kill_daemon_while_the_agent_thinks(ws)
         assert orphans, "expected the killed daemon's agent to be still running"
         baseline_only(ws)  # a restart that starts no experiment: recovery only
         alive = procs_with_env("FIXTURE_QUEUE", str(ws.queue), "agent.py")
         assert not set(alive) & set(orphans), f"agent pid(s) {alive} outlived the restart"
     finally:
         kill_pids(orphans)
-        if daemon.poll() is None:
+        if daemon is not None and daemon.poll() is None:
             daemon.kill()
 
 

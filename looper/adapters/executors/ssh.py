@@ -58,6 +58,20 @@ KEEP_RUNS = 6  # remote run folders kept (older ones are deleted, never a live o
 NO_TOOL_CODE = -1  # transport_exit_code when the fault is not a tool's exit status
 
 _SAMPLE_SNIPPET = "looper.adapters.gpu"
+
+# What the ssh client's words mean, first match wins: (substrings of its lowered stderr, words).
+_TRANSPORT_WORDS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("connection refused",), "cannot reach {h}: connection refused (is sshd running there?)"),
+    (("permission denied", "too many authentication failures"),
+     "authentication to {h} failed (key not accepted; BatchMode allows no password prompt)"),
+    (("could not resolve hostname", "name or service not known"), "host name {h} does not resolve"),
+    (("no route to host", "network is unreachable"), "{h} is unreachable (no route)"),
+    (("host key verification failed",), "host key of {h} is not trusted (Host key verification failed)"),
+    (("connection timed out", "operation timed out"), "connection to {h} timed out"),
+    (("no space left on device", "disk quota exceeded"), "remote disk full on {h}"),
+    (("closed by remote host", "connection reset", "broken pipe", "not responding", "connection closed",
+      "read header failed"), "the connection to {h} dropped"),
+)
 _HASH_SNIPPET = (
     "import json, sys\n"
     "from pathlib import Path\n"
@@ -210,25 +224,9 @@ class SshExecutor:
         h = self.host
         if got is not None and got.timed_out:
             why = f"ssh to {h} did not answer within {got.seconds:.0f} s"
-        elif "connection refused" in low:
-            why = f"cannot reach {h}: connection refused (is sshd running there?)"
-        elif "permission denied" in low or "too many authentication failures" in low:
-            why = f"authentication to {h} failed (key not accepted; BatchMode allows no password prompt)"
-        elif "could not resolve hostname" in low or "name or service not known" in low:
-            why = f"host name {h} does not resolve"
-        elif "no route to host" in low or "network is unreachable" in low:
-            why = f"{h} is unreachable (no route)"
-        elif "host key verification failed" in low:
-            why = f"host key of {h} is not trusted (Host key verification failed)"
-        elif "connection timed out" in low or "operation timed out" in low:
-            why = f"connection to {h} timed out"
-        elif "no space left on device" in low or "disk quota exceeded" in low:
-            why = f"remote disk full on {h}"
-        elif ("closed by remote host" in low or "connection reset" in low or "broken pipe" in low
-              or "not responding" in low or "connection closed" in low or "read header failed" in low):
-            why = f"the connection to {h} dropped"
         else:
-            why = f"ssh to {h} failed"
+            why = next((words.format(h=h) for needles, words in _TRANSPORT_WORDS
+                        if any(n in low for n in needles)), f"ssh to {h} failed")
         detail = _last_lines(raw)
         return f"{why}: {detail}" if detail else why
 
