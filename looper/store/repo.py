@@ -3,9 +3,13 @@
 A daemon killed at any instant leaves either the state before a call or the state after
 it, never half of it (SQLite WAL, ``BEGIN IMMEDIATE`` for writes, foreign keys on).
 
-Rows come back as plain dicts. JSON columns come back decoded under their name without
-the ``_json`` suffix (``config_json`` -> ``config``, ``metrics_json`` -> ``metrics``,
-``blocking_json`` -> ``blocking``, ...); the write methods take the same names.
+Reads hand out frozen records (:mod:`looper.store.records`: ``experiment``,
+``find_experiments``, ``best``, ``journal``, ``run_records``, ``tag_record``,
+``class_scores``); writes take keyword arguments (``start_experiment``, ``record_outcome``).
+JSON columns come back decoded under their name without the ``_json`` suffix
+(``config_json`` -> ``config``, ``metrics_json`` -> ``metrics``, ...); the write methods take
+the same names. The older dict-returning and positional methods (``get_experiment``,
+``experiments``, ``finish_experiment`` ...) wrap the typed ones and return ``record.to_dict()``.
 Timestamps are ISO-8601 UTC text (``2025-01-31T02:03:04.123456+00:00``).
 """
 
@@ -21,17 +25,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, and_, create_engine, event, insert, select, update
+from sqlalchemy import Connection, Engine, Select, and_, create_engine, event, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import UsageError
 from looper.store import models as m
 from looper.store.migrations import LATEST_VERSION, StoreError, current_version, migrate
+from looper.store.records import ClassMetrics, EventRecord, ExperimentRecord, RunRecord, TagRecord
 
 __all__ = [
     "DB_NAME", "LATEST_VERSION", "UPDATABLE_FIELDS", "ExperimentNotFound", "Store", "StoreError",
-    "find_secrets", "open_engine", "to_utc_iso", "utc_now",
+    "experiment_filter", "find_secrets", "open_engine", "to_utc_iso", "utc_now",
 ]
 
 DB_NAME = "experiments.db"
@@ -114,18 +119,6 @@ def _json_default(obj: Any) -> Any:
     if hasattr(obj, "value") and isinstance(obj.value, str):  # enums
         return obj.value
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
-
-
-def _row(table: str, row: Row[Any] | None) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    out: dict[str, Any] = {}
-    for key, value in row._mapping.items():
-        if key in m.JSON_COLUMNS[table]:
-            out[key[: -len("_json")]] = None if value is None else json.loads(value)
-        else:
-            out[key] = value
-    return out
 
 
 def find_secrets(value: Any, path: str = "config") -> list[str]:
@@ -269,13 +262,14 @@ class Store:
 
     # -- experiments -----------------------------------------------------------------
 
-    def create_experiment(
+    def start_experiment(
         self,
+        *,
         tag: str,
         kind: str,
-        parent: str | None,
-        seed: int | None,
         config: Mapping[str, Any],
+        parent: str | None = None,
+        seed: int | None = None,
         description: str = "",
         rationale: str = "",
         source: str = "",
@@ -307,6 +301,24 @@ class Store:
         with self._tx() as conn:
             result = conn.execute(insert(m.experiments).values(**values))
             return int(result.inserted_primary_key[0])
+
+    def create_experiment(
+        self,
+        tag: str,
+        kind: str,
+        parent: str | None,
+        seed: int | None,
+        config: Mapping[str, Any],
+        description: str = "",
+        rationale: str = "",
+        source: str = "",
+        diff: str = "",
+        worker: str = "",
+    ) -> int:
+        """Older positional form of :meth:`start_experiment`."""
+        return self.start_experiment(tag=tag, kind=kind, config=config, parent=parent, seed=seed,
+                                     description=description, rationale=rationale, source=source, diff=diff,
+                                     worker=worker)
 
     def _encode_fields(self, fields: Mapping[str, Any], where: str) -> dict[str, Any]:
         unknown = sorted(set(fields) - UPDATABLE_FIELDS)
@@ -370,6 +382,38 @@ class Store:
         with self._tx() as conn:
             self._open_update(conn, exp_id, values, "update it")
 
+    def record_outcome(
+        self,
+        exp_id: int,
+        *,
+        outcome: Outcome | str,
+        verdict: Verdict | Mapping[str, Any] | None = None,
+        score: float | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        class_metrics: Mapping[str, Mapping[str, Any]] | None = None,
+        blocking: Iterable[str] | None = None,
+        **fields: Any,
+    ) -> None:
+        """Write how an experiment ended, in ONE transaction: the outcome, its score, metrics,
+        per-class metrics, verdict, blocking reasons and any other fields (``UPDATABLE_FIELDS``,
+        ``finished_at``; default now).
+
+        The one place that decides what an outcome may carry: the score and the per-class
+        rows are stored only when ``outcome.has_score`` (otherwise they are dropped: nothing
+        was measured that counts); a ``keep`` without a score is refused. ``class_metrics``
+        defaults to ``metrics["classes"]``; ``blocking`` defaults to the verdict's reasons.
+        Refuses a second finish of the same experiment.
+        """
+        result = Outcome(outcome)
+        if result.has_score:
+            if class_metrics is None and metrics is not None and isinstance(metrics.get("classes"), Mapping):
+                class_metrics = metrics["classes"]
+        else:
+            score, class_metrics = None, None
+        if blocking is None:
+            blocking = _verdict_blocking(verdict)
+        self._finish(exp_id, result, score, metrics, class_metrics, verdict, blocking, fields)
+
     def finish_experiment(
         self,
         exp_id: int,
@@ -381,9 +425,21 @@ class Store:
         blocking: Iterable[str],
         **fields: Any,
     ) -> None:
-        """Write the outcome, score, metrics, per-class metrics and any other fields in ONE
-        transaction. Refuses a score on an unmeasured outcome and a second finish."""
-        outcome = Outcome(status)
+        """Older positional form of :meth:`record_outcome` that refuses (rather than drops) a
+        score on an unmeasured outcome."""
+        self._finish(exp_id, Outcome(status), score, metrics, class_metrics, verdict, blocking, fields)
+
+    def _finish(
+        self,
+        exp_id: int,
+        outcome: Outcome,
+        score: float | None,
+        metrics: Mapping[str, Any] | None,
+        class_metrics: Mapping[str, Mapping[str, Any]] | None,
+        verdict: Verdict | Mapping[str, Any] | None,
+        blocking: Iterable[str],
+        fields: dict[str, Any],
+    ) -> None:
         where = f"experiment {exp_id}"
         if not outcome.is_terminal:
             raise ValueError(f"{where}: finish with a final outcome, not {outcome.value}")
@@ -392,6 +448,7 @@ class Store:
         for reserved in ("metrics", "verdict", "blocking"):
             if reserved in fields:
                 raise ValueError(f"{where}: pass {reserved} as its own argument")
+        fields = dict(fields)
         finished_at = fields.pop("finished_at", None)
         values = self._encode_fields(fields, where)
         values.update(
@@ -436,59 +493,48 @@ class Store:
             )
             return True
 
-    def get_experiment(self, exp_id: int) -> dict[str, Any]:
+    # typed reads (frozen records); the dict-returning methods below wrap them
+
+    def experiment(self, exp_id: int) -> ExperimentRecord:
+        """One experiment; :class:`ExperimentNotFound` when there is none with that id."""
         with self._ro() as conn:
             row = conn.execute(select(m.experiments).where(m.experiments.c.id == exp_id)).first()
-        out = _row("experiments", row)
-        if out is None:
+        if row is None:
             raise ExperimentNotFound(f"{self.path}: no experiment {exp_id}")
-        return out
+        return ExperimentRecord.from_row(row._mapping)
 
-    def class_metrics(self, exp_id: int) -> dict[str, dict[str, Any]]:
+    def class_scores(self, exp_id: int) -> dict[str, ClassMetrics]:
+        """The per-class figures of one experiment, by class name (alphabetical)."""
         with self._ro() as conn:
             rows = conn.execute(
                 select(m.class_metrics)
                 .where(m.class_metrics.c.experiment_id == exp_id)
                 .order_by(m.class_metrics.c.class_name)
             ).all()
-        out: dict[str, dict[str, Any]] = {}
-        for r in rows:
-            d = dict(r._mapping)
-            d.pop("experiment_id")
-            out[d.pop("class_name")] = d
-        return out
+        return {r.class_name: ClassMetrics.from_row(r._mapping) for r in rows}
 
-    def experiments(
+    def find_experiments(
         self,
+        *,
         tag: str | None = None,
         status: Outcome | str | Iterable[Outcome | str] | None = None,
         since: str | _dt.datetime | None = None,
         until: str | _dt.datetime | None = None,
         kind: str | Iterable[str] | None = None,
         limit: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ExperimentRecord]:
         """Experiments ordered by id. ``since``/``until`` bound ``started_at`` (inclusive /
         exclusive); ``limit`` keeps the newest N (still in id order)."""
         t = m.experiments
-        q = select(t)
-        if tag is not None:
-            q = q.where(t.c.tag == tag)
-        if status is not None:
-            q = q.where(t.c.status.in_(_outcome_values(status)))
-        if kind is not None:
-            q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
-        if since is not None:
-            q = q.where(t.c.started_at >= _bound(since, "since"))
-        if until is not None:
-            q = q.where(t.c.started_at < _bound(until, "until"))
+        q = experiment_filter(select(t), tag=tag, status=status, since=since, until=until, kind=kind)
         q = q.order_by(t.c.id.desc())
         if limit is not None:
             q = q.limit(limit)
         with self._ro() as conn:
             rows = conn.execute(q).all()
-        return [_row("experiments", r) for r in reversed(rows)]  # type: ignore[misc]
+        return [ExperimentRecord.from_row(r._mapping) for r in reversed(rows)]
 
-    def best_experiment(self, tag: str) -> dict[str, Any] | None:
+    def best(self, tag: str) -> ExperimentRecord | None:
         """The tag's latest ``keep`` (baseline or candidate), else its latest measured
         baseline, else None."""
         t = m.experiments
@@ -501,11 +547,77 @@ class Store:
                 row = conn.execute(
                     base.where(t.c.kind == "baseline", t.c.status.in_(m.SCORED_STATUSES))
                 ).first()
-        return _row("experiments", row)
+        return None if row is None else ExperimentRecord.from_row(row._mapping)
+
+    def open_experiments(self) -> list[ExperimentRecord]:
+        """Every pending or running experiment, all tags, by id."""
+        return self.find_experiments(status=m.OPEN_STATUSES)
+
+    def run_records(self, experiment_id: int) -> list[RunRecord]:
+        """The runs of one experiment, by id."""
+        with self._ro() as conn:
+            rows = conn.execute(
+                select(m.runs).where(m.runs.c.experiment_id == experiment_id).order_by(m.runs.c.id)
+            ).all()
+        return [RunRecord.from_row(r._mapping) for r in rows]
+
+    def journal(
+        self,
+        *,
+        tag: str | None = None,
+        since: str | _dt.datetime | None = None,
+        kind: str | Iterable[str] | None = None,
+        limit: int | None = None,
+    ) -> list[EventRecord]:
+        """Journal entries by id; ``since`` bounds ``at`` (inclusive); ``limit`` keeps the newest N."""
+        t = m.events
+        q = select(t)
+        if tag is not None:
+            q = q.where(t.c.tag == tag)
+        if since is not None:
+            q = q.where(t.c.at >= _bound(since, "since"))
+        if kind is not None:
+            q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
+        q = q.order_by(t.c.id.desc())
+        if limit is not None:
+            q = q.limit(limit)
+        with self._ro() as conn:
+            rows = conn.execute(q).all()
+        return [EventRecord.from_row(r._mapping) for r in reversed(rows)]
+
+    def tag_record(self, tag: str) -> TagRecord | None:
+        """What was pinned when ``tag`` started, or None for a tag never started."""
+        with self._ro() as conn:
+            row = conn.execute(select(m.tags).where(m.tags.c.tag == tag)).first()
+        return None if row is None else TagRecord.from_row(row._mapping)
+
+    # dict-returning reads (the first API; the loop still uses them)
+
+    def get_experiment(self, exp_id: int) -> dict[str, Any]:
+        return self.experiment(exp_id).to_dict()
+
+    def class_metrics(self, exp_id: int) -> dict[str, dict[str, Any]]:
+        return {name: cm.figures() for name, cm in self.class_scores(exp_id).items()}
+
+    def experiments(
+        self,
+        tag: str | None = None,
+        status: Outcome | str | Iterable[Outcome | str] | None = None,
+        since: str | _dt.datetime | None = None,
+        until: str | _dt.datetime | None = None,
+        kind: str | Iterable[str] | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """:meth:`find_experiments` as dicts."""
+        return [r.to_dict() for r in self.find_experiments(tag=tag, status=status, since=since, until=until,
+                                                           kind=kind, limit=limit)]
+
+    def best_experiment(self, tag: str) -> dict[str, Any] | None:
+        best = self.best(tag)
+        return None if best is None else best.to_dict()
 
     def running_experiments(self) -> list[dict[str, Any]]:
-        """Every pending or running experiment, all tags, by id."""
-        return self.experiments(status=m.OPEN_STATUSES)
+        return [r.to_dict() for r in self.open_experiments()]
 
     def recent_signatures(self, tag: str, n: int) -> list[str | None]:
         """Failure signatures of the tag's last ``n`` finished candidates, newest last
@@ -563,11 +675,7 @@ class Store:
             return int(conn.execute(insert(m.runs).values(**values)).inserted_primary_key[0])
 
     def runs(self, experiment_id: int) -> list[dict[str, Any]]:
-        with self._ro() as conn:
-            rows = conn.execute(
-                select(m.runs).where(m.runs.c.experiment_id == experiment_id).order_by(m.runs.c.id)
-            ).all()
-        return [_row("runs", r) for r in rows]  # type: ignore[misc]
+        return [r.to_dict() for r in self.run_records(experiment_id)]
 
     def _require_experiment(self, conn: Connection, exp_id: int, action: str) -> None:
         if conn.execute(select(m.experiments.c.id).where(m.experiments.c.id == exp_id)).scalar() is None:
@@ -608,21 +716,8 @@ class Store:
         kind: str | Iterable[str] | None = None,
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Journal entries by id; ``since`` bounds ``at`` (inclusive); ``limit`` keeps the newest N."""
-        t = m.events
-        q = select(t)
-        if tag is not None:
-            q = q.where(t.c.tag == tag)
-        if since is not None:
-            q = q.where(t.c.at >= _bound(since, "since"))
-        if kind is not None:
-            q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
-        q = q.order_by(t.c.id.desc())
-        if limit is not None:
-            q = q.limit(limit)
-        with self._ro() as conn:
-            rows = conn.execute(q).all()
-        return [_row("events", r) for r in reversed(rows)]  # type: ignore[misc]
+        """:meth:`journal` as dicts."""
+        return [e.to_dict() for e in self.journal(tag=tag, since=since, kind=kind, limit=limit)]
 
     # -- tags -------------------------------------------------------------------------
 
@@ -666,9 +761,41 @@ class Store:
                 raise StoreError(f"{self.path}: no tag {tag!r} (put_tag first)")
 
     def get_tag(self, tag: str) -> dict[str, Any] | None:
-        with self._ro() as conn:
-            row = conn.execute(select(m.tags).where(m.tags.c.tag == tag)).first()
-        return _row("tags", row)
+        rec = self.tag_record(tag)
+        return None if rec is None else rec.to_dict()
+
+
+def experiment_filter(
+    q: Select[Any],
+    *,
+    tag: str | None = None,
+    status: Outcome | str | Iterable[Outcome | str] | None = None,
+    since: str | _dt.datetime | None = None,
+    until: str | _dt.datetime | None = None,
+    kind: str | Iterable[str] | None = None,
+) -> Select[Any]:
+    """``q`` restricted to experiments of a tag, outcome(s), kind(s), and ``started_at`` in
+    ``[since, until)``: the one filter every experiment query shares."""
+    t = m.experiments
+    if tag is not None:
+        q = q.where(t.c.tag == tag)
+    if status is not None:
+        q = q.where(t.c.status.in_(_outcome_values(status)))
+    if kind is not None:
+        q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
+    if since is not None:
+        q = q.where(t.c.started_at >= _bound(since, "since"))
+    if until is not None:
+        q = q.where(t.c.started_at < _bound(until, "until"))
+    return q
+
+
+def _verdict_blocking(verdict: Verdict | Mapping[str, Any] | None) -> list[str]:
+    if verdict is None:
+        return []
+    if isinstance(verdict, Verdict):
+        return list(verdict.blocking)
+    return [str(b) for b in verdict.get("blocking") or []]
 
 
 def _outcome_values(status: Outcome | str | Iterable[Outcome | str]) -> list[str]:

@@ -1,0 +1,114 @@
+"""Read-only queries of the report, the history, the status and the planner.
+
+Each is one or two SELECTs over ``experiments.db`` returning frozen records
+(:mod:`looper.store.records`), built from the same filter as :meth:`Store.find_experiments`
+(:func:`looper.store.repo.experiment_filter`). Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Callable, Iterable
+
+from sqlalchemy import func, select
+
+from looper.core.verdict import Outcome
+from looper.store import models as m
+from looper.store.records import EventRecord, ExperimentRecord, ExperimentRow
+from looper.store.repo import Store, experiment_filter
+
+__all__ = ["kept_texts", "latest_start", "lean_experiments", "running_best", "tag_baseline"]
+
+#: The plain columns of an :class:`ExperimentRow` (never ``source``, ``config`` or ``metrics``).
+_LEAN = ("id", "tag", "kind", "commit", "parent", "status", "score", "description", "started_at",
+         "finished_at", "failure_signature", "exit_code", "agent_seconds", "train_seconds", "eval_seconds",
+         "harness_seconds", "worker", "phase")
+#: Free text a ``clean`` function is applied to.
+_TEXTS = ("description", "failure_signature")
+_KEPT_CHUNK = 500
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def lean_experiments(
+    store: Store,
+    *,
+    tag: str | None = None,
+    status: Outcome | str | Iterable[Outcome | str] | None = None,
+    since: str | _dt.datetime | None = None,
+    until: str | _dt.datetime | None = None,
+    kind: str | Iterable[str] | None = None,
+    figures: bool = True,
+    clean: Callable[[str], str] | None = None,
+) -> list[ExperimentRow]:
+    """Experiments by id as lean rows, in one query: 10,000 stay well under a second.
+
+    Filters as :meth:`Store.find_experiments`. ``figures=False`` leaves out ``gpu``, the
+    gate's ``verdict_diff`` and ``train_peak_memory_mb`` (pulled out of their JSON by
+    SQLite). ``clean`` is applied to every free text (description, failure signature,
+    blocking reasons) on its way out, e.g. a redaction.
+    """
+    t = m.experiments
+    cols = [t.c[name] for name in _LEAN] + [t.c.blocking_json]
+    if figures:
+        cols += [t.c.gpu_json,
+                 func.json_extract(t.c.verdict_json, "$.metrics.diff").label("verdict_diff"),
+                 func.json_extract(t.c.train_json, "$.peak_memory_mb").label("train_peak_memory_mb")]
+    q = experiment_filter(select(*cols), tag=tag, status=status, since=since, until=until, kind=kind)
+    with store._ro() as conn:  # noqa: SLF001 - queries are part of the store package
+        rows = conn.execute(q.order_by(t.c.id)).all()
+    fix = clean or _same
+    loads = json.loads
+    out = []
+    for r in rows:
+        d = dict(r._mapping)
+        b = d.pop("blocking_json")
+        d["blocking"] = tuple(fix(str(x)) for x in loads(b)) if b and b != "[]" else ()
+        d["status"] = Outcome(d["status"])
+        if figures:
+            g = d.pop("gpu_json")
+            d["gpu"] = loads(g) if g else None
+        for k in _TEXTS:
+            if d[k] is not None:
+                d[k] = fix(d[k])
+        out.append(ExperimentRow(**d))
+    return out
+
+
+def running_best(store: Store, tag: str) -> list[tuple[int, float]]:
+    """``(id, score)`` of every kept, scored baseline or candidate of ``tag``, by id: the
+    steps of the tag's running best (each keep beat the one before it)."""
+    t = m.experiments
+    q = (select(t.c.id, t.c.score)
+         .where(t.c.tag == tag, t.c.status == Outcome.KEEP.value,
+                t.c.kind.in_(("baseline", "candidate")), t.c.score.is_not(None))
+         .order_by(t.c.id))
+    with store._ro() as conn:  # noqa: SLF001
+        return [(int(i), float(v)) for i, v in conn.execute(q)]
+
+
+def kept_texts(store: Store, ids: Iterable[int]) -> dict[int, tuple[str, str]]:
+    """``{id: (rationale, diff)}`` of the given experiments (only these two big columns)."""
+    t = m.experiments
+    wanted = list(ids)
+    out: dict[int, tuple[str, str]] = {}
+    with store._ro() as conn:  # noqa: SLF001
+        for start in range(0, len(wanted), _KEPT_CHUNK):
+            q = select(t.c.id, t.c.rationale, t.c.diff).where(t.c.id.in_(wanted[start:start + _KEPT_CHUNK]))
+            out.update({int(i): (r or "", d or "") for i, r, d in conn.execute(q)})
+    return out
+
+
+def latest_start(store: Store) -> EventRecord | None:
+    """The latest ``start`` event (the beginning of the last daemon run), or None."""
+    starts = store.journal(kind="start", limit=1)
+    return starts[-1] if starts else None
+
+
+def tag_baseline(store: Store, tag: str) -> ExperimentRecord | None:
+    """The tag-start baseline: the tag's latest kept baseline experiment, or None."""
+    rows = store.find_experiments(tag=tag, kind="baseline", status=Outcome.KEEP, limit=1)
+    return rows[-1] if rows else None
