@@ -12,6 +12,7 @@ from typing import Any
 from looper.adapters.agents.base import AgentContext, ClassScore, ExperimentView, HistoryView
 from looper.core import exclusions as core_excl
 from looper.core.hyperblock import HyperblockError, knob_changes, read_knobs
+from looper.core.search import STRATEGIES
 from looper.core.verdict import Outcome
 
 
@@ -90,8 +91,8 @@ def build_context(store: Any, tag: str, checkout: Path, train_py: str, program_m
     from looper.prompt import build_prompt
 
     history = build_history(store, tag, cfg.gate.score, in_flight=in_flight)
-    if cfg.agent.kind == "planner":
-        prompt = ""  # the planner reads the history itself; no prompt to bound
+    if cfg.agent.kind in STRATEGIES:
+        prompt = ""  # the knob-search agents read the history themselves; no prompt to bound
     else:
         prompt = build_prompt(program_md, train_py, history)
     return AgentContext(checkout=Path(checkout), train_py=train_py, program_md=program_md, prompt=prompt,

@@ -18,6 +18,7 @@ from typing import Any
 
 import typer
 
+from looper.core.search import STRATEGIES
 from looper.errors import EXIT_USAGE, LooperError, UsageError, exit_code_for
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -123,8 +124,8 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
     _require_workspace(root)
     cfg = _config(root, **{"loop.max_experiments": max_experiments, "loop.until": until, "loop.tag": tag})
     program_text, program = _program(root)
-    if cfg.agent.kind == "planner" and getattr(program, "problems", None):
-        raise UsageError("program.md cannot drive the planner: " + "; ".join(program.problems))
+    if cfg.agent.kind in STRATEGIES and getattr(program, "problems", None):
+        raise UsageError(f"program.md cannot drive the {cfg.agent.kind} agent: " + "; ".join(program.problems))
     lock = DaemonLock(root / ".looper" / "daemon.lock")
     lock.acquire()
     try:

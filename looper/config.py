@@ -131,7 +131,8 @@ class GateConfigSection(_Section):
 
 
 class AgentConfig(_Section):
-    kind: Literal["planner", "command", "openai"] = "planner"
+    kind: Literal["planner", "random", "evolve", "command", "openai"] = "planner"
+    seed: int = 0  # random and evolve: the seed of their draws (a night replays)
     command: str = ""
     base_url: str = ""
     model: str = ""

@@ -114,7 +114,9 @@ def _parse_search_plan(lines: list[tuple[int, str]], problems: list[str]) -> tup
         if not m:
             continue
         where = f"Search plan: line {lineno} '{raw.strip()}'"
-        body = re.split(r"\s+(?:--|#)\s", m.group("body"), maxsplit=1)[0].strip().strip("`").strip()
+        parts = re.split(r"\s+(?:--|#)\s", m.group("body"), maxsplit=1)
+        body = parts[0].strip().strip("`").strip()
+        note = parts[1].strip() if len(parts) > 1 else ""
         if ":" not in body:
             problems.append(f"{where} has no ':' (expected 'NAME: value, value, ...')")
             continue
@@ -152,7 +154,7 @@ def _parse_search_plan(lines: list[tuple[int, str]], problems: list[str]) -> tup
         rank = int(m.group("rank"))
         if rank != expected:
             problems.append(f"{where}: rank {rank} out of order (expected {expected})")
-        knobs.append(Knob(name=name, candidates=tuple(values), rank=expected))
+        knobs.append(Knob(name=name, candidates=tuple(values), rank=expected, note=note))
     if not knobs:
         problems.append("Search plan: no ranked knobs (expected a numbered list '1. NAME: value, value')")
     for n in (1, 2, 3):

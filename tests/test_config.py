@@ -40,6 +40,7 @@ model = "qwen-coder"
 api_key_env = "MY_LLM_KEY"
 timeout_seconds = 600
 max_failures = 5
+seed = 11
 
 [executor]
 kind = "ssh"
@@ -96,6 +97,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg.agent.model_dump() == {
         "kind": "openai", "command": "ignored-for-openai", "base_url": "https://llm.example/v1",
         "model": "qwen-coder", "api_key_env": "MY_LLM_KEY", "timeout_seconds": 600, "max_failures": 5,
+        "seed": 11,
     }
     assert cfg.executor.model_dump() == {
         "kind": "ssh", "host": "gpu-box", "remote_dir": "/scratch/looper", "python": "/opt/py/bin/python",
@@ -148,7 +150,7 @@ def test_unknown_keys_and_sections_are_named(tmp_path: Path, text: str, expected
         ("[gate]\nscore = 'f1'\n", "gate.score: must be one of weighted_f1, macro_f1"),
         ("[gate]\nmax_class_drop = 1.5\n", "gate.max_class_drop: must be <= 1.0"),
         ("[gate]\nnoise_sigmas = -1.0\n", "gate.noise_sigmas: must be >= 0.0"),
-        ("[agent]\nkind = 'gpt'\n", "agent.kind: must be one of planner, command, openai"),
+        ("[agent]\nkind = 'gpt'\n", "agent.kind: must be one of planner, random, evolve, command, openai"),
         ("[agent]\nkind = 'command'\n", "agent.command: required when agent.kind = \"command\""),
         ("[agent]\nkind = 'openai'\nmodel = 'm'\n", "agent.base_url: required when agent.kind = \"openai\""),
         ("[agent]\nkind = 'openai'\nbase_url = 'https://x/v1'\n", "agent.model: required"),

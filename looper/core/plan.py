@@ -43,6 +43,11 @@ class Knob:
     name: str
     candidates: tuple[Any, ...]
     rank: int = 0
+    note: str = ""  # the comment on program.md's knob line ("... rare classes" marks a rare-class knob)
+
+    @property
+    def targets_rare_classes(self) -> bool:
+        return "rare" in self.note.lower()
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,7 @@ class _State:
     singles: dict[tuple, list[PastExperiment]] = field(default_factory=dict)  # by exact change
     exclusions: list[tuple[dict[str, tuple], PastExperiment]] = field(default_factory=list)
     in_flight: set[tuple] = field(default_factory=set)
+    weak: list[str] = field(default_factory=list)  # classes of the current best at recall 0
 
     def key(self, values: Mapping[str, Any]) -> tuple:
         return tuple(_norm(values.get(n, self.current.get(n))) for n in self.names)
@@ -229,14 +235,78 @@ def _steps(knob: Knob, current: Any) -> list[Any]:
     return result
 
 
-def _phase1(st: _State) -> Iterator[tuple[dict[str, tuple], str]]:
-    for knob in st.knobs:
-        cur = st.current[knob.name]
-        for cand in knob.candidates:
-            cand = coerce(knob.name, cur, cand)
-            if _norm(cand) == _norm(cur):
+def _won(exp: PastExperiment) -> bool | None:
+    """Did a measured single change beat the best it started from? None: unknown."""
+    if exp.outcome == "keep":
+        return True
+    if exp.outcome in _EXCLUDING:
+        return False
+    if exp.outcome == "inconclusive" and exp.score is not None and exp.best_before is not None:
+        return exp.score > exp.best_before
+    return None
+
+
+def _sides(st: _State, name: str) -> dict[int, list[bool]]:
+    """For one numeric knob: the results of its single changes by direction (-1 lower, +1 higher)."""
+    out: dict[int, list[bool]] = {-1: [], 1: []}
+    for (knob_name, _new), exps in st.singles.items():
+        if knob_name != name:
+            continue
+        for exp in exps:
+            old, new = exp.changes[name]
+            won = _won(exp)
+            if won is None or not (_numeric(old) and _numeric(new)) or old == new:
                 continue
-            yield {knob.name: (cur, cand)}, f"phase 1: knob #{knob.rank} {knob.name}, candidate {fmt(cand)}"
+            out[1 if new > old else -1].append(won)
+    return out
+
+
+def _direction_order(st: _State, knob: Knob, cur: Any, cands: list[Any]) -> tuple[list[Any], str]:
+    """Candidates reordered by what the night learned about the knob's direction, and why."""
+    if not _numeric(cur) or not all(_numeric(c) for c in cands):
+        return cands, ""
+    sides = _sides(st, knob.name)
+
+    def merit(side: int) -> int:
+        return 2 * sum(sides[side]) - sum(1 for w in sides[side] if not w)
+
+    if merit(-1) == merit(1):
+        return cands, ""
+    better = 1 if merit(1) > merit(-1) else -1
+    ordered = sorted(cands, key=lambda c: (0 if (c > cur) == (better > 0) else 1))
+    if ordered == cands:
+        return cands, ""
+    worse = -better
+    lost = sum(1 for w in sides[worse] if not w)
+    words = {1: "higher", -1: "lower"}
+    why = (f"learned direction: {lost} {words[worse]} value(s) of {knob.name} lost"
+           + (f", {sum(sides[better])} {words[better]} won" if sum(sides[better]) else "")
+           + f"; {words[better]} values first")
+    return ordered, why
+
+
+def _knob_order(st: _State) -> tuple[tuple[Knob, ...], str]:
+    """Rare-class knobs first while classes of the best score zero."""
+    if not st.weak:
+        return st.knobs, ""
+    rare = [k for k in st.knobs if k.targets_rare_classes]
+    if not rare:
+        return st.knobs, ""
+    order = tuple(rare) + tuple(k for k in st.knobs if not k.targets_rare_classes)
+    shown = ", ".join(st.weak[:5]) + (f" and {len(st.weak) - 5} more" if len(st.weak) > 5 else "")
+    return order, f"{len(st.weak)} class(es) of the best at recall 0 ({shown}): rare-class knobs first"
+
+
+def _phase1(st: _State) -> Iterator[tuple[dict[str, tuple], str]]:
+    knobs, weak_note = _knob_order(st)
+    for knob in knobs:
+        cur = st.current[knob.name]
+        cands = [coerce(knob.name, cur, c) for c in knob.candidates]
+        cands = [c for c in cands if _norm(c) != _norm(cur)]
+        cands, dir_note = _direction_order(st, knob, cur, cands)
+        notes = "".join(f"; {n}" for n in (weak_note if knob.targets_rare_classes else "", dir_note) if n)
+        for cand in cands:
+            yield {knob.name: (cur, cand)}, f"phase 1: knob #{knob.rank} {knob.name}, candidate {fmt(cand)}{notes}"
 
 
 def _phase2(st: _State, winners: list[PastExperiment]) -> Iterator[tuple[dict[str, tuple], str]]:
@@ -276,12 +346,14 @@ def next_proposal(
     *,
     phases: Sequence[int] = (1, 2, 3),
     baseline_score: float | None = None,
+    weak_classes: Sequence[str] = (),
 ) -> PlanProposal | Exhausted:
     """The next knob change to try, or :class:`Exhausted` with the reason.
 
     ``knobs``: the ranked knobs (rank order); ``current``: the knob values of the current
     best train.py; ``history``: earlier experiments, oldest first; ``in_flight``: knob sets
-    (name -> value; missing names mean "as in current") running on other workers.
+    (name -> value; missing names mean "as in current") running on other workers;
+    ``weak_classes``: classes the current best finds none of (rare-class knobs go first).
     Raises PlanError when a ranked knob is not in ``current`` or a candidate has the wrong type.
     """
     if not knobs:
@@ -289,7 +361,7 @@ def next_proposal(
     missing = [k.name for k in knobs if k.name not in current]
     if missing:
         raise PlanError(f"search plan ranks knob(s) {', '.join(missing)} that train.py's block does not have")
-    st = _State(tuple(knobs), dict(current), tuple(k.name for k in knobs))
+    st = _State(tuple(knobs), dict(current), tuple(k.name for k in knobs), weak=list(weak_classes))
     ran, bases = _reconstruct(current, history)
     # Every best the night started from was measured: going back to one is not new.
     for i, values in enumerate(bases + [dict(current)]):

@@ -1,4 +1,5 @@
-"""Agents behind one protocol: ``planner`` (default, no LLM), ``command``, ``openai``.
+"""Agents behind one protocol: ``planner`` (default, no LLM), ``random`` and ``evolve`` (search
+strategies, no LLM), ``command``, ``openai``.
 
     make_agent(agent_cfg, program=None, **overrides) -> Agent
 
@@ -24,7 +25,7 @@ from looper.adapters.agents.base import (
 from looper.errors import ConfigError, HarnessError
 from looper.program import Program
 
-KINDS = ("planner", "command", "openai")
+KINDS = ("planner", "random", "evolve", "command", "openai")
 
 __all__ = ["Agent", "AgentContext", "ClassScore", "ExperimentView", "HistoryView", "Proposal",
            "ProposalRejected", "KINDS", "make_agent"]
@@ -36,10 +37,11 @@ def make_agent(agent_cfg: Any, program: Program | None = None, **overrides: Any)
     timeout = getattr(agent_cfg, "timeout_seconds", 900)
     max_failures = getattr(agent_cfg, "max_failures", 2) or 2
     try:
-        if kind == "planner":
-            from looper.adapters.agents.planner import PlannerAgent
+        if kind in ("planner", "random", "evolve"):
+            from looper.adapters.agents.planner import EvolveAgent, PlannerAgent, RandomAgent
 
-            return PlannerAgent(program, **overrides)
+            cls = {"planner": PlannerAgent, "random": RandomAgent, "evolve": EvolveAgent}[kind]
+            return cls(program, seed=int(getattr(agent_cfg, "seed", 0) or 0), **overrides)
         if kind == "command":
             from looper.adapters.agents.command import CommandAgent
 
