@@ -1,0 +1,312 @@
+"""The sandbox policy: how train.py and evaluate.py are confined (bubblewrap).
+
+train.py is written by an agent that optimises the score, so it is untrusted. Every
+executor wraps its two commands with the argv built here:
+
+- :func:`train_argv`: train.py inside ``bwrap``. The whole filesystem read-only; writable
+  only ``$LOOPER_OUT`` and a private ``/tmp`` (and ``/dev/shm``), both gone with the run; the
+  test pages and their truth (``$LOOPER_DATA/pages/test``) are not mounted (an empty,
+  read-only folder stands in their place); the usual credential folders of ``$HOME`` are
+  hidden; no network unless ``[executor] sandbox_network = true``; its own PID, IPC and UTS
+  namespaces; ``--die-with-parent`` and ``--new-session``; every capability dropped; a
+  clean environment (no secrets of the daemon). When the run's first process ends, the
+  kernel kills everything else in its PID namespace, so no process outlives it, whatever it
+  forked. GPU device nodes (``/dev/nvidia*``) are bound when present.
+- :func:`eval_argv`: ``python -I`` on a harness-owned copy of evaluate.py (no script folder,
+  no cwd, no user site, no ``PYTHON*`` variables on ``sys.path``), in a sandbox that can
+  write only its own output folder, which training never could; no network.
+- :func:`preflight`: a missing or broken ``bwrap`` is an error naming the one-line install
+  command. ``[executor] sandbox = "none"`` is the explicit opt-out; :func:`opt_out_line`
+  is the line every verdict and the report carry then.
+
+This module builds argument lists and checks; it starts nothing but ``bwrap``'s self-test
+(through :mod:`looper.proc`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from looper.core.verdict import Verdict
+
+MODES = ("bwrap", "none")
+INSTALL_COMMAND = "sudo apt-get install -y bubblewrap"  # Fedora: dnf install bubblewrap; Arch: pacman -S bubblewrap
+PRIVATE_TMP = "/tmp"
+# Credential stores under $HOME that training has no business reading (hidden when they exist).
+HIDDEN_HOME = (".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".kube", ".docker", ".netrc",
+               ".git-credentials", ".pypirc")
+# Variables of the daemon's own environment a training run may see (the job's env is added).
+PASS_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+            "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# Set inside every sandbox: everything that wants a writable home or cache gets the private tmp.
+SANDBOX_ENV = {
+    "HOME": PRIVATE_TMP,
+    "TMPDIR": PRIVATE_TMP,
+    "XDG_CACHE_HOME": f"{PRIVATE_TMP}/.cache",
+    "XDG_CONFIG_HOME": f"{PRIVATE_TMP}/.config",
+    "MPLCONFIGDIR": f"{PRIVATE_TMP}/matplotlib",
+    "YOLO_CONFIG_DIR": f"{PRIVATE_TMP}/ultralytics",
+    "TORCHINDUCTOR_CACHE_DIR": f"{PRIVATE_TMP}/torchinductor",
+}
+TEST_PAGES = Path("pages") / "test"  # relative to the data folder: what training must never read
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """``[executor] sandbox`` and ``sandbox_network`` as one value."""
+
+    mode: str = "bwrap"
+    network: bool = False
+    bwrap: str = "bwrap"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"sandbox must be one of {', '.join(MODES)} (got {self.mode!r})")
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode == "bwrap"
+
+    @classmethod
+    def from_section(cls, section: Any) -> SandboxPolicy:
+        """From an ``[executor]`` config section (keys absent: the safe default)."""
+        return cls(mode=str(getattr(section, "sandbox", "bwrap") or "bwrap"),
+                   network=bool(getattr(section, "sandbox_network", False)))
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "none (explicit opt-out)"
+        return "bwrap" + (", network allowed" if self.network else ", no network")
+
+
+def opt_out_line(policy: SandboxPolicy) -> str | None:
+    """The line every verdict and the report's "needs a person" carry when the sandbox is off."""
+    if policy.enabled:
+        return None
+    return ('[executor] sandbox = "none": train.py and evaluate.py ran without a sandbox '
+            "(train.py could write the database, the checkout and the venv, and read the test pages)")
+
+
+def find_bwrap(policy: SandboxPolicy) -> str | None:
+    return shutil.which(policy.bwrap)
+
+
+def preflight(policy: SandboxPolicy, timeout: float = 30.0) -> Verdict:
+    """Pass when the sandbox can be built here (or is explicitly off); an error naming the fix otherwise."""
+    if not policy.enabled:
+        return Verdict.passed({"sandbox": "none", "sandbox_note": opt_out_line(policy)})
+    exe = find_bwrap(policy)
+    if exe is None:
+        return Verdict.errored(
+            f"bubblewrap (bwrap) is not installed; install it with: {INSTALL_COMMAND} "
+            '(or opt out explicitly with [executor] sandbox = "none")',
+            metrics={"sandbox": "bwrap"})
+    from looper import proc
+
+    argv = [exe, *_base_args(network=policy.network), "--", "true"]
+    done = proc.run(argv, timeout=timeout, inherit_env=False)
+    if not done.ok:
+        why = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.exit_code}"]
+        return Verdict.errored(
+            f"bwrap is installed ({exe}) but cannot build a sandbox here: {why[0][:200]} "
+            "(unprivileged user namespaces may be disabled: sysctl kernel.unprivileged_userns_clone=1, "
+            "or install bwrap setuid)", metrics={"sandbox": "bwrap"})
+    return Verdict.passed({"sandbox": policy.describe(), "bwrap": exe})
+
+
+# ---------------------------------------------------------------------------- argv
+def gpu_device_nodes(dev: Path = Path("/dev")) -> list[str]:
+    """The NVIDIA device nodes present on this machine (bound into the sandbox as devices)."""
+    return sorted(str(p) for p in dev.glob("nvidia*") if p.exists())
+
+
+def _base_args(network: bool) -> list[str]:
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--tmpfs", PRIVATE_TMP, "--tmpfs", "/dev/shm",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if not network:
+        args.append("--unshare-net")
+    return args
+
+
+def _under(path: Path, root: str) -> bool:
+    return path == Path(root) or Path(root) in path.parents
+
+
+def _readable_again(paths: Sequence[Path]) -> list[str]:
+    """Paths under the private /tmp that the run needs: bound read-only again over the empty tmpfs."""
+    args: list[str] = []
+    seen: list[Path] = []
+    for p in sorted({Path(os.path.realpath(x)) for x in paths}, key=lambda q: len(q.parts)):
+        if not _under(p, PRIVATE_TMP) or not p.exists() or any(s == p or s in p.parents for s in seen):
+            continue
+        seen.append(p)
+        args += ["--ro-bind", str(p), str(p)]
+    return args
+
+
+def _hide(path: Path) -> list[str]:
+    """Cover ``path`` with something empty and read-only: it is not there for the sandbox."""
+    if path.is_dir():
+        return ["--tmpfs", str(path), "--remount-ro", str(path)]
+    if path.exists() or path.is_symlink():
+        return ["--dev-bind", "/dev/null", str(path)]  # reads as empty; a plain ro-bind is nodev
+    return []
+
+
+def _env_args(env: Mapping[str, str], extra: Mapping[str, str] | None = None) -> list[str]:
+    merged: dict[str, str] = {k: os.environ[k] for k in PASS_ENV if os.environ.get(k)}
+    merged.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    merged.update({k: str(v) for k, v in env.items()})
+    merged.update(SANDBOX_ENV)
+    merged.update(extra or {})
+    args = ["--clearenv"]
+    for k, v in sorted(merged.items()):
+        args += ["--setenv", k, v]
+    return args
+
+
+def _python_roots(python: str) -> list[Path]:
+    """The interpreter's folders (venv and base install) and the looper package's source."""
+    import looper
+
+    exe = Path(shutil.which(python) or python)
+    roots = [exe.parent.parent, Path(os.path.realpath(exe)).parent.parent,
+             Path(looper.__file__).resolve().parent.parent]
+    return roots
+
+
+def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_dir: Path,
+               env: Mapping[str, str], policy: SandboxPolicy = SandboxPolicy(),
+               python: str = "", devices: Sequence[str] | None = None,
+               home: Path | None = None) -> list[str]:
+    """``command`` (``[python, "train.py"]``) wrapped in the training sandbox.
+
+    Writable: ``out_dir`` and the private tmp. Hidden: ``data_dir/pages/test`` and the
+    credential folders of ``home``. ``devices``: device nodes to bind (default: the NVIDIA
+    nodes present). The policy must be enabled: with ``sandbox = "none"`` there is no argv to build.
+    """
+    if not policy.enabled:
+        raise ValueError('train_argv: the sandbox is off (sandbox = "none"); run the command as it is')
+    checkout, out_dir, data_dir = (Path(os.path.realpath(p)) for p in (checkout, out_dir, data_dir))
+    python = python or command[0]
+    args = [shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
+    args += _readable_again([checkout, data_dir, *_python_roots(python)])
+    for node in gpu_device_nodes() if devices is None else devices:
+        args += ["--dev-bind", node, node]
+    args += ["--bind", str(out_dir), str(out_dir)]
+    args += _hide(data_dir / TEST_PAGES)
+    home = Path(home or os.path.expanduser("~"))
+    for name in HIDDEN_HOME:
+        args += _hide(home / name)
+    args += ["--chdir", str(checkout)]
+    args += _env_args(env)
+    return [*args, "--", *command]
+
+
+def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, out_dir: Path,
+              env: Mapping[str, str], device: str = "", policy: SandboxPolicy = SandboxPolicy(),
+              devices: Sequence[str] | None = None) -> list[str]:
+    """``python -I evaluate.py`` from the harness's copy, writable only ``out_dir``, no network.
+
+    METRICS.json is written to ``out_dir/METRICS.json``. With the sandbox off the same
+    ``python -I`` command is returned without ``bwrap``.
+    """
+    evaluator, weights, data_dir, out_dir = (Path(os.path.realpath(p)) for p in (evaluator, weights, data_dir, out_dir))
+    cmd = [python, "-I", str(evaluator), "--weights", str(weights), "--data", str(data_dir),
+           "--out", str(out_dir / "METRICS.json")]
+    if device:
+        cmd += ["--device", device]
+    if not policy.enabled:
+        return cmd
+    args = [shutil.which(policy.bwrap) or policy.bwrap, *_base_args(network=False)]
+    args += _readable_again([evaluator.parent, weights, data_dir, *_python_roots(python)])
+    for node in gpu_device_nodes() if devices is None else devices:
+        args += ["--dev-bind", node, node]
+    args += ["--bind", str(out_dir), str(out_dir), "--chdir", str(out_dir)]
+    args += _env_args(env)
+    return [*args, "--", *cmd]
+
+
+# ---------------------------------------------------------------------------- the evaluator
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def scoring_files() -> dict[str, Path]:
+    """The looper modules evaluate.py imports: they decide a score, so they are pinned by hash."""
+    import looper
+    import looper.core
+    import looper.core.metrics
+
+    return {"looper/__init__.py": Path(looper.__file__), "looper/core/__init__.py": Path(looper.core.__file__),
+            "looper/core/metrics.py": Path(looper.core.metrics.__file__)}
+
+
+def pin(evaluate_py: Path) -> dict[str, str]:
+    """sha256 of every file that decides a score: evaluate.py and the looper modules it imports."""
+    pins = {"evaluate.py": sha256_file(evaluate_py)}
+    pins.update({name: sha256_file(p) for name, p in scoring_files().items()})
+    return pins
+
+
+def pin_changes(expected: Mapping[str, str], evaluate_py: Path) -> list[str]:
+    """What changed since ``expected`` was taken, in words; empty when nothing did."""
+    now = pin(evaluate_py)
+    return [f"{name} changed since the daemon started (sha256 {expected[name][:12]} -> {now.get(name, 'gone')[:12]})"
+            for name in sorted(expected) if now.get(name) != expected[name]]
+
+
+def prepare_evaluator(evaluate_py: Path, eval_dir: Path) -> tuple[Path, Path]:
+    """A harness-owned copy of evaluate.py in a fresh ``eval_dir`` and its empty output folder.
+
+    Called after the training sandbox is gone; ``eval_dir`` is outside anything training could
+    write. Returns (the copy, the output folder).
+    """
+    eval_dir = Path(eval_dir)
+    if eval_dir.exists():
+        shutil.rmtree(eval_dir)
+    out = eval_dir / "out"
+    out.mkdir(parents=True)
+    copy = eval_dir / "evaluate.py"
+    shutil.copyfile(evaluate_py, copy)
+    copy.chmod(0o444)
+    return copy, out
+
+
+def plain_file(path: Path) -> str | None:
+    """None when ``path`` is a regular file (not a link, FIFO or device); a reason otherwise.
+
+    The harness reads training's outputs (weights, train.json) only through this check: a
+    link planted by train.py could point at the test truth or block a reader forever.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{Path(path).name} does not exist"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{Path(path).name} is a symbolic link (to {os.readlink(path)}); training outputs must be plain files"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{Path(path).name} is not a regular file"
+    return None
+
+
+def collect_metrics(out_dir: Path, metrics_path: Path) -> bool:
+    """Move the sandboxed evaluator's METRICS.json to where the loop reads it; False when it wrote none."""
+    src = Path(out_dir) / "METRICS.json"
+    if plain_file(src) is not None:
+        return False
+    os.replace(src, metrics_path)
+    return True

@@ -1,0 +1,254 @@
+"""looper/sandbox.py with the real bwrap: what a command inside the sandbox can and cannot do.
+
+Each test runs a real command inside the argv the executors use and checks the effect on
+the real filesystem, network and process table (no mocks).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from looper import proc, sandbox
+from looper.sandbox import SandboxPolicy
+
+pytestmark = pytest.mark.skipif(sandbox.find_bwrap(SandboxPolicy()) is None,
+                                reason="bubblewrap is not installed (apt-get install bubblewrap)")
+
+
+@pytest.fixture()
+def ws(tmp_path: Path) -> dict[str, Path]:
+    """A workspace-like tree: checkout with train.py, data with tiles and test pages, an out folder."""
+    checkout = tmp_path / "ws"
+    (checkout / ".git").mkdir(parents=True)
+    (checkout / "experiments.db").write_text("db\n")
+    data = checkout / "data"
+    (data / "tiles" / "train" / "images").mkdir(parents=True)
+    (data / "tiles" / "train" / "images" / "t0.png").write_text("tile\n")
+    (data / "pages" / "test").mkdir(parents=True)
+    (data / "pages" / "test" / "page_000.json").write_text('{"boxes": []}\n')
+    out = checkout / ".looper" / "runs" / "1" / "out"
+    out.mkdir(parents=True)
+    return {"checkout": checkout, "data": data, "out": out, "home": checkout / "home"}  # inside the checkout: visible
+
+
+def run_in_train_sandbox(ws: dict[str, Path], code: str, policy: SandboxPolicy = SandboxPolicy(),
+                         env: dict[str, str] | None = None, timeout: float = 60) -> proc.Completed:
+    script = ws["checkout"] / "train.py"
+    script.write_text(textwrap.dedent(code))
+    argv = sandbox.train_argv([sys.executable, "train.py"], checkout=ws["checkout"], out_dir=ws["out"],
+                              data_dir=ws["data"], env={"LOOPER_OUT": str(ws["out"]), **(env or {})},
+                              policy=policy, home=ws["home"])
+    return proc.run(argv, timeout=timeout)
+
+
+def test_writes_only_out_and_private_tmp(ws: dict[str, Path]) -> None:
+    venv_site = Path(sys.prefix) / "lib"
+    done = run_in_train_sandbox(ws, f"""
+        import os, pathlib
+        out = pathlib.Path(os.environ["LOOPER_OUT"])
+        (out / "weights.pt").write_text("w")
+        pathlib.Path("/tmp/scratch").write_text("t")
+        denied = []
+        for target in ["train.py", "experiments.db", ".git/hooks/post-commit", "data/tiles/x.png",
+                       {str(venv_site / "evil.pth")!r}, ".looper/pids/1.pid", "/root/evil"]:
+            try:
+                pathlib.Path(target).write_text("x")
+            except OSError as exc:
+                denied.append(exc.errno)
+        print("DENIED", len(denied))
+        """)
+    assert done.ok, done.stderr
+    assert "DENIED 7" in done.stdout
+    assert (ws["out"] / "weights.pt").read_text() == "w"
+    assert not (ws["checkout"].parent / "escaped").exists()
+    assert not (ws["checkout"] / ".git" / "hooks" / "post-commit").exists()
+    assert not (ws["checkout"] / ".looper" / "pids" / "1.pid").exists()
+    assert not Path("/tmp/scratch").exists() or Path("/tmp/scratch").read_text() != "t"
+
+
+def test_test_pages_are_not_there_but_tiles_are(ws: dict[str, Path]) -> None:
+    done = run_in_train_sandbox(ws, """
+        import os
+        print("TILES", os.listdir("data/tiles/train/images"))
+        print("PAGES", os.listdir("data/pages/test"))
+        try:
+            open("data/pages/test/page_000.json").read()
+            print("READ TRUTH")
+        except OSError:
+            print("NO TRUTH")
+        try:
+            open("data/pages/test/planted.json", "w").write("x")
+            print("WROTE PAGES")
+        except OSError:
+            print("PAGES READ-ONLY")
+        """)
+    assert done.ok, done.stderr
+    assert "TILES ['t0.png']" in done.stdout
+    assert "PAGES []" in done.stdout and "NO TRUTH" in done.stdout and "PAGES READ-ONLY" in done.stdout
+    assert (ws["data"] / "pages" / "test" / "page_000.json").is_file()  # hidden, not touched
+
+
+def test_credentials_in_home_are_hidden(ws: dict[str, Path]) -> None:
+    (ws["home"] / ".ssh").mkdir(parents=True)
+    (ws["home"] / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+    (ws["home"] / ".netrc").write_text("machine x password y\n")
+    done = run_in_train_sandbox(ws, f"""
+        import os
+        print("SSH", os.listdir({str(ws["home"] / ".ssh")!r}))
+        print("NETRC", repr(open({str(ws["home"] / ".netrc")!r}).read()))
+        """)
+    assert done.ok, done.stderr
+    assert "SSH []" in done.stdout and "NETRC ''" in done.stdout
+
+
+def test_environment_is_clean(ws: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    done = run_in_train_sandbox(ws, """
+        import os
+        print("KEY", os.environ.get("OPENAI_API_KEY"), "OUT", "LOOPER_OUT" in os.environ, "HOME", os.environ["HOME"])
+        """)
+    assert done.ok, done.stderr
+    assert "KEY None OUT True HOME /tmp" in done.stdout
+
+
+@pytest.mark.parametrize("network", [False, True])
+def test_network_only_when_opted_in(ws: dict[str, Path], network: bool) -> None:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        done = run_in_train_sandbox(ws, f"""
+            import socket
+            s = socket.socket()
+            s.settimeout(5)
+            try:
+                s.connect(("127.0.0.1", {port}))
+                print("CONNECTED")
+            except OSError as exc:
+                print("REFUSED", exc)
+            """, policy=SandboxPolicy(network=network))
+    finally:
+        server.close()
+    assert done.ok, done.stderr
+    assert ("CONNECTED" in done.stdout) is network, done.stdout
+
+
+def test_no_process_outlives_the_run(ws: dict[str, Path]) -> None:
+    marker = f"{4000 + os.getpid() % 1000}.{int(time.time()) % 997}"
+    done = run_in_train_sandbox(ws, f"""
+        import os, subprocess
+        if os.fork() == 0:          # double fork, new session: out of every process group
+            os.setsid()
+            if os.fork() == 0:
+                subprocess.Popen(["sleep", "{marker}"], start_new_session=True)
+            os._exit(0)
+        print("FORKED")
+        """)
+    assert done.ok, done.stderr
+    time.sleep(0.5)
+    left = proc.run(["pgrep", "-f", f"sleep {marker}"], timeout=10)
+    assert left.stdout.strip() == "", f"a process outlived the sandbox: {left.stdout}"
+
+
+def test_cannot_see_or_signal_processes_outside(ws: dict[str, Path]) -> None:
+    done = run_in_train_sandbox(ws, f"""
+        import os, signal
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        print("PIDS", len(pids))
+        try:
+            os.kill({os.getpid()}, 0)
+            print("SEES DAEMON")
+        except ProcessLookupError:
+            print("DAEMON INVISIBLE")
+        except PermissionError:
+            print("DAEMON PROTECTED")
+        """)
+    assert done.ok, done.stderr
+    assert "PIDS" in done.stdout and int(done.stdout.split("PIDS ")[1].split()[0]) <= 3
+    # the daemon's pid may exist inside the namespace by coincidence, but then it is another process
+    assert "SEES DAEMON" not in done.stdout or os.getpid() <= 3
+
+
+def test_no_capabilities_to_undo_the_mounts(ws: dict[str, Path]) -> None:
+    done = run_in_train_sandbox(ws, """
+        print([l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1])
+        """)
+    assert done.ok, done.stderr
+    assert done.stdout.strip() == "0000000000000000"
+    umount = proc.run(sandbox.train_argv(["umount", str(ws["data"] / "pages" / "test")], checkout=ws["checkout"],
+                                         out_dir=ws["out"], data_dir=ws["data"], env={}, home=ws["home"]),
+                      timeout=30)
+    assert umount.exit_code != 0
+
+
+def test_evaluator_runs_isolated_from_the_checkout(ws: dict[str, Path], tmp_path: Path) -> None:
+    """python -I from the harness's copy: a looper/ package planted next to evaluate.py is not imported."""
+    planted = ws["checkout"] / "looper"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("raise SystemExit('PLANTED LOOPER IMPORTED')\n")
+    (ws["checkout"] / "evaluate.py").write_text(textwrap.dedent("""
+        import argparse, json, pathlib, sys
+        import looper.core.metrics
+        ap = argparse.ArgumentParser()
+        for a in ("--weights", "--data", "--out", "--device"):
+            ap.add_argument(a)
+        args = ap.parse_args()
+        escaped = []
+        for target in ("/root/evil", args.weights, args.data + "/pages/test/x.json", sys.prefix + "/evil.pth"):
+            try:
+                open(target, "w").write("x")
+                escaped.append(target)
+            except OSError:
+                pass
+        pathlib.Path(args.out).write_text(json.dumps({"metrics_from": looper.__file__, "escaped": escaped}))
+        """))
+    (ws["out"] / "weights.pt").write_text("w")
+    copy, eval_out = sandbox.prepare_evaluator(ws["checkout"] / "evaluate.py", tmp_path / "eval")
+    argv = sandbox.eval_argv(sys.executable, copy, weights=ws["out"] / "weights.pt", data_dir=ws["data"],
+                             out_dir=eval_out, env={"PYTHONPATH": str(ws["checkout"])}, device="cpu")
+    assert "-I" in argv
+    done = proc.run(argv, cwd=ws["checkout"], timeout=60)
+    assert done.ok, done.stderr
+    metrics_path = tmp_path / "METRICS.json"
+    assert sandbox.collect_metrics(eval_out, metrics_path)
+    import json
+
+    got = json.loads(metrics_path.read_text())
+    assert got["escaped"] == []
+    assert Path(got["metrics_from"]).resolve() != (planted / "__init__.py").resolve()
+    assert (ws["out"] / "weights.pt").read_text() == "w"
+
+
+def test_preflight_names_the_install_command_when_bwrap_is_missing() -> None:
+    v = sandbox.preflight(SandboxPolicy(bwrap="bwrap-not-installed-here"))
+    assert v.status.value == "error"
+    assert sandbox.INSTALL_COMMAND in v.blocking[0]
+    assert sandbox.preflight(SandboxPolicy()).ok
+    off = sandbox.preflight(SandboxPolicy(mode="none"))
+    assert off.ok and "without a sandbox" in off.metrics["sandbox_note"]
+    assert sandbox.opt_out_line(SandboxPolicy()) is None
+
+
+def test_planted_link_is_not_a_plain_file(ws: dict[str, Path]) -> None:
+    (ws["out"] / "weights.pt").symlink_to(ws["data"] / "pages" / "test" / "page_000.json")
+    assert "symbolic link" in (sandbox.plain_file(ws["out"] / "weights.pt") or "")
+    (ws["out"] / "train.json").write_text("{}")
+    assert sandbox.plain_file(ws["out"] / "train.json") is None
+
+
+def test_pin_sees_a_changed_scoring_file(tmp_path: Path) -> None:
+    ev = tmp_path / "evaluate.py"
+    ev.write_text("print(1)\n")
+    pins = sandbox.pin(ev)
+    assert set(pins) == {"evaluate.py", "looper/__init__.py", "looper/core/__init__.py", "looper/core/metrics.py"}
+    assert sandbox.pin_changes(pins, ev) == []
+    ev.write_text("print(2)\n")
+    assert sandbox.pin_changes(pins, ev)[0].startswith("evaluate.py changed")
