@@ -15,10 +15,11 @@ from typing import Any
 from report_seed import SECRET, TAG, Seeded
 
 from looper.report import gather, report_text, write_html
+from looper.store import ExperimentRecord
 
 
-def _window_rows(s: Seeded) -> list[dict[str, Any]]:
-    return s.store.experiments(since=s.since, tag=TAG)
+def _window_rows(s: Seeded) -> list[ExperimentRecord]:
+    return s.store.find_experiments(since=s.since, tag=TAG)
 
 
 def _sql(s: Seeded, query: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -56,10 +57,10 @@ def _parse(page: str) -> _Collect:
 def test_default_window_is_the_last_daemon_run(seeded: Seeded) -> None:
     n = gather(seeded.store, seeded.root)
     assert n.since == seeded.since
-    assert [e["id"] for e in n.experiments] == [e["id"] for e in _window_rows(seeded)]
-    assert seeded.ids["old_discard"] not in {e["id"] for e in n.experiments}
+    assert [e.id for e in n.experiments] == [e.id for e in _window_rows(seeded)]
+    assert seeded.ids["old_discard"] not in {e.id for e in n.experiments}
     # the baseline lies outside the window and is still what the best is compared with
-    assert n.baseline is not None and n.baseline["id"] == seeded.ids["baseline"]
+    assert n.baseline is not None and n.baseline.id == seeded.ids["baseline"]
 
 
 def test_since_widens_the_window(seeded: Seeded) -> None:
@@ -85,21 +86,22 @@ def test_text_counts_match_the_database(seeded: Seeded) -> None:
 
 def test_text_best_vs_baseline(seeded: Seeded) -> None:
     text = report_text(seeded.store, seeded.root, console_width=160)
-    best = seeded.store.best_experiment(TAG)
-    assert best is not None
-    base = seeded.store.get_experiment(seeded.ids["baseline"])
+    best = seeded.store.best(TAG)
+    assert best is not None and best.score is not None
+    base = seeded.store.experiment(seeded.ids["baseline"])
+    assert base.score is not None
     line = next(x for x in text.splitlines() if x.startswith("best "))
-    assert f"{best['score']:.4f} (#{best['id']})" in line
-    assert f"baseline {base['score']:.4f} (tag-start #{base['id']})" in line
-    assert f"{best['score'] - base['score']:+.4f}" in line
+    assert f"{best.score:.4f} (#{best.id})" in line
+    assert f"baseline {base.score:.4f} (tag-start #{base.id})" in line
+    assert f"{best.score - base.score:+.4f}" in line
 
 
 def test_text_puts_what_needs_a_person_first(seeded: Seeded) -> None:
     text = report_text(seeded.store, seeded.root, console_width=200)
     attention_end = text.index("At a glance")
     head = text[:attention_end]
-    halt = seeded.store.events(kind="halt")[-1]
-    assert halt["message"] in head and f"#{halt['experiment_id']}" not in text[:text.index(halt["message"])]
+    halt = seeded.store.journal(kind="halt")[-1]
+    assert halt.message in head and f"#{halt.experiment_id}" not in text[:text.index(halt.message)]
     assert "NOT DELIVERED" in head
     nm = seeded.ids["near_miss"]
     assert f"near miss #{nm}" in head and f"looper baseline approve {nm}" in head
@@ -151,8 +153,8 @@ def test_approved_baseline_is_what_the_best_is_compared_with(seeded: Seeded) -> 
     approve(seeded.store, seeded.root / "baselines", nm)
     n = gather(seeded.store, seeded.root)
     assert n.baseline_source.startswith("approved:") and f"(#{nm})" in n.baseline_source
-    assert n.baseline_score == seeded.store.get_experiment(nm)["score"]
-    assert n.baseline_classes["return_grille"]["recall"] == seeded.store.class_metrics(nm)["return_grille"]["recall"]
+    assert n.baseline_score == seeded.store.experiment(nm).score
+    assert n.baseline_classes["return_grille"]["recall"] == seeded.store.class_scores(nm)["return_grille"].recall
     assert not any("no approved baseline" in a.text for a in n.attention)
 
 
@@ -210,29 +212,34 @@ def test_html_outcome_counts_and_sections(seeded: Seeded, tmp_path: Path) -> Non
 
 def test_html_class_table_matches_class_metrics(seeded: Seeded, tmp_path: Path) -> None:
     page = write_html(seeded.store, seeded.root, tmp_path / "r.html").read_text()
-    base = seeded.store.class_metrics(seeded.ids["baseline"])
-    best = seeded.store.class_metrics(seeded.store.best_experiment(TAG)["id"])
-    supports = sorted(v["support"] for v in base.values() if v["support"] > 0)
+    base = seeded.store.class_scores(seeded.ids["baseline"])
+    top = seeded.store.best(TAG)
+    assert top is not None
+    best = seeded.store.class_scores(top.id)
+    supports = sorted(v.support for v in base.values() if v.support > 0)
     median = (supports[(len(supports) - 1) // 2] + supports[len(supports) // 2]) / 2
     for c in base:
         m = re.search(rf'<tr class="(rare|)" data-class="{c}">(.*?)</tr>', page)
         assert m, c
-        assert (m.group(1) == "rare") == (0 < base[c]["support"] < median), c
+        assert (m.group(1) == "rare") == (0 < base[c].support < median), c
         cells = re.findall(r"<td[^>]*>([^<]*)</td>", m.group(2))
-        if base[c]["recall"] is not None:
-            assert f"{base[c]['recall']:.3f}" in cells and f"{best[c]['recall']:.3f}" in cells
-            assert f"{best[c]['recall'] - base[c]['recall']:+.3f}" in cells
+        b, k = base[c].recall, best[c].recall
+        if b is not None:
+            assert k is not None
+            assert f"{b:.3f}" in cells and f"{k:.3f}" in cells
+            assert f"{k - b:+.3f}" in cells
     assert page.count('class="cell"') == 6 * len(base)
 
 
 def test_html_kept_changes_show_diff_rationale_and_score_change(seeded: Seeded, tmp_path: Path) -> None:
     page = write_html(seeded.store, seeded.root, tmp_path / "r.html").read_text()
-    k1, k2 = seeded.store.get_experiment(seeded.ids["keep1"]), seeded.store.get_experiment(seeded.ids["keep2"])
-    for k, before in ((k1, seeded.store.get_experiment(seeded.ids["baseline"])), (k2, k1)):
-        block = page[page.index(f'id="exp-{k["id"]}"'):]
+    k1, k2 = seeded.store.experiment(seeded.ids["keep1"]), seeded.store.experiment(seeded.ids["keep2"])
+    for k, before in ((k1, seeded.store.experiment(seeded.ids["baseline"])), (k2, k1)):
+        block = page[page.index(f'id="exp-{k.id}"'):]
         block = block[: block.index("</details>")]
-        assert k["rationale"] in block and k["description"] in block
-        assert f"{k['score'] - before['score']:+.4f}" in block and f"#{before['id']}" in block
+        assert k.rationale in block and k.description in block
+        assert k.score is not None and before.score is not None
+        assert f"{k.score - before.score:+.4f}" in block and f"#{before.id}" in block
         assert '<span class="a">+LR0' in block and '<span class="d">-LR0' in block
 
 
@@ -245,8 +252,8 @@ def test_html_near_miss_crash_groups_and_exclusions(seeded: Seeded, tmp_path: Pa
     expected = sorted(r[0] for r in _sql(seeded, "SELECT count(*) FROM experiments WHERE status='crash' AND "
                                                   "started_at >= ? GROUP BY failure_signature", seeded.since))
     assert counts == expected
-    inc = seeded.store.get_experiment(seeded.ids["inconclusive"])
-    assert inc["description"] in page[page.index('id="inconclusive"'):page.index('id="exclusions"')]
+    inc = seeded.store.experiment(seeded.ids["inconclusive"])
+    assert inc.description in page[page.index('id="inconclusive"'):page.index('id="exclusions"')]
     excl = page[page.index('id="exclusions"'):page.index('id="time"')]
     for name in ("discard", "near_miss", "crash_oom1", "crash_name"):
         assert f"(#{seeded.ids[name]})" in excl, name
@@ -260,5 +267,5 @@ def test_html_every_experiment_link_has_a_target(seeded: Seeded, tmp_path: Path)
     assert len(ids) == len(set(ids)), "duplicate element ids"
     targets = {a["href"][1:] for t, a in p.elements if t == "a" and (a.get("href") or "").startswith("#")}
     assert targets and targets <= set(ids), sorted(targets - set(ids))
-    window = {f"exp-{e['id']}" for e in seeded.store.experiments(since=seeded.since)}
+    window = {f"exp-{e.id}" for e in seeded.store.find_experiments(since=seeded.since)}
     assert window <= set(ids)

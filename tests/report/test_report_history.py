@@ -104,27 +104,27 @@ def test_secrets_in_event_free_text_do_not_leak_into_history(seeded: Seeded) -> 
 def test_report_redaction_equals_the_pagers(text: str) -> None:
     """The report's fast path (skip text no pattern can match) must redact exactly like the pager."""
     from looper.adapters.notify import redact
-    from looper.report import _t
+    from looper.report.fmt import clean
 
-    assert _t(text) == redact(text)
+    assert clean(text) == redact(text)
 
 
 def test_report_redaction_triggers_were_written_for_the_pagers_patterns() -> None:
-    """``looper.report._TRIGGERS`` must be a superset of what the pager's patterns match; it was
-    checked against these patterns. If this fails, the patterns changed: revisit _TRIGGERS."""
+    """``looper.report.fmt.TRIGGERS`` must be a superset of what the pager's patterns match; it was
+    checked against these patterns. If this fails, the patterns changed: revisit TRIGGERS."""
     from looper.adapters.notify import _SECRET_PATTERNS
-    from looper.report import _TRIGGERS_FOR
+    from looper.report.fmt import TRIGGERS_FOR
 
-    assert tuple(p.pattern for p in _SECRET_PATTERNS) == _TRIGGERS_FOR
+    assert tuple(p.pattern for p in _SECRET_PATTERNS) == TRIGGERS_FOR
 
 
 def test_secret_in_a_description_is_redacted_everywhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from looper.report import report_text, write_html
 
     s = build(tmp_path)
-    i = s.store.create_experiment(TAG, "candidate", parent=None, seed=0, config={},
-                                  description="use https://bob:pw-s3cr3tpw@hub.example/model")
-    s.store.finish_experiment(i, "discard", 0.2, None, None, None, ["fetch from https://bob:pw-s3cr3tpw@hub.example"])
+    i = s.store.start_experiment(tag=TAG, kind="candidate", seed=0, config={},
+                                 description="use https://bob:pw-s3cr3tpw@hub.example/model")
+    s.store.record_outcome(i, outcome="discard", score=0.2, blocking=["fetch from https://bob:pw-s3cr3tpw@hub.example"])
     outputs = [history_json(history_rows(s.store)), history_text(history_rows(s.store)),
                report_text(s.store, tmp_path), write_html(s.store, tmp_path, tmp_path / "r.html").read_text()]
     for out in outputs:

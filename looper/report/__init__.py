@@ -1,0 +1,41 @@
+"""The morning report and the history: what the night did, read back from ``experiments.db``.
+
+Everything here only reads, through the store's records and queries. The layers, each
+importing only the ones above it (no circle):
+
+- :mod:`~looper.report.fmt`: redaction of free text, numbers, durations, id lists;
+- :mod:`~looper.report.facts`: :func:`gather` collects the facts of one window (by default
+  the last daemon run, from its latest ``start`` event) into a :class:`Night`;
+- :mod:`~looper.report.text`: :func:`report_text` renders it for a terminal;
+- :mod:`~looper.report.svg`: the plots, hand-written inline SVG;
+- :mod:`~looper.report.html_page`: :func:`write_html` writes ONE self-contained HTML page
+  (inline CSS and SVG; no script, no external URL);
+- :mod:`~looper.report.history`: ``looper history`` (:func:`history_rows`, ``_text``, ``_json``).
+
+Every number shown names the experiment it comes from (``#id``). No secret is ever shown:
+the store holds none, configuration values are never printed, and every free text (event
+messages, blocking reasons, descriptions, rationales, diffs) goes through
+:func:`looper.adapters.notify.redact` on its way out.
+"""
+
+from looper.report.facts import Attention, CrashGroup, KeptChange, NearMiss, Night, gather
+from looper.report.history import HISTORY_KEYS, history_json, history_rows, history_text
+from looper.report.html_page import render_html, write_html
+from looper.report.text import render_text, report_text
+
+__all__ = [
+    "HISTORY_KEYS",
+    "Attention",
+    "CrashGroup",
+    "KeptChange",
+    "NearMiss",
+    "Night",
+    "gather",
+    "history_json",
+    "history_rows",
+    "history_text",
+    "render_html",
+    "render_text",
+    "report_text",
+    "write_html",
+]

@@ -1,0 +1,498 @@
+"""The facts of one report window, gathered from the store: :func:`gather` -> :class:`Night`.
+
+Everything here only reads, through the store's records and queries
+(:mod:`looper.store.queries`). Free text is redacted on its way in, so the pages can show
+it as it is. The helpers at the bottom (:func:`class_rows`, :func:`gpu_line`,
+:func:`worker_lines`) derive what both the text and the HTML page show.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from looper.core import exclusions as core_excl
+from looper.core.classes import CLASSES
+from looper.core.verdict import Outcome
+from looper.report.fmt import MAX_ATTENTION, clean, id_list, num
+from looper.store import TIME_PARTS, EventRecord, ExperimentRecord, ExperimentRow, Store
+from looper.store.queries import kept_texts, latest_start, lean_experiments, running_best, tag_baseline
+
+__all__ = [
+    "Attention", "CrashGroup", "KeptChange", "NearMiss", "Night", "class_rows", "gather", "gpu_line",
+    "rare_classes", "worker_lines",
+]
+
+DEFAULT_SCORE = "weighted_f1"
+DEFAULT_MAX_CLASS_DROP = 0.05
+
+
+@dataclass(frozen=True)
+class Attention:
+    """One thing a person should look at, most urgent first. ``level``: halt | warn | note."""
+
+    level: str
+    text: str
+    exp_id: int | None = None
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class KeptChange:
+    id: int
+    tag: str
+    commit: str | None
+    description: str
+    rationale: str
+    diff: str
+    score: float
+    best_before: float | None
+    best_before_id: int | None
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.best_before is None else self.score - self.best_before
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    id: int
+    description: str
+    score: float
+    best_before: float | None
+    best_before_id: int | None
+    diff: float
+    class_reasons: tuple[str, ...]
+
+    @property
+    def command(self) -> str:
+        return f"looper baseline approve {self.id}"
+
+
+@dataclass(frozen=True)
+class CrashGroup:
+    signature: str
+    ids: tuple[int, ...]
+    example_reason: str
+    descriptions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The baseline the gates compare against: an approved file, else the tag-start baseline."""
+
+    source: str                       # "approved:<file> (#id)" | "tag-start #id" | "none"
+    score: float | None
+    id: int | None
+    metrics: dict[str, Any]
+    classes: dict[str, dict[str, Any]]
+    approved: bool
+
+
+@dataclass(frozen=True)
+class Sorted:
+    """The window's experiments sorted by what the report says about them."""
+
+    kept: list[KeptChange]
+    near_misses: list[NearMiss]
+    crash_groups: list[CrashGroup]
+    vacuous: list[ExperimentRow]
+    inconclusive: list[ExperimentRow]
+    errors: list[ExperimentRow]
+    interrupted: list[ExperimentRow]
+
+
+@dataclass
+class Night:
+    """The facts of one report window."""
+
+    since: str | None
+    tag: str | None
+    score_name: str
+    experiments: list[ExperimentRow]
+    events: list[EventRecord]
+    counts: dict[str, int]
+    baseline: ExperimentRecord | None           # the tag-start baseline experiment (measured)
+    baseline_source: str                        # "approved:<file> (#id)" | "tag-start #id" | "none"
+    baseline_score: float | None
+    baseline_id: int | None                     # the experiment the compared baseline came from
+    baseline_classes: dict[str, dict[str, Any]]
+    best: ExperimentRecord | None
+    best_classes: dict[str, dict[str, Any]]
+    kept: list[KeptChange]
+    near_misses: list[NearMiss]
+    crash_groups: list[CrashGroup]
+    vacuous: list[ExperimentRow]
+    inconclusive: list[ExperimentRow]
+    errors: list[ExperimentRow]
+    interrupted: list[ExperimentRow]
+    exclusions: list[str]
+    dead_gates: list[str]
+    attention: list[Attention]
+    time: dict[str, float]
+    time_ids: dict[str, int]                    # how many experiments reported each part
+    gpu: dict[str, Any]
+    best_before: dict[int, tuple[float | None, int | None]] = field(default_factory=dict)
+    running_best: list[tuple[int, float]] = field(default_factory=list)  # (keep id, score) for the tag
+
+    @property
+    def scored(self) -> list[ExperimentRow]:
+        return [e for e in self.experiments if e.score is not None]
+
+    @property
+    def rare_classes(self) -> set[str]:
+        return rare_classes(self.baseline_classes or self.best_classes)
+
+
+# --------------------------------------------------------------------------- gather
+
+
+def gather(store: Store, root: Path, since: str | None = None) -> Night:
+    """The facts of the window starting at ``since`` (default: the latest ``start`` event)."""
+    start_tag: str | None = None
+    if since is None:
+        start = latest_start(store)
+        since, start_tag = (start.at, start.tag) if start else (None, None)
+    experiments = lean_experiments(store, since=since, tag=start_tag, clean=clean)
+    events = store.journal(since=since, tag=start_tag)
+    tag = start_tag or (experiments[-1].tag if experiments else None)
+    if tag is None:
+        last = store.find_experiments(limit=1)
+        tag = last[-1].tag if last else None
+    counts: dict[str, int] = {}
+    for e in experiments:
+        counts[e.status.value] = counts.get(e.status.value, 0) + 1
+    # the running best of every tag in the window (keeps before the window count too)
+    keeps_by_tag = {t: running_best(store, t) for t in sorted({e.tag for e in experiments} | ({tag} if tag else set()))}
+    best_before = _best_before(experiments, keeps_by_tag)
+    baseline = tag_baseline(store, tag) if tag is not None else None
+    score_name = _score_name(baseline or (store.experiment(experiments[-1].id) if experiments else None))
+    ref = _reference(store, Path(root), baseline, score_name)
+    best = store.best(tag) if tag else None
+    best_classes = {c: m.figures() for c, m in store.class_scores(best.id).items()} if best else {}
+    kinds = _sort(store, experiments, best_before)
+    time, time_ids = _time(experiments)
+    night = Night(
+        since=since, tag=tag, score_name=score_name, experiments=experiments, events=events, counts=counts,
+        baseline=baseline, baseline_source=ref.source, baseline_score=ref.score, baseline_id=ref.id,
+        baseline_classes=ref.classes, best=best, best_classes=best_classes, kept=kinds.kept,
+        near_misses=kinds.near_misses, crash_groups=kinds.crash_groups, vacuous=kinds.vacuous,
+        inconclusive=kinds.inconclusive, errors=kinds.errors, interrupted=kinds.interrupted,
+        exclusions=[clean(x) for x in _exclusion_lines(experiments)],
+        dead_gates=_dead_gates(ref.metrics, baseline, events), attention=[], time=time, time_ids=time_ids,
+        gpu=_gpu_summary(experiments), best_before=best_before,
+        running_best=keeps_by_tag.get(tag, []) if tag else [],
+    )
+    night.attention = attention(night, ref.approved)
+    return night
+
+
+def _best_before(experiments: list[ExperimentRow], keeps_by_tag: dict[str, list[tuple[int, float]]],
+                 ) -> dict[int, tuple[float | None, int | None]]:
+    """For each experiment: the running best of its tag just before it (score, keep id)."""
+    out: dict[int, tuple[float | None, int | None]] = {}
+    for e in experiments:
+        ks = keeps_by_tag.get(e.tag, [])
+        i = bisect.bisect_left(ks, (e.id, float("-inf")))
+        out[e.id] = (ks[i - 1][1], ks[i - 1][0]) if i > 0 else (None, None)
+    return out
+
+
+def _score_name(exp: ExperimentRecord | None) -> str:
+    name = exp.gate.get("score") if exp is not None else None
+    return name if isinstance(name, str) and name else DEFAULT_SCORE
+
+
+def _max_class_drop(exp: ExperimentRecord | None) -> float:
+    value = num(exp.gate.get("max_class_drop")) if exp is not None else None
+    return DEFAULT_MAX_CLASS_DROP if value is None else value
+
+
+def _reference(store: Store, root: Path, baseline: ExperimentRecord | None, score_name: str) -> Reference:
+    """The baseline the gates compare against: the newest approved file, else the tag start."""
+    from looper.baselines import newest_baseline
+
+    approved = newest_baseline(root / "baselines")
+    if approved is not None:
+        name, data = approved
+        ref_id = data.get("experiment_id") if isinstance(data.get("experiment_id"), int) else None
+        metrics = data.get("metrics") or {}
+        score = num(data.get("score"))
+        if score is None:
+            score = num(metrics.get(score_name))
+        classes = metrics.get("classes")
+        return Reference(
+            source=f"approved:{name}" + (f" (#{ref_id})" if ref_id is not None else ""), score=score, id=ref_id,
+            metrics=metrics, approved=True,
+            classes={str(k): dict(v) for k, v in classes.items()} if isinstance(classes, dict) else {})
+    if baseline is not None:
+        return Reference(source=f"tag-start #{baseline.id}", score=num(baseline.score), id=baseline.id,
+                         metrics=baseline.metrics or {}, approved=False,
+                         classes={c: m.figures() for c, m in store.class_scores(baseline.id).items()})
+    return Reference(source="none", score=None, id=None, metrics={}, classes={}, approved=False)
+
+
+def _class_reasons(blocking: Iterable[str]) -> list[str]:
+    out = []
+    for reason in blocking:
+        r = str(reason)
+        if r.startswith("recall.") or any(c in r for c in CLASSES):
+            out.append(r)
+    return out
+
+
+def _near_miss(e: ExperimentRow, bb: float | None, bb_id: int | None) -> NearMiss | None:
+    """A discard that beat the best overall but failed a class gate, else None."""
+    reasons = _class_reasons(e.blocking)
+    diff = num(e.verdict_diff)
+    if diff is None and bb is not None and e.score is not None:
+        diff = float(e.score) - bb
+    if not reasons or diff is None or diff <= 0:
+        return None
+    return NearMiss(id=e.id, description=clean(e.description), score=float(e.score or 0.0), best_before=bb,
+                    best_before_id=bb_id, diff=diff, class_reasons=tuple(clean(r) for r in reasons))
+
+
+def _sort(store: Store, experiments: list[ExperimentRow],
+          best_before: dict[int, tuple[float | None, int | None]]) -> Sorted:
+    """Kept changes (their rationale and diff: one more query), near misses, crashes, the rest."""
+    texts = kept_texts(store, [e.id for e in experiments if e.status is Outcome.KEEP and e.kind == "candidate"])
+    out = Sorted([], [], [], [], [], [], [])
+    crashes: dict[str, list[ExperimentRow]] = {}
+    rest = {Outcome.VACUOUS: out.vacuous, Outcome.INCONCLUSIVE: out.inconclusive, Outcome.ERROR: out.errors,
+            Outcome.INTERRUPTED: out.interrupted}
+    for e in experiments:
+        bb, bb_id = best_before[e.id]
+        if e.status is Outcome.KEEP and e.kind == "candidate":
+            rationale, diff = texts[e.id]
+            out.kept.append(KeptChange(
+                id=e.id, tag=e.tag, commit=e.commit, description=clean(e.description), rationale=clean(rationale),
+                diff=clean(diff), score=float(e.score or 0.0), best_before=bb, best_before_id=bb_id))
+        elif e.status is Outcome.DISCARD and e.score is not None:
+            near = _near_miss(e, bb, bb_id)
+            if near is not None:
+                out.near_misses.append(near)
+        elif e.status is Outcome.CRASH:
+            crashes.setdefault(e.failure_signature or "(no signature)", []).append(e)
+        elif e.status in rest:
+            rest[e.status].append(e)
+    out.crash_groups.extend(
+        CrashGroup(signature=clean(sig), ids=tuple(x.id for x in rows),
+                   example_reason=clean(next(iter(rows[0].blocking), "")),
+                   descriptions=tuple(dict.fromkeys(clean(x.description) for x in rows)))
+        for sig, rows in sorted(crashes.items(), key=lambda kv: (-len(kv[1]), kv[1][0].id)))
+    return out
+
+
+def _exclusion_lines(experiments: Iterable[ExperimentRow]) -> list[str]:
+    lines: list[str] = []
+    for e in experiments:
+        if not e.status.is_exclusion:
+            continue
+        line = core_excl.exclusion_for(e.description or "", e.status, [str(b) for b in e.blocking])
+        if line:
+            lines.append(f"{line} (#{e.id})")
+    return list(core_excl.dedupe(lines))
+
+
+def _dead_gates(metrics: dict[str, Any], baseline: ExperimentRecord | None, events: list[EventRecord]) -> list[str]:
+    """Class gates of the compared baseline that can never fire; else what the daemon journaled."""
+    dead: list[str] = []
+    if metrics:
+        try:
+            from looper.core.gate import dead_gates
+
+            dead = list(dead_gates(metrics, _max_class_drop(baseline)))
+        except Exception:  # noqa: BLE001 - fall back to what the daemon journaled
+            dead = []
+    if not dead:
+        for ev in reversed(events):
+            if ev.kind == "baseline" and isinstance(ev.data, dict) and ev.data.get("dead_gates"):
+                return [str(x) for x in ev.data["dead_gates"]]
+    return dead
+
+
+def _time(experiments: list[ExperimentRow]) -> tuple[dict[str, float], dict[str, int]]:
+    """Seconds per part of the time, and how many experiments reported each."""
+    time: dict[str, float] = {}
+    time_ids: dict[str, int] = {}
+    for part in TIME_PARTS:
+        known = [v for v in (num(e.seconds(part)) for e in experiments) if v is not None]
+        time[part] = float(sum(known))
+        time_ids[part] = len(known)
+    return time, time_ids
+
+
+def _gpu_summary(experiments: list[ExperimentRow]) -> dict[str, Any]:
+    names: dict[str, int] = {}
+    peak: tuple[float, int] | None = None
+    train_peak: tuple[float, int] | None = None
+    utils: list[float] = []
+    lost: list[int] = []
+    xid: list[int] = []
+    ecc: list[int] = []
+    for e in experiments:
+        g = e.gpu if isinstance(e.gpu, dict) else None
+        if g:
+            if g.get("name"):
+                names[str(g["name"])] = names.get(str(g["name"]), 0) + 1
+            p = num(g.get("peak_memory_mb"))
+            if p is not None and (peak is None or p > peak[0]):
+                peak = (p, e.id)
+            u = num(g.get("mean_utilization_pct"))
+            if u is not None:
+                utils.append(u)
+            if g.get("lost"):
+                lost.append(e.id)
+            if g.get("xid"):
+                xid.append(e.id)
+            s, f = num(g.get("ecc_uncorrected_start")), num(g.get("ecc_uncorrected_end"))
+            if s is not None and f is not None and f > s:
+                ecc.append(e.id)
+        p = num(e.train_peak_memory_mb)
+        if p is not None and (train_peak is None or p > train_peak[0]):
+            train_peak = (p, e.id)
+    return {
+        "names": names, "peak_memory_mb": peak, "train_peak_memory_mb": train_peak,
+        "mean_utilization_pct": statistics.fmean(utils) if utils else None, "utilization_samples": len(utils),
+        "lost": lost, "xid": xid, "ecc": ecc,
+    }
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def attention(n: Night, approved: bool) -> list[Attention]:
+    """What needs a person, most urgent first: halts, then warnings, then notes."""
+    return [*_halts(n), *_warnings(n), *_notes(n, approved)]
+
+
+def _halts(n: Night) -> list[Attention]:
+    out: list[Attention] = []
+    halted_ids: set[int] = set()
+    for ev in n.events:
+        if ev.kind in ("halt", "stuck"):
+            what = "HALTED (harness error)" if ev.kind == "halt" else "HALTED (stuck loop)"
+            out.append(Attention("halt", f"{what} at {ev.at[:19]}: {clean(ev.message)}", ev.experiment_id))
+            if ev.experiment_id is not None:
+                halted_ids.add(int(ev.experiment_id))
+    for e in n.errors:
+        if e.id in halted_ids:
+            continue
+        reason = "; ".join(clean(b) for b in e.blocking) or "(no reason recorded)"
+        out.append(Attention("halt", f"harness error in #{e.id}: {reason}", e.id))
+    for ev in n.events:
+        if ev.kind == "page_failed":
+            out.append(Attention("halt", f"a page was NOT delivered at {ev.at[:19]}: {clean(ev.message)}",
+                                 ev.experiment_id))
+    return out
+
+
+def _warnings(n: Night) -> list[Attention]:
+    out: list[Attention] = []
+    starts = [ev for ev in n.events if ev.kind == "start"]
+    if starts:
+        after = [ev for ev in n.events if ev.id > starts[-1].id and ev.kind in ("stop", "halt", "stuck")]
+        if not after:
+            out.append(Attention("warn", f"no stop or halt since the daemon started at {starts[-1].at[:19]}: "
+                                         "it is still running, or it died"))
+    if n.dead_gates:
+        shown = ", ".join(n.dead_gates[:10]) + (f" and {len(n.dead_gates) - 10} more" if len(n.dead_gates) > 10 else "")
+        src = f"#{n.baseline_id}" if n.baseline_id is not None else n.baseline_source
+        out.append(Attention("warn", f"{len(n.dead_gates)} class gate(s) are dead (baseline {src} recall not above "
+                                     f"the drop limit; they can never fire): {shown}", n.baseline_id))
+    ranked = sorted(n.near_misses, key=lambda x: -x.diff)
+    for nm in ranked[:MAX_ATTENTION]:
+        out.append(Attention(
+            "warn", f"near miss #{nm.id} beat the best by {nm.diff:+.4f} but failed a class gate: "
+                    f"{'; '.join(nm.class_reasons)}", nm.id, nm.command))
+    if len(ranked) > MAX_ATTENTION:
+        rest = ranked[MAX_ATTENTION:]
+        out.append(Attention("warn", f"{len(rest)} more near miss(es): {id_list(x.id for x in rest)}"))
+    return out
+
+
+def _notes(n: Night, approved: bool) -> list[Attention]:
+    out: list[Attention] = []
+    for e in n.interrupted[:MAX_ATTENTION]:
+        reason = "; ".join(clean(b) for b in e.blocking) or "interrupted"
+        out.append(Attention("note", f"#{e.id} was interrupted: {reason}", e.id))
+    if len(n.interrupted) > MAX_ATTENTION:
+        rest = n.interrupted[MAX_ATTENTION:]
+        out.append(Attention("note", f"{len(rest)} more interrupted: {id_list(e.id for e in rest)}"))
+    if not approved and n.baseline is not None:
+        out.append(Attention("note", f"no approved baseline yet: the gates compare against the tag-start baseline "
+                                     f"#{n.baseline.id}", n.baseline.id, f"looper baseline approve {n.baseline.id}"))
+    return out
+
+
+# --------------------------------------------------------------------------- derived views
+
+
+def rare_classes(classes: dict[str, dict[str, Any]]) -> set[str]:
+    """Classes with truth whose support is below the median support (of classes with truth)."""
+    supports = {c: int(v.get("support") or 0) for c, v in classes.items()}
+    present = [s for s in supports.values() if s > 0]
+    if not present:
+        return set()
+    median = statistics.median(present)
+    return {c for c, s in supports.items() if 0 < s < median}
+
+
+def class_rows(n: Night) -> list[dict[str, Any]]:
+    """Per class: baseline vs best precision and recall with deltas, rare classes marked."""
+    names = [c for c in CLASSES if c in n.baseline_classes or c in n.best_classes]
+    names += sorted((set(n.baseline_classes) | set(n.best_classes)) - set(names))
+    rare = n.rare_classes
+    rows = []
+    for c in names:
+        b, k = n.baseline_classes.get(c, {}), n.best_classes.get(c, {})
+        pb, pk, rb, rk = num(b.get("precision")), num(k.get("precision")), num(b.get("recall")), num(k.get("recall"))
+        rows.append({
+            "class": c, "support": int(b.get("support") or k.get("support") or 0), "rare": c in rare,
+            "p_base": pb, "p_best": pk, "d_precision": None if pb is None or pk is None else pk - pb,
+            "r_base": rb, "r_best": rk, "d_recall": None if rb is None or rk is None else rk - rb,
+        })
+    return rows
+
+
+def worker_lines(n: Night) -> list[str]:
+    """One line per worker: how many experiments, their outcomes, the last one and when."""
+    by: dict[str, list[ExperimentRow]] = {}
+    for e in n.experiments:
+        if e.kind == "candidate":
+            by.setdefault(e.worker or "w0", []).append(e)
+    lines = []
+    for worker, rows in sorted(by.items()):
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r.status.value] = counts.get(r.status.value, 0) + 1
+        last = rows[-1]
+        lines.append(f"{worker}: {len(rows)} experiment(s) ("
+                     + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                     + f"); last #{last.id} {last.status.value} since {last.started_at or '?'}")
+    return lines
+
+
+def gpu_line(n: Night) -> str:
+    g = n.gpu
+    parts = []
+    if g["names"]:
+        parts.append("GPU " + ", ".join(f"{k} ({v})" for k, v in g["names"].items()))
+    if g["peak_memory_mb"]:
+        parts.append(f"peak memory {g['peak_memory_mb'][0]:.0f} MB (#{g['peak_memory_mb'][1]})")
+    if g["mean_utilization_pct"] is not None:
+        parts.append(f"mean utilisation {g['mean_utilization_pct']:.1f}% over {g['utilization_samples']} run(s)")
+    if g["train_peak_memory_mb"]:
+        parts.append(f"train.py peak memory {g['train_peak_memory_mb'][0]:.0f} MB (#{g['train_peak_memory_mb'][1]})")
+    if g["lost"]:
+        parts.append("GPU LOST in " + " ".join(f"#{i}" for i in g["lost"]))
+    if g["xid"]:
+        parts.append("Xid errors in " + " ".join(f"#{i}" for i in g["xid"]))
+    if g["ecc"]:
+        parts.append("new uncorrected ECC errors in " + " ".join(f"#{i}" for i in g["ecc"]))
+    return "  " + ("; ".join(parts) if parts else "no GPU figures recorded")

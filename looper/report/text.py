@@ -1,0 +1,190 @@
+"""The morning report for a terminal: rich tables rendered to plain text, one part per section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from looper.report.facts import Night, class_rows, gather, gpu_line, worker_lines
+from looper.report.fmt import (
+    MAX_TEXT_ROWS,
+    OUTCOME_ORDER,
+    clean,
+    console,
+    fmt,
+    id_list,
+    line_of,
+    secs,
+    signed,
+)
+from looper.store import TIME_PARTS, Store
+
+__all__ = ["render_text", "report_text"]
+
+
+def report_text(store: Store, root: Path, since: str | None = None, console_width: int = 100) -> str:
+    """The morning report for a terminal (rich, rendered to plain text)."""
+    return render_text(gather(store, root, since), console_width)
+
+
+def render_text(n: Night, console_width: int = 100) -> str:
+    from rich.text import Text
+
+    con = console(console_width)
+    window = f"since {n.since[:19]}" if n.since else "all history"
+    con.print(Text(f"looper morning report: tag {n.tag or '-'}, {window}", style="bold"))
+    con.print()
+    for part in (_attention, _glance, _kept, _near_misses, _crashes, _inconclusive, _exclusions, _classes):
+        part(con, n)
+    _time(con, n)
+    return con.file.getvalue()  # type: ignore[no-any-return]
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_edge=False)
+    for col in columns:
+        t.add_column(col)
+    return t
+
+
+def _attention(con: Any, n: Night) -> None:
+    """FIRST: anything that needs a person."""
+    from rich.text import Text
+
+    needs = [a for a in n.attention if a.level in ("halt", "warn")]
+    con.print(Text(f"NEEDS A PERSON ({len(needs)})" if needs else "Needs a person: nothing", style="bold"))
+    for a in n.attention:
+        mark = {"halt": "!!", "warn": " !", "note": " -"}[a.level]
+        con.print(Text(f"{mark} {a.text}"))
+        if a.command:
+            con.print(Text(f"     -> {a.command}"))
+    con.print()
+
+
+def _glance(con: Any, n: Night) -> None:
+    from rich.text import Text
+
+    con.print(Text("At a glance", style="bold"))
+    total = len(n.experiments)
+    by = ", ".join(f"{s} {n.counts[s]}" for s in OUTCOME_ORDER if n.counts.get(s))
+    con.print(Text(f"{total} experiment(s): {by or 'none'}"))
+    kept_ids = id_list(k.id for k in n.kept)
+    con.print(Text(f"kept improvements: {len(n.kept)}" + (f" ({kept_ids})" if kept_ids else "")))
+    best_line = "best: -"
+    if n.best is not None:
+        best_line = f"best {n.score_name}: {fmt(n.best.score)} (#{n.best.id})"
+        if n.baseline_score is not None:
+            best_line += (f" vs baseline {fmt(n.baseline_score)} ({n.baseline_source}): "
+                          f"{signed((n.best.score or 0.0) - n.baseline_score)}")
+    con.print(Text(best_line))
+    halts = [a for a in n.attention if a.level == "halt"]
+    con.print(Text(f"halts and undelivered pages: {len(halts)}"))
+    con.print()
+
+
+def _kept(con: Any, n: Night) -> None:
+    from rich.text import Text
+
+    if not n.kept:
+        return
+    t = _table("Kept changes", ("id", n.score_name, "change", "description"))
+    for k in n.kept[-MAX_TEXT_ROWS:]:
+        before = f" vs #{k.best_before_id}" if k.best_before_id is not None else ""
+        t.add_row(f"#{k.id}", fmt(k.score), Text(signed(k.delta) + before), Text(k.description))
+    con.print(t)
+    if len(n.kept) > MAX_TEXT_ROWS:
+        con.print(Text(f"  ({len(n.kept) - MAX_TEXT_ROWS} earlier kept change(s): looper history, "
+                       "or the HTML report)"))
+    con.print()
+
+
+def _near_misses(con: Any, n: Night) -> None:
+    from rich.text import Text
+
+    if not n.near_misses:
+        return
+    t = _table("Near misses (beat the best, failed a class gate)", ("id", n.score_name, "vs best", "failed",
+                                                                     "approve with"))
+    for nm in sorted(n.near_misses, key=lambda x: -x.diff)[:MAX_TEXT_ROWS]:
+        t.add_row(f"#{nm.id}", fmt(nm.score), signed(nm.diff), Text("; ".join(nm.class_reasons)), Text(nm.command))
+    con.print(t)
+    if len(n.near_misses) > MAX_TEXT_ROWS:
+        con.print(Text(f"  ({len(n.near_misses) - MAX_TEXT_ROWS} more: the HTML report lists them all)"))
+    con.print()
+
+
+def _crashes(con: Any, n: Night) -> None:
+    from rich.text import Text
+
+    if not (n.crash_groups or n.vacuous):
+        return
+    t = _table("Crashes by failure signature", ("count", "signature", "experiments", "example"))
+    for g in n.crash_groups[:MAX_TEXT_ROWS]:
+        t.add_row(str(len(g.ids)), Text(g.signature), id_list(g.ids, 8), Text(g.example_reason))
+    if len(n.crash_groups) > MAX_TEXT_ROWS:
+        rest = n.crash_groups[MAX_TEXT_ROWS:]
+        t.add_row(str(sum(len(g.ids) for g in rest)), f"({len(rest)} more signatures)", "", "")
+    if n.vacuous:
+        t.add_row(str(len(n.vacuous)), "(vacuous: no evidence)", id_list((e.id for e in n.vacuous), 8),
+                  Text(clean(next(iter(n.vacuous[0].blocking), ""))))
+    con.print(t)
+    con.print()
+
+
+def _inconclusive(con: Any, n: Night) -> None:
+    from rich.text import Text
+
+    if not n.inconclusive:
+        return
+    con.print(Text("Inconclusive ideas (inside the noise band; may be retried)", style="bold"))
+    for e in n.inconclusive[-MAX_TEXT_ROWS:]:
+        con.print(Text(f"  #{e.id} {fmt(e.score)}  {line_of(e.description)}"))
+    if len(n.inconclusive) > MAX_TEXT_ROWS:
+        con.print(Text(f"  ({len(n.inconclusive) - MAX_TEXT_ROWS} earlier: looper history --json)"))
+    con.print()
+
+
+def _exclusions(con: Any, n: Night) -> None:
+    from rich.text import Text
+
+    if not n.exclusions:
+        return
+    con.print(Text(f"Exclusions learned ({len(n.exclusions)})", style="bold"))
+    for line in n.exclusions[-MAX_TEXT_ROWS:]:
+        con.print(Text(f"  {line}"))
+    if len(n.exclusions) > MAX_TEXT_ROWS:
+        con.print(Text(f"  ({len(n.exclusions) - MAX_TEXT_ROWS} earlier: the HTML report lists them all)"))
+    con.print()
+
+
+def _classes(con: Any, n: Night) -> None:
+    rows = class_rows(n)
+    if not rows:
+        return
+    best_id = f"#{n.best.id}" if n.best else "-"
+    t = _table(f"Per class: baseline {n.baseline_source} vs best {best_id} (biggest recall changes)",
+               ("class", "support", "P base", "P best", "dP", "R base", "R best", "dR"))
+    for r in sorted(rows, key=lambda r: -abs(r["d_recall"] or 0.0))[:12]:
+        name = r["class"] + (" (rare)" if r["rare"] else "")
+        t.add_row(name, str(r["support"]), fmt(r["p_base"], 2), fmt(r["p_best"], 2), signed(r["d_precision"], 2),
+                  fmt(r["r_base"], 2), fmt(r["r_best"], 2), signed(r["d_recall"], 2))
+    con.print(t)
+    con.print()
+
+
+def _time(con: Any, n: Night) -> None:
+    from rich.text import Text
+
+    con.print(Text("Where the time went", style="bold"))
+    total_s = sum(n.time.values())
+    for part in TIME_PARTS:
+        share = 100.0 * n.time[part] / total_s if total_s else 0.0
+        con.print(Text(f"  {part:<8} {secs(n.time[part]):>10}  {share:5.1f}%  ({n.time_ids[part]} experiment(s))"))
+    con.print(Text(gpu_line(n)))
+    workers = worker_lines(n)
+    if len(workers) > 1:
+        con.print(Text("Workers", style="bold"))
+        for line in workers:
+            con.print(Text("  " + line))
