@@ -39,16 +39,102 @@ def fail(msg: str, code: int = 2) -> None:
     sys.exit(code)
 
 
-def load_model(weights: Path, device: str):  # type: ignore[no-untyped-def]
+WEIGHTS_FORMAT = "looper-weights/1"
+WEIGHTS_REFUSED = 65  # exit status: the change handed over weights that are not data (a crash of the change)
+MODEL_KEYS = {"nc", "scales", "scale", "depth_multiple", "width_multiple", "max_channels", "backbone", "head",
+              "activation", "reg_max", "end2end", "kpt_shape", "yaml_file", "channels"}
+
+
+def _literal(v: object) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str)) or (
+        isinstance(v, list) and all(_literal(x) for x in v))
+
+
+def architecture_problem(cfg: object) -> str | None:
+    """None when the model yaml names only model layers with literal arguments; the problem otherwise.
+
+    Ultralytics builds a model from its yaml by looking names up and, for ``activation``, by
+    eval(): a yaml from train.py is untrusted, so only torch.nn / Ultralytics layer classes,
+    literal arguments and a plain ``nn.<Activation>()`` pass."""
+    import re
+
     import torch
+    import ultralytics.nn.tasks as tasks
+
+    if not isinstance(cfg, dict):
+        return "the model yaml is not a mapping"
+    unknown = sorted(set(cfg) - MODEL_KEYS)
+    if unknown:
+        return f"the model yaml has keys a model yaml does not have: {unknown}"
+    act = cfg.get("activation")
+    if act is not None:
+        m = re.fullmatch(r"(?:torch\.)?nn\.([A-Za-z0-9]+)\(\)", act) if isinstance(act, str) else None
+        cls = getattr(torch.nn, m.group(1), None) if m else None
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+            return f"activation {act!r} is not a plain torch.nn activation like 'nn.SiLU()'"
+    layers = cfg.get("backbone"), cfg.get("head")
+    if not all(isinstance(x, list) for x in layers):
+        return "the model yaml has no backbone and head lists"
+    for i, layer in enumerate(layers[0] + layers[1]):
+        if not (isinstance(layer, list) and len(layer) == 4 and isinstance(layer[2], str)):
+            return f"layer {i} is not [from, repeats, module, args]"
+        f, n, name, args = layer
+        if name.startswith("nn."):
+            cls = getattr(torch.nn, name[3:], None)
+        else:
+            cls = getattr(tasks, name, None) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else None
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+            return f"layer {i}: {name!r} is not a model layer"
+        if not (_literal(f) and isinstance(n, int) and isinstance(args, list) and _literal(args)):
+            return f"layer {i} ({name}) has non-literal arguments"
+    for key in ("nc", "depth_multiple", "width_multiple", "max_channels", "reg_max", "channels"):
+        if key in cfg and not isinstance(cfg[key], (int, float)):
+            return f"{key} is not a number"
+    if "scales" in cfg and not (isinstance(cfg["scales"], dict) and _literal(list(cfg["scales"].values()))):
+        return "scales is not a table of numbers"
+    return None
+
+
+def load_model(weights: Path, device: str):  # type: ignore[no-untyped-def]
+    """Build the network from the architecture yaml in the weights' header, then load its tensors.
+
+    Weights are data (train.py's save_weights): a safetensors file, format looper-weights/1,
+    whose header holds the model yaml and the class names. Nothing is unpickled. Anything else
+    (a pickle, an unknown layer, an eval-able activation, tensors that do not fit the yaml) is
+    refused with exit status 65: the change crashed, the harness did not."""
+    import yaml
+    from safetensors import safe_open
+
+    def refuse(why: str) -> None:
+        fail(f"weights refused: {why}", WEIGHTS_REFUSED)
 
     try:
-        ckpt = torch.load(weights, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is the same failure
-        fail(f"cannot load weights {weights}: {type(exc).__name__}: {exc}")
-    model = (ckpt.get("ema") or ckpt.get("model")) if isinstance(ckpt, dict) else None
-    if model is None:
-        fail(f"weights {weights} hold no Ultralytics model (no 'ema' or 'model' entry)")
+        with safe_open(str(weights), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no items()
+    except Exception as exc:  # noqa: BLE001 - whatever it is, it is not a safetensors state dict
+        refuse(f"{weights.name} is not a safetensors state dict ({type(exc).__name__}: {str(exc)[:160]}); "
+               "train.py must save tensors plus the model yaml, a pickled checkpoint is never loaded")
+    if meta.get("format") != WEIGHTS_FORMAT:
+        refuse(f"{weights.name} has format {meta.get('format')!r}, expected {WEIGHTS_FORMAT!r}")
+    try:
+        cfg = yaml.safe_load(meta["model_yaml"])
+        names = json.loads(meta["names"])
+    except Exception as exc:  # noqa: BLE001
+        refuse(f"{weights.name} header has no readable model_yaml and names ({type(exc).__name__}: {exc})")
+    if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+        refuse("names in the weights' header is not a list of class names")
+    problem = architecture_problem(cfg)
+    if problem:
+        refuse(problem)
+    from ultralytics.nn.tasks import DetectionModel
+
+    try:
+        model = DetectionModel(cfg, ch=int(cfg.get("channels", 3)), nc=len(names), verbose=False)
+        model.load_state_dict(tensors, strict=True)
+    except Exception as exc:  # noqa: BLE001 - tensors that do not fit the yaml
+        refuse(f"the tensors do not fit the model yaml ({type(exc).__name__}: {str(exc)[:200]})")
+    model.names = dict(enumerate(names))
     model = model.float().to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)

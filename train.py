@@ -6,7 +6,8 @@ Run by the harness as ``python train.py`` in the experiment's checkout with:
   LOOPER_OUT             an empty folder for this run
   LOOPER_SEED            random seed
   LOOPER_DEVICE          cpu | cuda | 0 | 0,1 ...
-Writes $LOOPER_OUT/weights.pt and $LOOPER_OUT/train.json and ends with one line
+Writes $LOOPER_OUT/weights.pt (a safetensors state dict with the model yaml and class names in
+its header: weights are data, see save_weights) and $LOOPER_OUT/train.json and ends with one line
 ``LOOPER_SUMMARY steps=... epochs=... seconds=... loss=...``.
 """
 
@@ -163,6 +164,23 @@ def data_yaml() -> Path:
     return path
 
 
+def save_weights(checkpoint: Path, dst: Path) -> None:
+    """Weights are data: the trained network's tensors as a safetensors file whose header holds
+    the architecture yaml and the class names (format looper-weights/1). evaluate.py builds the
+    model from that yaml and loads the tensors; it never unpickles anything train.py wrote."""
+    import yaml
+    from safetensors.torch import save_file
+
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)  # Ultralytics' checkpoint of this run
+    net = ckpt.get("ema") or ckpt.get("model")
+    names = net.names
+    names = [names[i] for i in sorted(names)] if isinstance(names, dict) else list(names)
+    tensors = {k: v.detach().clone().contiguous() for k, v in net.state_dict().items()}
+    meta = {"format": "looper-weights/1", "model_yaml": yaml.safe_dump(dict(net.yaml), sort_keys=False),
+            "names": json.dumps(names)}
+    save_file(tensors, str(dst), metadata=meta)
+
+
 def main() -> int:
     torch.manual_seed(SEED)
     model = YOLO(str(model_yaml()), task="detect")
@@ -213,7 +231,7 @@ def main() -> int:
         src = weights_dir / "best.pt"
     if not src.is_file():
         sys.exit(f"train.py: Ultralytics wrote no weights under {weights_dir}")
-    shutil.copyfile(src, OUT / "weights.pt")
+    save_weights(src, OUT / "weights.pt")
     seconds = time.time() - T_START
     if CUDA:
         peak = torch.cuda.max_memory_allocated() / 2**20
