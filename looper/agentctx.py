@@ -14,6 +14,7 @@ from looper.core import exclusions as core_excl
 from looper.core.hyperblock import HyperblockError, knob_changes, read_knobs
 from looper.core.search import STRATEGIES
 from looper.core.verdict import Outcome
+from looper.store import ExperimentRecord, Store
 
 
 def _safe_knobs(source: str) -> dict[str, Any] | None:
@@ -35,11 +36,19 @@ def _safe_changes(before: str | None, after: str) -> dict[str, tuple[Any, Any]]:
 RACE_REASON = "conflicts with kept change"  # raced candidates are handed back, not excluded
 
 
-def build_history(store: Any, tag: str, score_name: str, max_experiments: int = 200,
+def _view(r: ExperimentRecord, parent_source: str | None, best_before: float | None) -> ExperimentView:
+    raced = any(RACE_REASON in b for b in r.blocking)
+    return ExperimentView(
+        id=r.id, outcome=r.status.value, score=r.score, description=r.description,
+        reason="; ".join(r.blocking)[:300], changes=_safe_changes(parent_source, r.source),
+        knobs=_safe_knobs(r.source), best_before=best_before,
+        failure_signature=r.failure_signature or "", excluded=False if raced else None)
+
+
+def build_history(store: Store, tag: str, score_name: str, max_experiments: int = 200,
                   in_flight: tuple[dict[str, Any], ...] = ()) -> HistoryView:
-    rows = store.experiments(tag=tag)
-    source_at: dict[str, str] = {r["commit"]: r.get("source") or "" for r in rows
-                                 if r.get("commit") and r["status"] == Outcome.KEEP.value}
+    rows = store.find_experiments(tag=tag)
+    source_at: dict[str, str] = {r.commit: r.source for r in rows if r.commit and r.status is Outcome.KEEP}
     views: list[ExperimentView] = []
     exclusions: list[str] = []
     inconclusive: list[str] = []
@@ -47,46 +56,36 @@ def build_history(store: Any, tag: str, score_name: str, max_experiments: int = 
     baseline_score = None
     best_so_far = None
     for r in rows:
-        if r["kind"] == "baseline":
-            if r["status"] == Outcome.KEEP.value:
-                baseline_score = r.get("score")
-                best_so_far = r.get("score")
+        if r.kind == "baseline":
+            if r.status is Outcome.KEEP:
+                baseline_score = best_so_far = r.score
             continue
-        if r["kind"] != "candidate" or r["status"] in (Outcome.PENDING.value, Outcome.RUNNING.value):
+        if r.kind != "candidate" or r.is_open:
             continue
-        source = r.get("source") or ""
-        blocking = r.get("blocking") or []
-        outcome = Outcome(r["status"])
-        raced = any(RACE_REASON in b for b in blocking)
-        views.append(ExperimentView(
-            id=r["id"], outcome=outcome.value, score=r.get("score"), description=r.get("description") or "",
-            reason="; ".join(blocking)[:300], changes=_safe_changes(source_at.get(r.get("parent") or ""), source),
-            knobs=_safe_knobs(source), best_before=best_so_far,
-            failure_signature=r.get("failure_signature") or "", excluded=False if raced else None))
-        line = None if raced else core_excl.exclusion_for(r.get("description") or "", outcome, blocking)
+        view = _view(r, source_at.get(r.parent or ""), best_so_far)
+        views.append(view)
+        line = None if view.excluded is False else core_excl.exclusion_for(r.description, r.status, list(r.blocking))
         if line:
             exclusions.append(line)
-        if outcome is Outcome.INCONCLUSIVE:
-            inconclusive.append(r.get("description") or "")
-        if r.get("failure_signature"):
-            signatures.append(r["failure_signature"])
-        if outcome is Outcome.KEEP:
-            best_so_far = r.get("score")
-    best = store.best_experiment(tag)
-    classes: list[ClassScore] = []
-    if best:
-        for name, c in sorted((best.get("metrics") or {}).get("classes", {}).items()):
-            classes.append(ClassScore(name=name, recall=c.get("recall"), precision=c.get("precision"),
-                                      f1=c.get("f1"), support=int(c.get("support") or 0)))
+        if r.status is Outcome.INCONCLUSIVE:
+            inconclusive.append(r.description)
+        if r.failure_signature:
+            signatures.append(r.failure_signature)
+        if r.status is Outcome.KEEP:
+            best_so_far = r.score
+    best = store.best(tag)
+    classes = [ClassScore(name=name, recall=c.get("recall"), precision=c.get("precision"), f1=c.get("f1"),
+                          support=int(c.get("support") or 0))
+               for name, c in sorted(best.classes.items())] if best else []
     return HistoryView(
         experiments=tuple(views[-max_experiments:]), score_name=score_name,
-        best_score=best.get("score") if best else None, best_experiment_id=best["id"] if best else None,
+        best_score=best.score if best else None, best_experiment_id=best.id if best else None,
         baseline_score=baseline_score, baseline_source="tag-start", class_scores=tuple(classes),
         exclusions=tuple(core_excl.dedupe(exclusions)), inconclusive=tuple(dict.fromkeys(inconclusive)),
         failure_signatures=tuple(signatures[-10:]), in_flight=tuple(in_flight))
 
 
-def build_context(store: Any, tag: str, checkout: Path, train_py: str, program_md: str, cfg: Any,
+def build_context(store: Store, tag: str, checkout: Path, train_py: str, program_md: str, cfg: Any,
                   in_flight: tuple[dict[str, Any], ...] = ()) -> AgentContext:
     from looper.prompt import build_prompt
 

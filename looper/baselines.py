@@ -9,8 +9,8 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from looper.core.verdict import Outcome
 from looper.errors import UsageError
+from looper.store import Store
 
 _NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:-(\d+))?\.json$")
 
@@ -54,14 +54,14 @@ def next_name(folder: Path, today: date) -> str:
     return f"{day}-{n}.json"
 
 
-def approve(store: Any, folder: Path, experiment_id: int, today: date | None = None) -> Path:
+def approve(store: Store, folder: Path, experiment_id: int, today: date | None = None) -> Path:
     """Write the next dated baseline file from a finished, measured experiment."""
     try:
-        exp = store.get_experiment(experiment_id)
+        exp = store.experiment(experiment_id)
     except Exception as exc:
         raise UsageError(f"no experiment {experiment_id}: {exc}") from exc
-    outcome = Outcome(exp["status"])
-    if not outcome.counts_as_result or exp.get("score") is None or not exp.get("metrics"):
+    outcome = exp.status
+    if not outcome.counts_as_result or exp.score is None or not exp.metrics:
         raise UsageError(f"experiment {experiment_id} is {outcome.value}: only a finished, measured result "
                          "(keep, discard or inconclusive, with a score) can be approved as a baseline")
     folder = Path(folder)
@@ -70,8 +70,8 @@ def approve(store: Any, folder: Path, experiment_id: int, today: date | None = N
     path = folder / name
     payload = {
         "approved_at": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "experiment_id": experiment_id, "tag": exp.get("tag"), "commit": exp.get("commit"),
-        "status": outcome.value, "score": exp.get("score"), "metrics": exp["metrics"],
+        "experiment_id": experiment_id, "tag": exp.tag, "commit": exp.commit,
+        "status": outcome.value, "score": exp.score, "metrics": exp.metrics,
     }
     # O_EXCL: never overwrite, even if two approvals race.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

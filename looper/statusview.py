@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from looper.store import Store
+from looper.store.queries import lean_experiments
 
-def status_text(store: Any, cfg: Any, lock: Any) -> str:
+
+def status_text(store: Store, cfg: Any, lock: Any) -> str:
     tag = cfg.loop.tag
     lines = []
     holder = lock.holder() if lock.is_held() else None
@@ -13,27 +16,26 @@ def status_text(store: Any, cfg: Any, lock: Any) -> str:
         lines.append(f"daemon: running (pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')})")
     else:
         lines.append("daemon: not running")
-    for r in store.running_experiments():
-        lines.append(f"now: #{r['id']} [{r['tag']}] {r.get('phase') or r['status']} since {r.get('started_at')}"
-                     f" on {r.get('worker') or 'local'}: {r.get('description') or ''}")
-    best = store.best_experiment(tag)
+    for r in store.open_experiments():
+        lines.append(f"now: #{r.id} [{r.tag}] {r.phase or r.status.value} since {r.started_at}"
+                     f" on {r.worker or 'local'}: {r.description}")
+    best = store.best(tag)
     if best:
-        lines.append(f"best [{tag}]: #{best['id']} score {best.get('score')} ({best.get('description') or ''})")
+        lines.append(f"best [{tag}]: #{best.id} score {best.score} ({best.description})")
     else:
         lines.append(f"best [{tag}]: none yet")
-    rows = [r for r in store.experiments(tag=tag) if r["status"] not in ("pending", "running")]
+    rows = [r for r in lean_experiments(store, tag=tag, figures=False) if r.status.is_terminal]
     counts: dict[str, int] = {}
     for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
     if counts:
         lines.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     for r in rows[-5:]:
-        s = "-" if r.get("score") is None else f"{r['score']:.4f}"
-        why = "; ".join(r.get("blocking") or [])[:100]
-        lines.append(f"  #{r['id']} {r['status']:<12} {s:>7}  {r.get('description') or ''}" + (f"  ({why})" if why else ""))
-    events = store.events(tag=tag)
-    halts = [e for e in events if e["kind"] in ("halt", "stuck", "page_failed")]
+        s = "-" if r.score is None else f"{r.score:.4f}"
+        why = "; ".join(r.blocking)[:100]
+        lines.append(f"  #{r.id} {r.status.value:<12} {s:>7}  {r.description}" + (f"  ({why})" if why else ""))
+    halts = store.journal(tag=tag, kind=("halt", "stuck", "page_failed"), limit=1)
     if halts:
         e = halts[-1]
-        lines.append(f"last {e['kind']}: {e['at']}: {e['message'][:200]}")
+        lines.append(f"last {e.kind}: {e.at}: {e.message[:200]}")
     return "\n".join(lines)

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from looper.errors import UsageError
+from looper.store import Store
 
 
-def suggest(root: Path, cfg: Any, store: Any) -> dict[str, Any]:
+def suggest(root: Path, cfg: Any, store: Store) -> dict[str, Any]:
     from looper.adapters.agents.planner import PlannerAgent
     from looper.agentctx import build_context
     from looper.program import parse_program
@@ -21,11 +22,11 @@ def suggest(root: Path, cfg: Any, store: Any) -> dict[str, Any]:
     if program.problems:
         raise UsageError("program.md: " + "; ".join(program.problems))
     tag = cfg.loop.tag
-    best = store.best_experiment(tag)
-    source = (best or {}).get("source") or (Path(root) / "train.py").read_text()
+    best = store.best(tag)
+    source = (best.source if best else "") or (Path(root) / "train.py").read_text()
     ctx = build_context(store, tag, Path(root), source, program_md, cfg)
     proposal = PlannerAgent(program).propose(ctx)
-    base = {"tag": tag, "best_experiment": (best or {}).get("id"), "best_score": (best or {}).get("score"),
+    base = {"tag": tag, "best_experiment": best.id if best else None, "best_score": best.score if best else None,
             "experiments_seen": len(ctx.history.experiments), "exclusions": list(ctx.history.exclusions)}
     if proposal.exhausted:
         text = f"The search plan is exhausted for tag {tag}: {proposal.rationale}"
