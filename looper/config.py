@@ -163,8 +163,7 @@ class AgentConfig(_Section):
                 raise _KeyProblem("base_url", 'required when agent.kind = "openai"')
             if not self.model:
                 raise _KeyProblem("model", 'required when agent.kind = "openai"')
-            if not self.api_key_env:
-                raise _KeyProblem("api_key_env", 'required when agent.kind = "openai"')
+            # an empty api_key_env is allowed: no key is sent (a local OpenAI-compatible server)
         return self
 
 

@@ -31,7 +31,7 @@ class Server:
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append({"path": self.path, "body": body})
-                outer.headers.append(dict(self.headers))
+                outer.headers.append({k.lower(): v for k, v in self.headers.items()})  # names are case-free
                 reply = outer.replies[min(len(outer.requests), len(outer.replies)) - 1]
                 status, text = reply(body)
                 data = text.encode()
@@ -105,7 +105,7 @@ def test_good_reply_gives_the_new_train_py(serve, ctx: AgentContext, train_py: s
     assert req["body"]["model"] == "test-model"
     assert [m["role"] for m in req["body"]["messages"]] == ["system", "user"]
     assert req["body"]["messages"][1]["content"] == "THE PROMPT"
-    assert s.headers[0]["Authorization"] == f"Bearer {KEY}"
+    assert s.headers[0]["authorization"] == f"Bearer {KEY}"
 
 
 def test_a_500_then_success_is_retried(serve, ctx: AgentContext, train_py: str) -> None:

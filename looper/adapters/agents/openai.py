@@ -1,12 +1,14 @@
-"""The openai agent: any OpenAI-compatible chat-completions endpoint (stdlib only).
+"""The openai agent: any OpenAI-compatible chat-completions endpoint, through the ``openai`` SDK.
 
 Request: ``POST {base_url}/chat/completions`` with ``model`` and two messages (system: the
 rules and the reply format; user: the prompt). The key comes from the environment
 variable named by ``api_key_env`` and is sent as ``Authorization: Bearer ...``; it is never
-logged or put in an error message. An empty ``api_key_env`` sends no key (local servers).
+logged or put in an error message. An empty ``api_key_env`` sends no key at all (local
+servers), whatever ``OPENAI_API_KEY`` holds.
 
 Reply: the whole new train.py in one fenced ```python block, and a line
-``DESCRIPTION: <one line>``. Retries with exponential backoff on 429, 5xx, timeouts,
+``DESCRIPTION: <one line>``. Retries (:func:`looper.retry.retry_call`, exponential backoff, or
+the server's ``Retry-After`` when it sends one) on 408/409/425/429, 5xx, timeouts,
 connection errors and malformed responses; still failing after ``max_tries`` -> HarnessError.
 Other HTTP errors (401, 404, ...) are configuration problems: HarnessError at once.
 A reply with no usable train.py -> ProposalRejected with the reason.
@@ -14,19 +16,20 @@ A reply with no usable train.py -> ProposalRejected with the reason.
 
 from __future__ import annotations
 
-import http.client
-import json
+import email.utils
 import os
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import openai
+from openai._types import Omit
 
 from looper.adapters.agents.base import AgentContext, Proposal, ProposalRejected
 from looper.adapters.agents.command import changes_or_empty, check_source
 from looper.errors import HarnessError
+from looper.retry import retry_call
 
 SYSTEM_RULES = """You improve a training script, train.py, for an HVAC drawing-symbol detector.
 Rules:
@@ -46,7 +49,34 @@ _RETRY_STATUS = {408, 409, 425, 429}
 
 
 class _Retryable(Exception):
-    pass
+    """One try failed in a way another try may mend; ``wait`` is the server's Retry-After, if any."""
+
+    def __init__(self, message: str, wait: float | None = None) -> None:
+        super().__init__(message)
+        self.wait = wait
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds a server asks to wait (``retry-after-ms``, ``Retry-After`` in seconds or as a date)."""
+    if not headers:
+        return None
+    try:
+        if headers.get("retry-after-ms"):
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+    except ValueError:
+        pass
+    value = (headers.get("retry-after") or "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def parse_reply(content: str) -> tuple[str, str, str]:
@@ -78,7 +108,8 @@ class OpenAIAgent:
             raise HarnessError("agent.base_url is empty: kind=openai needs an endpoint")
         if not model:
             raise HarnessError("agent.model is empty: kind=openai needs a model name")
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
         self.model = model
         self.api_key_env = api_key_env
         self.timeout_seconds = float(timeout_seconds)
@@ -100,26 +131,30 @@ class OpenAIAgent:
                                "(agent.api_key_env names where the API key comes from)")
         return key
 
-    def _post_once(self, payload: bytes, key: str | None) -> str:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if key is not None:
-            headers["Authorization"] = "Bearer " + key
-        req = urllib.request.Request(self.url, data=payload, headers=headers, method="POST")
+    def _client(self, key: str | None) -> openai.OpenAI:
+        # the SDK's own retries are off: retry_call is the one retry policy, and counts tries
+        return openai.OpenAI(base_url=self.base_url, api_key=key or "no-key", timeout=self.timeout_seconds,
+                             max_retries=0)
+
+    def _post_once(self, client: openai.OpenAI, messages: list[dict[str, str]], key: str | None) -> str:
+        self.tries_used += 1
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_seconds) as resp:
-                body = resp.read().decode("utf-8", errors="replace")
-        except urllib.error.HTTPError as exc:
-            if exc.code in _RETRY_STATUS or exc.code >= 500:
-                raise _Retryable(f"HTTP {exc.code}") from exc
-            raise HarnessError(f"agent endpoint {self.url} answered HTTP {exc.code} {exc.reason}; "
+            reply = client.chat.completions.create(
+                model=self.model, messages=messages,  # type: ignore[arg-type]
+                extra_headers=None if key else {"Authorization": Omit()},  # no key: no header at all
+                extra_body=self.extra_body or None)
+        except openai.APIStatusError as exc:
+            code = exc.status_code
+            if code in _RETRY_STATUS or code >= 500:
+                raise _Retryable(f"HTTP {code}", retry_after(exc.response.headers)) from exc
+            raise HarnessError(f"agent endpoint {self.url} answered HTTP {code}; "
                                "check agent.base_url, agent.model and the API key") from exc
-        except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise _Retryable(f"{type(exc).__name__}: {reason}") from exc
+        except (openai.APIConnectionError, openai.APIResponseValidationError) as exc:  # timeouts included
+            cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+            raise _Retryable(f"{type(exc).__name__}: {exc}{cause}") from exc
         try:
-            data = json.loads(body)
-            content = data["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            content = reply.choices[0].message.content
+        except (AttributeError, IndexError, TypeError) as exc:
             raise _Retryable("malformed chat-completions response (no choices[0].message.content)") from exc
         if not isinstance(content, str):
             raise _Retryable("malformed chat-completions response (content is not text)")
@@ -128,22 +163,27 @@ class OpenAIAgent:
     def complete(self, prompt: str) -> str:
         """The model's reply text, with retries; HarnessError when the endpoint stays unusable."""
         key = self._key()
-        payload = json.dumps({
-            "model": self.model,
-            "messages": [{"role": "system", "content": SYSTEM_RULES}, {"role": "user", "content": prompt}],
-            **self.extra_body,
-        }).encode("utf-8")
+        client = self._client(key)
+        messages = [{"role": "system", "content": SYSTEM_RULES}, {"role": "user", "content": prompt}]
         problems: list[str] = []
-        self.tries_used = 0
-        for attempt in range(self.max_tries):
-            self.tries_used = attempt + 1
+
+        def attempt() -> str:
             try:
-                return self._post_once(payload, key)
+                return self._post_once(client, messages, key)
             except _Retryable as exc:
                 problems.append(str(exc))
-                if attempt + 1 < self.max_tries:
-                    self.sleep(min(self.max_delay, self.base_delay * (2 ** attempt)))
-        raise HarnessError(f"agent endpoint {self.url} failed {self.max_tries} times: " + "; ".join(problems))
+                raise
+
+        self.tries_used = 0
+        try:
+            return retry_call(attempt, tries=self.max_tries, retry_if=lambda exc: isinstance(exc, _Retryable),
+                              base_delay=self.base_delay, max_delay=self.max_delay, sleep=self.sleep,
+                              hint=lambda exc: getattr(exc, "wait", None))
+        except _Retryable:
+            raise HarnessError(f"agent endpoint {self.url} failed {self.max_tries} times: "
+                               + "; ".join(problems)) from None
+        finally:
+            client.close()
 
     def propose(self, ctx: AgentContext) -> Proposal:
         content = self.complete(ctx.prompt)

@@ -35,6 +35,7 @@ import math
 import re
 import shlex
 import shutil
+import sys
 import threading
 import time
 from collections import deque
@@ -45,11 +46,20 @@ from typing import Any
 
 from looper import proc
 from looper.adapters.executors.base import EvalJob, LineSink, RunResult, TrainJob
-from looper.adapters.executors.local import LocalExecutor
+from looper.adapters.executors.common import (
+    NO_TOOL_CODE,
+    DataFolder,
+    child_env,
+    get,
+    hash_local_data,
+    last_lines,
+    local_preflight,
+    prepare_local_data,
+    train_vars,
+)
 from looper.core.verdict import Verdict
 from looper.errors import ConfigError
 
-NO_TOOL_CODE = -1  # transport_exit_code when the fault is not a tool's own exit status
 TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo")
 
 #: states in which the job still holds (or waits for) resources
@@ -154,16 +164,6 @@ def time_limit_minutes(seconds: float) -> int:
     return max(1, math.ceil(seconds / 60.0))
 
 
-def _get(section: Any, key: str, default: Any) -> Any:
-    value = section.get(key, default) if isinstance(section, dict) else getattr(section, key, default)
-    return default if value is None else value
-
-
-def _last_lines(text: str, n: int = 3) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return " | ".join(lines[-n:])
-
-
 class _Fault(Exception):
     """The cluster could not do what was asked: a harness fault (may be retried)."""
 
@@ -189,26 +189,28 @@ class _Attempt:
     last_growth: float = 0.0
 
 
-class SlurmExecutor(LocalExecutor):
+class SlurmExecutor(DataFolder):
     """The :class:`~looper.adapters.executors.base.Executor` for ``[executor] kind = "slurm"``.
 
-    Data preparation and hashing run here, on the shared filesystem (inherited from
-    :class:`LocalExecutor`); training and evaluation are batch jobs.
+    Data preparation and hashing run here, on the shared filesystem (the same helpers as
+    :class:`~looper.adapters.executors.local.LocalExecutor`); training and evaluation are batch jobs.
     """
 
     name = "slurm"
 
     def __init__(self, workspace: Path, section: Any, *, poll: float = 2.0, kill_after: float = 10.0,
                  unreachable_seconds: float = 120.0, tool_timeout: float = 30.0) -> None:
-        super().__init__(workspace, python=str(_get(section, "python", "python3")),
-                         gpu_index=int(_get(section, "gpu_index", 0)))
-        self.partition = str(_get(section, "partition", "")).strip()
-        self.gres = str(_get(section, "gres", "")).strip()
-        self.account = str(_get(section, "account", "")).strip()
-        self.sbatch_extra = [str(x) for x in _get(section, "sbatch_extra", [])]
-        self.start_timeout = float(_get(section, "start_timeout", 600))
-        self.requeue_limit = int(_get(section, "requeue_limit", 2))
-        self.require_gpu = bool(_get(section, "require_gpu", False))
+        self.workspace = Path(workspace)
+        python = str(get(section, "python", "python3"))
+        self.python = python if python and python != "python3" else sys.executable
+        self.gpu_index = int(get(section, "gpu_index", 0))
+        self.partition = str(get(section, "partition", "")).strip()
+        self.gres = str(get(section, "gres", "")).strip()
+        self.account = str(get(section, "account", "")).strip()
+        self.sbatch_extra = [str(x) for x in get(section, "sbatch_extra", [])]
+        self.start_timeout = float(get(section, "start_timeout", 600))
+        self.requeue_limit = int(get(section, "requeue_limit", 2))
+        self.require_gpu = bool(get(section, "require_gpu", False))
         for entry in self.sbatch_extra:
             if not entry.startswith("-") or "\n" in entry:
                 raise ConfigError(f"executor.sbatch_extra: not one sbatch option: {entry!r}")
@@ -222,6 +224,36 @@ class SlurmExecutor(LocalExecutor):
         self.comment = f"looper:{digest[:16]}"
         self.name_prefix = f"looper-{digest[:8]}-"
 
+    # -- the data folder and the child environment (on the shared filesystem) ------------------
+    def _data_path(self, data_dir: str) -> Path:
+        p = Path(data_dir)
+        return p if p.is_absolute() else self.workspace / p
+
+    def _env(self, **values: str) -> dict[str, str]:
+        return child_env(str(self.workspace / ".looper" / "ultralytics"), None, **values)
+
+    def train_env(self, job: TrainJob) -> dict[str, str]:
+        """The train.py interface as environment variables (exported by the batch script)."""
+        return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir)))
+
+    # -- the commands (the one place each argv is built; the batch script execs them) -----------
+    def train_argv(self, job: TrainJob) -> list[str]:
+        """The training command, run in ``job.checkout`` on the compute node."""
+        return [self.python, "train.py"]
+
+    def eval_argv(self, job: EvalJob) -> list[str]:
+        """The evaluation command, run in ``job.checkout`` on the compute node."""
+        argv = [self.python, str(job.checkout / "evaluate.py"), "--weights", str(job.weights),
+                "--data", str(self._data_path(self._data_dir)), "--out", str(job.metrics_path)]
+        return argv + ["--device", job.device] if job.device else argv
+
+    def ensure_data(self, prepare_py: Path, data_dir: str, scale: str, seed: int) -> Verdict:
+        return prepare_local_data(self.python, prepare_py, self._data_path(data_dir), data_dir, scale, seed,
+                                  self.workspace, self._env())
+
+    def data_hash(self, data_dir: str) -> Verdict:
+        return hash_local_data(self._data_path(data_dir), data_dir)
+
     # -- talking to the cluster ----------------------------------------------------------------
     def _tool(self, argv: Sequence[str], what: str, cwd: Path | None = None) -> proc.Completed:
         """Run a SLURM client command; a connection failure or timeout is a :class:`_Fault`."""
@@ -233,7 +265,7 @@ class SlurmExecutor(LocalExecutor):
             raise _Fault(f"slurm: {what}: {argv[0]} did not answer within {self.tool_timeout:.0f} s "
                          "(controller unreachable?)", NO_TOOL_CODE)
         if got.exit_code != 0 and _UNREACHABLE.search(got.stderr + got.stdout):
-            raise _Fault(f"slurm: {what}: controller unreachable ({_last_lines(got.stderr or got.stdout, 2)})",
+            raise _Fault(f"slurm: {what}: controller unreachable ({last_lines(got.stderr or got.stdout, 2)})",
                          got.exit_code if got.exit_code is not None else NO_TOOL_CODE)
         return got
 
@@ -264,7 +296,7 @@ class SlurmExecutor(LocalExecutor):
         got = self._tool(["sbatch", "--parsable", str(script)], "submitting the job", cwd=cwd)
         if got.exit_code != 0:
             raise _Fault(f"slurm: sbatch refused the job (exit {got.exit_code}): "
-                         f"{_last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE, retry=False)
+                         f"{last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE, retry=False)
         job_id = got.stdout.strip().split(";")[0].strip()
         if not job_id.isdigit():
             raise _Fault(f"slurm: sbatch printed no job id: {got.stdout.strip()!r}", NO_TOOL_CODE, retry=False)
@@ -277,13 +309,13 @@ class SlurmExecutor(LocalExecutor):
             if "Invalid job id" in got.stderr:
                 return ""
             raise _Fault(f"slurm: squeue failed for job {job_id} (exit {got.exit_code}): "
-                         f"{_last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE)
+                         f"{last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE)
         return got.stdout.strip().splitlines()[0].strip() if got.stdout.strip() else ""
 
     def _details(self, job_id: str) -> dict[str, str]:
         got = self._tool(["scontrol", "show", "job", "-o", job_id], f"reading job {job_id}")
         if got.exit_code != 0:
-            raise _Fault(f"slurm: job {job_id} is gone from the controller: {_last_lines(got.stderr or got.stdout)}",
+            raise _Fault(f"slurm: job {job_id} is gone from the controller: {last_lines(got.stderr or got.stdout)}",
                          got.exit_code or NO_TOOL_CODE)
         return parse_scontrol(got.stdout)
 
@@ -439,9 +471,7 @@ class SlurmExecutor(LocalExecutor):
 
     # -- Executor --------------------------------------------------------------------------------
     def preflight(self, require_gpu: bool) -> Verdict:
-        local = super().preflight(False)  # disk on the shared workspace, python present
-        metrics: dict[str, Any] = {**local.metrics, "executor": self.name}
-        problems: list[str] = list(local.blocking)
+        metrics, problems = local_preflight(self.name, self.workspace, self.python)  # the shared workspace
         missing = [t for t in TOOLS if shutil.which(t) is None]
         if missing:
             return Verdict.errored(f"SLURM client tools not found on this machine: {', '.join(missing)}",
@@ -449,13 +479,13 @@ class SlurmExecutor(LocalExecutor):
         try:
             ping = self._tool(["scontrol", "ping"], "pinging the controller")
             if ping.exit_code != 0 or "UP" not in ping.stdout:
-                return Verdict.errored(f"slurm: controller not up: {_last_lines(ping.stdout + ping.stderr)}",
+                return Verdict.errored(f"slurm: controller not up: {last_lines(ping.stdout + ping.stderr)}",
                                        metrics=metrics)
             parts = self._tool(["sinfo", "-h", "-o", "%P %a %G"], "listing partitions")
         except _Fault as fault:
             return Verdict.errored(str(fault), metrics=metrics)
         if parts.exit_code != 0:
-            return Verdict.errored(f"slurm: sinfo failed: {_last_lines(parts.stderr or parts.stdout)}",
+            return Verdict.errored(f"slurm: sinfo failed: {last_lines(parts.stderr or parts.stdout)}",
                                    metrics=metrics)
         table: dict[str, tuple[str, set[str]]] = {}
         default = ""
@@ -497,20 +527,16 @@ class SlurmExecutor(LocalExecutor):
                 else:
                     p.unlink(missing_ok=True)
 
-        return self._run("train", [self.python, "train.py"], job.checkout, env, job.log_path,
+        return self._run("train", self.train_argv(job), job.checkout, env, job.log_path,
                          job.budget_seconds + job.grace_seconds, job.stall_seconds, on_line, cancel, clear_out)
 
     def evaluate(self, job: EvalJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
         env = self._env(LOOPER_DEVICE=job.device or "cpu")
-        argv = [self.python, str(job.checkout / "evaluate.py"), "--weights", str(job.weights),
-                "--data", str(self._data_path(self._data_dir)), "--out", str(job.metrics_path)]
-        if job.device:
-            argv += ["--device", job.device]
 
         def clear_metrics() -> None:  # a result not written by this run does not exist
             job.metrics_path.unlink(missing_ok=True)
 
-        return self._run("eval", argv, job.checkout, env, job.log_path, job.timeout_seconds, job.stall_seconds,
+        return self._run("eval", self.eval_argv(job), job.checkout, env, job.log_path, job.timeout_seconds, job.stall_seconds,
                          on_line, cancel, clear_metrics)
 
     def reap(self) -> list[str]:

@@ -1,0 +1,111 @@
+"""What every executor shares: config reading, the child environment, results, local data.
+
+The executors (local, ssh, slurm) are separate classes side by side; what they have in
+common lives here as plain functions rather than in a base class.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from looper import proc
+from looper.adapters.executors.base import RunResult, TrainJob
+from looper.core.verdict import Verdict
+from looper.datahash import tree_hash
+
+MIN_FREE_BYTES = 1 << 30  # 1 GiB: less than this where runs write is a preflight error
+NO_TOOL_CODE = -1  # transport_exit_code when the fault is not a tool's own exit status
+
+
+def get(section: Any, key: str, default: Any) -> Any:
+    """``section.key`` (a config section or a plain dict), ``default`` when absent or None."""
+    value = section.get(key, default) if isinstance(section, dict) else getattr(section, key, default)
+    return default if value is None else value
+
+
+def last_lines(text: str, n: int = 3) -> str:
+    """The last ``n`` non-blank lines of ``text`` on one line, for error messages."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])
+
+
+def child_env(yolo_config_dir: str, extra: dict[str, str] | None = None, **values: str) -> dict[str, str]:
+    """The environment every child run gets (offline Ultralytics, unbuffered Python)."""
+    env = {
+        "YOLO_OFFLINE": "1",
+        "YOLO_CONFIG_DIR": yolo_config_dir,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update(extra or {})
+    env.update(values)
+    return env
+
+
+def train_vars(job: TrainJob, data: str, out: str) -> dict[str, str]:
+    """The train.py interface (docs: the workspace contract) as environment variables."""
+    return {
+        "LOOPER_BUDGET_SECONDS": str(int(job.budget_seconds)),
+        "LOOPER_DATA": data,
+        "LOOPER_OUT": out,
+        "LOOPER_SEED": str(job.seed),
+        "LOOPER_DEVICE": job.device or "cpu",
+    }
+
+
+def run_result(s: proc.Supervised) -> RunResult:
+    """A supervised child's end as a :class:`RunResult`."""
+    return RunResult(exit_code=s.exit_code, signal=s.signal, timed_out=s.timed_out, stalled=s.stalled,
+                     cancelled=s.stopped_by == "cancel", seconds=s.seconds, log_tail=s.log_tail)
+
+
+def fault_result(message: str, code: int, seconds: float = 0.0) -> RunResult:
+    """A run that never got going because the executor could not do its part."""
+    return RunResult(exit_code=None, seconds=seconds, transport_exit_code=code, transport_error=message)
+
+
+def local_preflight(name: str, workspace: Path, python: str) -> tuple[dict[str, Any], list[str]]:
+    """Free disk under the workspace and the interpreter, checked on this machine."""
+    metrics: dict[str, Any] = {"executor": name}
+    problems: list[str] = []
+    free = shutil.disk_usage(workspace).free
+    metrics["disk_free_gb"] = round(free / 2**30, 2)
+    if free < MIN_FREE_BYTES:
+        problems.append(f"disk nearly full on {name}: {free / 2**20:.0f} MiB free (need 1024 MiB)")
+    if not Path(python).exists() and shutil.which(python) is None:
+        problems.append(f"python interpreter not found: {python}")
+    return metrics, problems
+
+
+def prepare_local_data(python: str, prepare_py: Path, path: Path, label: str, scale: str, seed: int,
+                       cwd: Path, env: dict[str, str]) -> Verdict:
+    """Build the data set at ``path`` with prepare.py when missing, then hash it."""
+    if not (path / "manifest.json").is_file():
+        if path.exists() and any(path.iterdir()):
+            return Verdict.errored(f"data folder {label} exists but has no manifest.json: "
+                                   "move it away or finish preparing it")
+        done = proc.run([python, str(prepare_py), "--out", str(path), "--scale", scale, "--seed", str(seed)],
+                        cwd=cwd, env=env, timeout=3600)
+        if not done.ok or not (path / "manifest.json").is_file():
+            return Verdict.errored(f"prepare.py failed (exit {done.exit_code}): "
+                                   + last_lines(done.stderr or done.stdout, 5))
+    return hash_local_data(path, label)
+
+
+def hash_local_data(path: Path, label: str) -> Verdict:
+    """The data set's manifest hash; an error when it has no manifest."""
+    if not (path / "manifest.json").is_file():
+        return Verdict.errored(f"data missing: {label}/manifest.json does not exist")
+    digest, files = tree_hash(path)
+    return Verdict.passed({"hash": digest, "files": files})
+
+
+class DataFolder:
+    """The data folder, set once per loop (``use_data``) so jobs stay small."""
+
+    _data_dir: str = "data"
+
+    def use_data(self, data_dir: str) -> None:
+        self._data_dir = data_dir

@@ -1,0 +1,257 @@
+"""The SSH executor's side on the remote host: ``python -m looper.remote <command> ...``.
+
+The looper package is synced into ``<remote_dir>/checkout/`` before anything runs there, so
+the host runs this module from that folder (its working directory) instead of shell
+programs, and supervises a run with the same code as a local run (:func:`looper.proc.supervise`).
+Every command but ``run`` prints one JSON object on its last line of output.
+
+Remote layout under ``remote_dir`` (the parent of the working directory)::
+
+    checkout/            train.py, prepare.py, evaluate.py and the looper package
+    <data_dir>/          the prepared data set (built there once by prepare.py)
+    runs/<run id>/       run.pid (process-group id while it runs), status (exit code), run.log,
+                         out/ (LOOPER_OUT: weights.pt, train.json, METRICS.json), gpu.json
+
+Commands:
+
+- ``root``: create ``runs/``; the absolute remote_dir.
+- ``facts``: free disk under remote_dir, this Python's version, whether rsync is installed.
+- ``check FILE... [--run DIR --keep N]``: sha256 of checkout files; optionally create a run
+  folder and prune old ones (never one whose run.pid is still there) in the same round trip.
+- ``run-dir DIR [--keep N] [--cached PATH]``: create and prune as above; whether PATH exists.
+- ``data DIR [--prepare prepare.py --scale S --seed N]``: the data set's manifest hash
+  (:func:`looper.datahash.tree_hash`), after building it with prepare.py when asked and missing.
+- ``run DIR [--env K=V]... [--gpu-index N] [--budget S] -- ARGV...``: run ARGV in a process
+  group of its own, its id written to ``DIR/run.pid`` before it starts, its output streamed
+  to stdout (the ssh client) and ``DIR/run.log``; the exit status goes to ``DIR/status`` and
+  is this command's own (128+N for a signal N). ``--gpu-index``: sample that GPU into
+  ``DIR/gpu.json`` meanwhile.
+- ``end DIR [--wait-for-pid] --kill-after S``: SIGTERM then SIGKILL the run's process group;
+  what happened, the run's status and its GPU summary.
+- ``reap --kill-after S``: end every live run under ``runs/`` whose process still works in
+  this checkout (a run a dead daemon left behind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from looper import proc
+from looper.datahash import file_sha256, tree_hash
+
+
+def _say(payload: dict[str, Any]) -> int:
+    print(json.dumps(payload), flush=True)
+    return 0
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def end_group(pgid: int, kill_after: float) -> str:
+    """SIGTERM a process group, SIGKILL it ``kill_after`` seconds later: GONE, TERMINATED or KILLED."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return "GONE"
+    deadline = time.monotonic() + kill_after
+    while _alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return "TERMINATED"
+    return "KILLED"
+
+
+def _make_run_dir(run: Path, keep: int) -> None:
+    """Create ``run/out`` and delete all but the ``keep`` newest run folders without a run.pid."""
+    (run / "out").mkdir(parents=True, exist_ok=True)
+    folders = sorted((p for p in run.parent.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime,
+                     reverse=True)
+    for old in folders[keep:]:
+        if not (old / "run.pid").exists() and old != run:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# -- commands -------------------------------------------------------------------------------------
+def cmd_root(args: argparse.Namespace) -> int:
+    root = Path.cwd().parent
+    (root / "runs").mkdir(exist_ok=True)
+    return _say({"root": str(root)})
+
+
+def cmd_facts(args: argparse.Namespace) -> int:
+    root = Path.cwd().parent
+    return _say({"free_bytes": shutil.disk_usage(root).free, "python": platform.python_version(),
+                 "rsync": shutil.which("rsync") is not None})
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    if args.run:
+        _make_run_dir(Path(args.run), args.keep)
+    return _say({"sha256": {n: (file_sha256(Path(n)) if Path(n).is_file() else None) for n in args.files}})
+
+
+def cmd_run_dir(args: argparse.Namespace) -> int:
+    _make_run_dir(Path(args.run), args.keep)
+    return _say({"cached": bool(args.cached) and Path(args.cached).is_file()})
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    data = Path(args.dir)
+    if not (data / "manifest.json").is_file():
+        if data.is_dir() and any(data.iterdir()):
+            return _say({"state": "dirty"})
+        if not args.prepare:
+            return _say({"state": "missing"})
+        env = dict(kv.split("=", 1) for kv in args.env)
+        done = proc.run([sys.executable, args.prepare, "--out", str(data), "--scale", args.scale,
+                         "--seed", str(args.seed)], env=env, timeout=3600)
+        if not done.ok or not (data / "manifest.json").is_file():
+            lines = [ln.strip() for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+            return _say({"state": "prepare failed", "exit": done.exit_code, "tail": " | ".join(lines[-5:])})
+    digest, files = tree_hash(data)
+    return _say({"state": "present", "hash": digest, "files": files})
+
+
+def _print_line(line: str) -> None:
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):  # the ssh client is gone; the run goes on, logged here
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for the rest of the run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    run = Path(args.run)
+    (run / "out").mkdir(parents=True, exist_ok=True)
+    env = dict(kv.split("=", 1) for kv in args.env)
+    sampler = None
+    if args.gpu_index is not None:
+        from looper.adapters.gpu import GpuSampler
+
+        gpu_json = run / "gpu.json"
+        sampler = GpuSampler(args.gpu_index, on_sample=lambda summary: _write_json(gpu_json, summary)).start()
+        _write_json(gpu_json, sampler.summary())
+    limits = proc.Limits(budget_seconds=args.budget or None, kill_after=args.kill_after)
+    try:
+        s = proc.supervise(args.argv, cwd=Path.cwd(), env=env, log_path=run / "run.log", limits=limits,
+                           on_line=_print_line, on_start=lambda pid: (run / "run.pid").write_text(str(pid)))
+    finally:
+        if sampler is not None:
+            _write_json(run / "gpu.json", sampler.stop())
+    code = 128 + s.signal if s.signal else (s.exit_code or 0)
+    (run / "status").write_text(f"{code}\n")
+    return code
+
+
+def cmd_end(args: argparse.Namespace) -> int:
+    run = Path(args.run)
+    pid_file = run / "run.pid"
+    deadline = time.monotonic() + (2.0 if args.wait_for_pid else 0.0)
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    status = run / "status"
+    code = status.read_text().strip() if status.is_file() else ""
+    pgid = _read_int(pid_file)
+    what = end_group(pgid, args.kill_after) if pgid else "GONE"
+    pid_file.unlink(missing_ok=True)
+    try:
+        gpu = json.loads((run / "gpu.json").read_text())
+    except (OSError, ValueError):
+        gpu = None
+    return _say({"what": what, "status": code, "gpu": gpu})
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    checkout = Path.cwd()
+    ended = []
+    for pid_file in sorted((checkout.parent / "runs").glob("*/run.pid")):
+        pgid = _read_int(pid_file)
+        if pgid and _alive(pgid):
+            try:
+                cwd = os.readlink(f"/proc/{pgid}/cwd")
+            except OSError:
+                cwd = str(checkout)  # no /proc (not Linux): trust the pid file
+            if cwd == str(checkout):  # a recycled process group id belongs to someone else
+                end_group(pgid, args.kill_after)
+                ended.append([pgid, pid_file.parent.name])
+        pid_file.unlink(missing_ok=True)
+    return _say({"ended": ended})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m looper.remote")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("root").set_defaults(fn=cmd_root)
+    sub.add_parser("facts").set_defaults(fn=cmd_facts)
+    p = sub.add_parser("check")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--run", default="")
+    p.add_argument("--keep", type=int, default=6)
+    p.set_defaults(fn=cmd_check)
+    p = sub.add_parser("run-dir")
+    p.add_argument("run")
+    p.add_argument("--keep", type=int, default=6)
+    p.add_argument("--cached", default="")
+    p.set_defaults(fn=cmd_run_dir)
+    p = sub.add_parser("data")
+    p.add_argument("dir")
+    p.add_argument("--prepare", default="")
+    p.add_argument("--scale", default="")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--env", action="append", default=[])
+    p.set_defaults(fn=cmd_data)
+    p = sub.add_parser("run")
+    p.add_argument("run")
+    p.add_argument("--env", action="append", default=[])
+    p.add_argument("--gpu-index", type=int, default=None)
+    p.add_argument("--budget", type=float, default=0.0)
+    p.add_argument("--kill-after", type=float, default=10.0)
+    p.add_argument("argv", nargs="+")
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("end")
+    p.add_argument("run")
+    p.add_argument("--wait-for-pid", action="store_true")
+    p.add_argument("--kill-after", type=float, default=10.0)
+    p.set_defaults(fn=cmd_end)
+    p = sub.add_parser("reap")
+    p.add_argument("--kill-after", type=float, default=10.0)
+    p.set_defaults(fn=cmd_reap)
+    args = parser.parse_args(argv)
+    return int(args.fn(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
