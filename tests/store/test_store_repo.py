@@ -1,4 +1,8 @@
-"""The Store API: one transaction per change, plain dicts back, secrets refused."""
+"""The Store API: one transaction per change, frozen records back, secrets refused.
+
+The older positional / dict-returning methods the loop still calls (``finish_experiment``,
+``get_experiment``, ``experiments`` ...) are pinned here too, until the loop moves over.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import pytest
 
 from looper.config import Config
 from looper.core.verdict import Outcome, Verdict
-from looper.store import ExperimentNotFound, Store, StoreError
+from looper.store import EventRecord, ExperimentNotFound, Store, StoreError, TagRecord
 
 
 def classes(**over: Any) -> dict[str, dict[str, Any]]:
@@ -33,7 +37,8 @@ def store(tmp_path: Path) -> Store:
 
 
 def new(store: Store, tag: str = "t", kind: str = "candidate", **kw: Any) -> int:
-    return store.create_experiment(tag, kind, "abc123", 0, {"loop": {"budget_seconds": 5}}, **kw)
+    return store.start_experiment(tag=tag, kind=kind, parent="abc123", seed=0, config={"loop": {"budget_seconds": 5}},
+                                  **kw)
 
 
 def test_create_experiment_is_running_with_rising_ids(store: Store) -> None:
@@ -163,10 +168,12 @@ def test_runs_are_recorded_per_experiment(store: Store) -> None:
                        train={"steps": 10}, log_tail="done\n")
     r2 = store.add_run(i, "rerun", seed=1, exit_code=0, score=0.48,
                        started_at=dt.datetime(2025, 1, 1, 2, 0, tzinfo=dt.UTC))
-    runs = store.runs(i)
-    assert [r["id"] for r in runs] == [r1, r2]
-    assert runs[0]["metrics"] == {"weighted_f1": 0.5} and runs[0]["train"] == {"steps": 10}
-    assert runs[1]["started_at"] == "2025-01-01T02:00:00.000000+00:00"
+    runs = store.run_records(i)
+    assert [r.id for r in runs] == [r1, r2]
+    assert runs[0].metrics == {"weighted_f1": 0.5} and runs[0].train == {"steps": 10}
+    assert (runs[0].role, runs[0].log_tail, runs[1].role, runs[1].seed) == ("main", "done\n", "rerun", 1)
+    assert runs[1].started_at == "2025-01-01T02:00:00.000000+00:00"
+    assert store.runs(i) == [r.to_dict() for r in runs]
     with pytest.raises(ValueError, match="role must be one of"):
         store.add_run(i, "warmup")
     with pytest.raises(ExperimentNotFound):
@@ -176,16 +183,21 @@ def test_runs_are_recorded_per_experiment(store: Store) -> None:
 
 
 def finish(store: Store, i: int, status: str, score: float | None = None, sig: str | None = None) -> None:
-    store.finish_experiment(i, status, score, None, None, None, [] if status == "keep" else [status],
-                            failure_signature=sig)
+    store.record_outcome(i, outcome=status, score=score, blocking=[] if status == "keep" else [status],
+                         failure_signature=sig)
+
+
+def _best_id(store: Store, tag: str) -> int | None:
+    best = store.best(tag)
+    return None if best is None else best.id
 
 
 def test_best_experiment(store: Store) -> None:
-    assert store.best_experiment("t") is None
+    assert store.best("t") is None and store.best_experiment("t") is None
     b = new(store, kind="baseline")
-    assert store.best_experiment("t") is None  # still running: not measured
+    assert store.best("t") is None  # still running: not measured
     finish(store, b, "inconclusive", 0.30)
-    assert store.best_experiment("t")["id"] == b
+    assert _best_id(store, "t") == b
     k1 = new(store)
     finish(store, k1, "keep", 0.35)
     d = new(store)
@@ -194,11 +206,12 @@ def test_best_experiment(store: Store) -> None:
     finish(store, other, "keep", 0.99)
     c = new(store, kind="canary")
     finish(store, c, "keep", 0.99)
-    assert store.best_experiment("t")["id"] == k1
+    assert _best_id(store, "t") == k1
     k2 = new(store)
     finish(store, k2, "keep", 0.40)
-    assert store.best_experiment("t")["id"] == k2
-    assert store.best_experiment("other")["id"] == other
+    assert _best_id(store, "t") == k2
+    assert _best_id(store, "other") == other
+    assert store.best_experiment("t") == store.experiment(k2).to_dict()
 
 
 def test_experiments_filters(store: Store) -> None:
@@ -206,21 +219,28 @@ def test_experiments_filters(store: Store) -> None:
     finish(store, ids[0], "crash", sig="E1")
     finish(store, ids[1], "keep", 0.5)
     o = new(store, tag="other", kind="baseline")
-    assert [e["id"] for e in store.experiments()] == [*ids, o]
-    assert [e["id"] for e in store.experiments(tag="t")] == ids
-    assert [e["id"] for e in store.experiments(status="keep")] == [ids[1]]
-    assert [e["id"] for e in store.experiments(status=[Outcome.CRASH, "keep"])] == ids[:2]
-    assert [e["id"] for e in store.experiments(kind="baseline")] == [o]
-    assert [e["id"] for e in store.experiments(tag="t", limit=2)] == ids[2:]
-    first = store.get_experiment(ids[0])["started_at"]
-    last = store.get_experiment(o)["started_at"]
-    assert [e["id"] for e in store.experiments(since=last)] == [o]
-    assert [e["id"] for e in store.experiments(since=first, until=last)] == ids  # until is exclusive
+    def found(**kw: Any) -> list[int]:
+        return [e.id for e in store.find_experiments(**kw)]
+
+    assert found() == [*ids, o]
+    assert found(tag="t") == ids
+    assert found(status="keep") == [ids[1]]
+    assert found(status=[Outcome.CRASH, "keep"]) == ids[:2]
+    assert found(kind="baseline") == [o]
+    assert found(tag="t", limit=2) == ids[2:]
+    first = store.experiment(ids[0]).started_at
+    last = store.experiment(o).started_at
+    assert found(since=last) == [o]
+    assert found(since=first, until=last) == ids  # until is exclusive
     future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
-    assert store.experiments(since=future) == []
-    assert [e["id"] for e in store.running_experiments()] == [ids[2], ids[3], o]
+    assert store.find_experiments(since=future) == []
+    assert [e.id for e in store.open_experiments()] == [ids[2], ids[3], o]
     with pytest.raises(ValueError):
-        store.experiments(status="finished")
+        store.find_experiments(status="finished")
+    # the dict-returning form says the same
+    assert store.experiments(tag="t", status="keep") == [e.to_dict() for e in store.find_experiments(tag="t",
+                                                                                                     status="keep")]
+    assert [e["id"] for e in store.running_experiments()] == [ids[2], ids[3], o]
 
 
 def test_recent_signatures_newest_last(store: Store) -> None:
@@ -244,14 +264,13 @@ def test_mark_interrupted_finishes_and_journals_once(store: Store) -> None:
     i = new(store)
     store.set_phase(i, "training")
     assert store.mark_interrupted(i, "daemon died at 03:12") is True
-    e = store.get_experiment(i)
-    assert (e["status"], e["score"], e["blocking"]) == ("interrupted", None, ["daemon died at 03:12"])
-    assert e["finished_at"] is not None
+    e = store.experiment(i)
+    assert (e.status, e.score, e.blocking) == ("interrupted", None, ("daemon died at 03:12",))
+    assert e.finished_at is not None
     assert store.mark_interrupted(i, "again") is False
-    evs = store.events(tag="t")
-    assert [(ev["kind"], ev["experiment_id"], ev["message"]) for ev in evs] == [
-        ("interrupted", i, "daemon died at 03:12")]
-    assert store.running_experiments() == []
+    evs = store.journal(tag="t")
+    assert [(ev.kind, ev.experiment_id, ev.message) for ev in evs] == [("interrupted", i, "daemon died at 03:12")]
+    assert store.open_experiments() == []
     with pytest.raises(ExperimentNotFound):
         store.mark_interrupted(777, "x")
 
@@ -262,11 +281,13 @@ def test_events_journal(store: Store) -> None:
     e2 = store.add_event("t", "page_failed", "ntfy unreachable", experiment_id=i)
     store.add_event("other", "note", "elsewhere")
     assert e2 > e1
-    evs = store.events(tag="t")
-    assert [(e["kind"], e["data"]) for e in evs] == [("start", {"budget": 300}), ("page_failed", None)]
-    assert [e["kind"] for e in store.events(kind=["note", "start"])] == ["start", "note"]
-    assert [e["id"] for e in store.events(limit=1)] == [e2 + 1]
-    assert store.events(since=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)) == []
+    evs = store.journal(tag="t")
+    assert all(isinstance(e, EventRecord) for e in evs)
+    assert [(e.kind, e.data) for e in evs] == [("start", {"budget": 300}), ("page_failed", None)]
+    assert [e.kind for e in store.journal(kind=["note", "start"])] == ["start", "note"]
+    assert [e.id for e in store.journal(limit=1)] == [e2 + 1]
+    assert store.journal(since=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)) == []
+    assert store.events(tag="t") == [e.to_dict() for e in evs]
     with pytest.raises(ValueError, match="event kind must be one of"):
         store.add_event("t", "party", "x")
     with pytest.raises(ExperimentNotFound):
@@ -274,18 +295,23 @@ def test_events_journal(store: Store) -> None:
 
 
 def test_tags_pin_what_was_true_at_start(store: Store) -> None:
-    assert store.get_tag("t") is None
+    assert store.get_tag("t") is None and store.tag_record("t") is None
     store.put_tag("t", branch="looper/t", base_commit="abc", fixed_hashes={"evaluate.py": "h1"},
                   data_hash="d1", started_at="2025-01-01T00:00:00+00:00")
+    assert store.tag_record("t") == TagRecord(tag="t", branch="looper/t", base_commit="abc",
+                                              fixed_hashes={"evaluate.py": "h1"}, data_hash="d1", noise=None,
+                                              started_at="2025-01-01T00:00:00.000000+00:00")
     tag = store.get_tag("t")
     assert tag == {"tag": "t", "branch": "looper/t", "base_commit": "abc",
                    "fixed_hashes": {"evaluate.py": "h1"}, "data_hash": "d1", "noise": None,
                    "started_at": "2025-01-01T00:00:00.000000+00:00"}
     store.set_tag_noise("t", {"sigma": 0.01, "runs": 3})
-    assert store.get_tag("t")["noise"] == {"sigma": 0.01, "runs": 3}
+    noisy = store.tag_record("t")
+    assert noisy is not None and noisy.noise == {"sigma": 0.01, "runs": 3}
     store.put_tag("t", branch="looper/t", base_commit="def", fixed_hashes={}, data_hash="d2")
-    again = store.get_tag("t")
-    assert (again["base_commit"], again["started_at"]) == ("def", "2025-01-01T00:00:00.000000+00:00")
+    again = store.tag_record("t")
+    assert again is not None
+    assert (again.base_commit, again.started_at) == ("def", "2025-01-01T00:00:00.000000+00:00")
     with pytest.raises(StoreError, match="no tag 'zzz'"):
         store.set_tag_noise("zzz", {})
 
@@ -294,7 +320,7 @@ def test_two_stores_on_one_file_see_each_other(tmp_path: Path) -> None:
     a, b = Store(tmp_path), Store(tmp_path / "experiments.db")
     i = new(a)
     b.set_phase(i, "from b")
-    assert a.get_experiment(i)["phase"] == "from b"
+    assert a.experiment(i).phase == "from b"
     a.close()
     b.close()
 
@@ -302,14 +328,13 @@ def test_two_stores_on_one_file_see_each_other(tmp_path: Path) -> None:
 def test_given_times_are_stored_as_utc_text(store: Store) -> None:
     i = new(store)
     store.update_experiment(i, started_at="2025-03-01T03:00:00+02:00")
-    store.finish_experiment(i, "crash", None, None, None, None, ["boom"], finished_at="2025-03-01T01:30:00Z")
-    e = store.get_experiment(i)
-    assert (e["started_at"], e["finished_at"]) == ("2025-03-01T01:00:00.000000+00:00",
-                                                   "2025-03-01T01:30:00.000000+00:00")
+    store.record_outcome(i, outcome="crash", blocking=["boom"], finished_at="2025-03-01T01:30:00Z")
+    e = store.experiment(i)
+    assert (e.started_at, e.finished_at) == ("2025-03-01T01:00:00.000000+00:00", "2025-03-01T01:30:00.000000+00:00")
     # filters take aware times in any zone, or a plain date prefix
-    assert [x["id"] for x in store.experiments(since="2025-03-01T02:59:00+02:00")] == [i]
-    assert [x["id"] for x in store.experiments(since="2025-03-01", until="2025-03-02")] == [i]
-    assert store.experiments(until="2025-03-01T02:00:00+02:00") == []
+    assert [x.id for x in store.find_experiments(since="2025-03-01T02:59:00+02:00")] == [i]
+    assert [x.id for x in store.find_experiments(since="2025-03-01", until="2025-03-02")] == [i]
+    assert store.find_experiments(until="2025-03-01T02:00:00+02:00") == []
     j = new(store)
     for bad in ("2025-03-01T03:00:00", "last tuesday"):
         with pytest.raises(ValueError, match="started_at"):
