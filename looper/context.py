@@ -1,0 +1,161 @@
+"""What one experiment needs from the night: the worker, the store, the config, the executor,
+the display, the pinned tag and the journal. No decisions are made here."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from looper.adapters.executors import Executor
+from looper.adapters.gitops import Workspace, Worktree
+from looper.adapters.notify import redact
+from looper.config import Config
+from looper.core.verdict import Outcome
+from looper.display import Display
+from looper.errors import HarnessError
+from looper.store import Store
+
+
+def now_iso() -> str:
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def fault_pause(point: str) -> None:
+    """Fault-injection hook for the reliability tests: LOOPER_FAULT_PAUSE=<point>:<seconds>
+    makes the daemon sleep at that point (so a test can kill it exactly there). Unset in
+    normal use; it changes nothing else."""
+    spec = os.environ.get("LOOPER_FAULT_PAUSE", "")
+    if spec.startswith(point + ":"):
+        print(f"[fault-injection] pausing at {point}", flush=True)
+        time.sleep(float(spec.split(":", 1)[1]))
+
+
+@dataclass
+class Worker:
+    """One experiment slot: its checkout, where it runs, and on which device."""
+
+    id: int
+    wt: Worktree
+    executor: Executor
+    device: str
+    detached: bool  # True with several workers: the branch moves only under the keep lock
+
+    @property
+    def label(self) -> str:
+        return f"w{self.id}"
+
+
+@dataclass
+class NightStats:
+    experiments: int = 0  # started (claimed)
+    outcomes: dict[str, int] = field(default_factory=dict)  # finished, by outcome
+
+    @property
+    def finished(self) -> int:
+        return sum(self.outcomes.values())
+
+
+# What a tag's baseline depends on: a change to any of these since it was measured starts a new one.
+BASELINE_DEPENDS_ON = (("loop", "budget_seconds"), ("data", "scale"), ("data", "seed"), ("executor", "kind"))
+
+
+def baseline_drift(then: dict | None, now: dict) -> list[str]:
+    """What changed between the config a baseline was measured under and ``now`` (both as
+    ``Config.redacted_dict()``), as "section.key a -> b" lines; a key ``then`` lacks is unknown
+    and counts as unchanged."""
+    changed = []
+    for section, key in BASELINE_DEPENDS_ON:
+        old = ((then or {}).get(section) or {}).get(key)
+        new = now[section][key]
+        if old is not None and old != new:
+            changed.append(f"{section}.{key} {old} -> {new}")
+    return changed
+
+
+class Context:
+    """The night's shared parts, handed to every step of an experiment."""
+
+    def __init__(self, root: Path, cfg: Config, store: Store, executor: Executor, agent: Any,
+                 display: Display, secrets: list[str], program_md: str = "") -> None:
+        self.root = Path(root)
+        self.cfg = cfg
+        self.store = store
+        self.executor = executor
+        self.agent = agent
+        self.display = display
+        self.secrets = secrets
+        self.program_md = program_md
+        self.tag = cfg.loop.tag
+        self.ws = Workspace(self.root)
+        self.wt: Worktree | None = None  # the branch's own checkout, once the tag is set up
+        self.pinned: dict | None = None  # the store's row for the tag: what it pinned
+        self.device = "cuda" if cfg.executor.require_gpu else "cpu"
+        self.workers: list[Worker] = []
+        self.cancel = threading.Event()
+        self.stats = NightStats()
+        self.exhausted = False
+        self.keep_lock = threading.RLock()  # branch tip, best and keep decisions move together
+        self.agent_lock = threading.Lock()
+        self.count_lock = threading.Lock()
+        self.in_flight: dict[int, dict] = {}  # worker id -> knobs of the candidate it runs
+
+    # ------------------------------------------------------------------ the journal
+    def event(self, kind: str, message: str, experiment_id: int | None = None, data: dict | None = None) -> None:
+        self.store.add_event(self.tag, kind, redact(message, self.secrets), experiment_id=experiment_id,
+                             data=data)
+
+    def journal(self, kind: str, message: str, exp_id: int | None = None, data: dict | None = None) -> None:
+        """A journal entry that must never hide what it reports (a halt, a failed page)."""
+        try:
+            self.event(kind, message, exp_id, data)
+        except Exception as exc:
+            print(f"looper: could not write the journal entry ({kind}: {redact(message, self.secrets)}): "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+    def redact(self, text: str) -> str:
+        return redact(text, self.secrets)
+
+    # ------------------------------------------------------------------ places and labels
+    def runs_dir(self, exp_id: int, role: str, seed: int) -> Path:
+        d = self.root / "runs" / self.tag / f"{exp_id:05d}" / f"{role}-s{seed}"
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        return d
+
+    def wlabel(self, w: Worker) -> str:
+        return f"[{w.label}] " if len(self.workers) > 1 else ""
+
+    def main_worker(self) -> Worker:
+        assert self.wt is not None
+        return Worker(0, self.wt, self.executor, self.device, detached=False)
+
+    # ------------------------------------------------------------------ the tag's state
+    def best(self) -> dict:
+        best = self.store.best_experiment(self.tag)
+        if best is None:
+            raise HarnessError(f"tag {self.tag} has no baseline or kept experiment to compare against")
+        return best
+
+    def kept_baselines(self) -> list[dict]:
+        return self.store.experiments(tag=self.tag, kind="baseline", status=Outcome.KEEP.value)
+
+    def last_kept_commit(self) -> str | None:
+        rows = self.store.experiments(tag=self.tag, status=Outcome.KEEP.value)
+        rows = [r for r in rows if r.get("commit")]
+        return rows[-1]["commit"] if rows else None
+
+    def branch_tip(self) -> str:
+        assert self.wt is not None
+        return self.ws.repo.git.rev_parse(f"refs/heads/{self.wt.branch}").strip()
+
+    def count(self, outcome: Outcome) -> None:
+        with self.count_lock:
+            self.stats.outcomes[outcome.value] = self.stats.outcomes.get(outcome.value, 0) + 1

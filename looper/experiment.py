@@ -1,0 +1,454 @@
+"""One experiment as one straight pipeline.
+
+    proposal -> candidate -> measurements -> gate decision -> result -> settle()
+
+:func:`run_candidate` reads top to bottom; every path ends in :func:`settle`, which commits or
+resets the checkout from the outcome's own properties and writes the outcome with one store
+call. :func:`verify` is the same pipeline on the workspace's train.py, committing nothing;
+:func:`measure_baseline` measures the train.py a tag starts from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from looper import proc
+from looper.adapters.executors.base import FIXED_FILES
+from looper.context import Context, Worker, fault_pause, now_iso
+from looper.core import failure as core_failure
+from looper.core import gate as core_gate
+from looper.core import scope as core_scope
+from looper.core.verdict import Outcome, Verdict
+from looper.errors import HarnessError, LooperError, StuckError
+from looper.measure import Measurement, mean_metrics, measure, preflight, record_run
+
+RACE_REASON = "conflicts with kept change"  # a raced candidate's idea is handed back, not excluded
+GATE_ADVICE = ("The gate cannot judge candidates against this baseline. Change what the baseline depends on "
+               "(a longer loop.budget_seconds, another data.scale or data.seed, another executor kind) and "
+               "start `looper run` again: it measures a new baseline under the new settings. Starting again "
+               "with the same settings halts the same way.")
+
+
+@dataclass
+class Candidate:
+    """The train.py under test and what it costs: handed from step to step of one experiment."""
+
+    kind: str  # "candidate" (moves git) | "baseline" | "verify" (never move git)
+    exp_id: int
+    worker: Worker
+    parent: str | None
+    parent_source: str
+    source: str
+    description: str
+    checkout: Path | None = None  # where it trains; None: the worker's checkout
+    commit: str | None = None  # its own commit, once made
+    reruns: int = 0  # reruns the gate may ask for
+    started: float = field(default_factory=time.monotonic)
+    agent_seconds: float = 0.0
+    spent: float = 0.0  # seconds in training and evaluation
+    timing: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def moves_git(self) -> bool:
+        return self.kind == "candidate"
+
+
+@dataclass(frozen=True)
+class Result:
+    """How an experiment ended, before (and after) it is settled."""
+
+    outcome: Outcome
+    verdict: Verdict
+    score: float | None = None
+    metrics: dict | None = None
+    signature: str | None = None
+    halt: str | None = None  # with an ERROR outcome: what the halt says (default: the reasons)
+    advice: str | None = None  # with a halt: what a person should do (None: the general advice)
+    exp_id: int | None = None  # set by settle()
+    stuck: str | None = None  # set by settle() when this failure makes the loop stuck
+
+    @property
+    def halt_error(self) -> LooperError | None:
+        """The error the night stops with once this result is recorded, if any."""
+        if self.stuck:
+            return StuckError(self.stuck)
+        if self.outcome.halts_loop:
+            return HarnessError(self.halt or "; ".join(self.verdict.blocking))
+        return None
+
+
+@dataclass(frozen=True)
+class Proposed:
+    """The agent's answer: a reply, or why it was refused."""
+
+    reply: Any | None
+    rejected: str | None
+    seconds: float
+
+    @property
+    def exhausted(self) -> bool:
+        return self.reply is not None and bool(getattr(self.reply, "exhausted", False))
+
+
+# ====================================================================== the pipeline
+def run_candidate(ctx: Context, w: Worker) -> Result | None:
+    """One experiment, settled. None when the agent has run out of ideas."""
+    try:
+        parent, parent_source, best_then, started_at = start_from_tip(ctx, w)
+        pre = preflight(ctx, w)
+        if not pre.ok:
+            cand = open_candidate(ctx, w, parent, parent_source, parent_source, "(preflight)")
+            return settle(ctx, cand, Result(Outcome.ERROR, pre, halt="preflight failed: " + "; ".join(pre.blocking)))
+        proposed = propose(ctx, w, parent_source)
+        if proposed.exhausted:
+            ctx.exhausted = True
+            reply = proposed.reply
+            ctx.event("stop", f"the agent has run out of ideas: {reply.rationale or reply.description}")
+            return None
+        cand = candidate_of(ctx, w, parent, parent_source, proposed, started_at)
+        scope = check_scope(ctx, cand, proposed.rejected)
+        if not scope.ok:
+            return settle(ctx, cand, Result(Outcome(scope.metrics["outcome"]), Verdict.failed(*scope.blocking),
+                                            signature=scope.metrics.get("signature")))
+        commit(ctx, cand)
+        result = measure_and_gate(ctx, cand, best_then, "main")
+        return land(ctx, cand, result)
+    finally:
+        ctx.in_flight.pop(w.id, None)
+
+
+def start_from_tip(ctx: Context, w: Worker) -> tuple[str, str, dict, str]:
+    """The worker's checkout at the branch tip: (parent commit, its train.py, the best, start time)."""
+    started_at = now_iso()
+    with ctx.keep_lock:
+        if w.detached:
+            w.wt.reset_hard(ctx.branch_tip())
+        parent = w.wt.head()
+        best = ctx.best()
+    return parent, (w.wt.path / "train.py").read_text(), best, started_at
+
+
+def propose(ctx: Context, w: Worker, parent_source: str) -> Proposed:
+    """Ask the agent (one at a time for the planner or a single worker)."""
+    from looper.adapters.agents.base import ProposalRejected
+    from looper.agentctx import build_context
+    from looper.core.hyperblock import HyperblockError, read_knobs
+
+    ctx.display.set_phase(None, f"{ctx.wlabel(w)}agent ({getattr(ctx.agent, 'name', 'agent')}) proposes")
+    t0 = time.monotonic()
+    serial = getattr(ctx.agent, "name", "") == "planner" or len(ctx.workers) == 1
+    with ctx.agent_lock if serial else threading.Lock():
+        others = tuple(dict(k) for wid, k in sorted(ctx.in_flight.items()) if wid != w.id)
+        try:
+            reply = ctx.agent.propose(build_context(ctx.store, ctx.tag, w.wt.path, parent_source, ctx.program_md,
+                                                    ctx.cfg, in_flight=others))
+            rejected = None
+        except ProposalRejected as exc:
+            reply, rejected = None, str(exc)
+        if reply is not None and not getattr(reply, "exhausted", False):
+            source = reply.new_source if reply.new_source is not None else (w.wt.path / "train.py").read_text()
+            try:
+                ctx.in_flight[w.id] = read_knobs(source)
+            except (HyperblockError, SyntaxError, ValueError):
+                ctx.in_flight[w.id] = {}
+    return Proposed(reply, rejected, time.monotonic() - t0)
+
+
+def open_candidate(ctx: Context, w: Worker, parent: str, parent_source: str, source: str, description: str,
+                   rationale: str = "", diff: str = "") -> Candidate:
+    exp_id = ctx.store.create_experiment(
+        ctx.tag, "candidate", parent=parent, seed=ctx.cfg.data.seed, config=ctx.cfg.redacted_dict(),
+        description=description, rationale=rationale, source=source, diff=diff, worker=w.label)
+    return Candidate("candidate", exp_id, w, parent, parent_source, source, description,
+                     reruns=ctx.cfg.loop.noise_reruns)
+
+
+def candidate_of(ctx: Context, w: Worker, parent: str, parent_source: str, proposed: Proposed,
+                 started_at: str) -> Candidate:
+    """The proposal written into the worker's checkout and opened as an experiment."""
+    reply = proposed.reply
+    if reply is not None and reply.new_source is not None:
+        (w.wt.path / "train.py").write_text(reply.new_source)
+    description = (reply.description if reply else f"(rejected proposal) {proposed.rejected}")[:300]
+    description = " ".join(description.split()) or "(no description)"
+    cand = open_candidate(ctx, w, parent, parent_source, (w.wt.path / "train.py").read_text(), description,
+                          rationale=reply.rationale if reply else "",
+                          diff=w.wt._git("diff", "HEAD", "--", "train.py"))
+    cand.agent_seconds = proposed.seconds
+    ctx.store.update_experiment(cand.exp_id, agent_seconds=proposed.seconds, started_at=started_at)
+    return cand
+
+
+def check_scope(ctx: Context, cand: Candidate, rejected: str | None) -> Verdict:
+    """Only train.py may change: anything else is put back as the parent has it."""
+    ctx.store.set_phase(cand.exp_id, "scope check")
+    changed = [c.path for c in cand.worker.wt.changes()]
+    verdict = core_scope.check(changed, cand.source, cand.parent_source, rejected)
+    others = [p for p in changed if p != "train.py"]
+    if not verdict.ok and others:
+        cand.worker.wt.restore(others)
+    return verdict
+
+
+def commit(ctx: Context, cand: Candidate) -> None:
+    """On the branch with one worker; on the worker's detached checkout with several."""
+    cand.commit = cand.worker.wt.commit(f"looper #{cand.exp_id}: {cand.description}")
+    ctx.store.update_experiment(cand.exp_id, commit=cand.commit)
+
+
+# ====================================================================== measurements -> a decision
+def measure_once(ctx: Context, cand: Candidate, role: str, seed: int, record_as: str | None = None) -> Measurement:
+    """Train + evaluate the candidate once and record the run."""
+    m = measure(ctx, cand.worker, cand.exp_id, role, seed, checkout=cand.checkout)
+    record_run(ctx, cand.exp_id, record_as or ("main" if role == "main" else "rerun"), m)
+    cand.spent += m.train_seconds + m.eval_seconds
+    t = cand.timing
+    t.update(train_seconds=t.get("train_seconds", 0.0) + m.train_seconds,
+             eval_seconds=t.get("eval_seconds", 0.0) + m.eval_seconds)
+    if role == "main":
+        t.update(exit_code=m.train.exit_code if m.train else None, train=m.train_json,
+                 gpu=(m.train.gpu if m.train else None) or None)
+    return m
+
+
+def ended(m: Measurement, role: str) -> Result:
+    """The result of a measurement that produced no score (its outcome is already decided)."""
+    prefix = "" if role == "main" else f"{role} seed {m.seed}: "
+    reasons = [prefix + b for b in m.blocking]
+    if m.outcome is Outcome.INTERRUPTED:  # the daemon, not the change, ended it
+        return Result(m.outcome, Verdict.errored(*m.blocking))
+    if m.outcome is Outcome.ERROR:
+        return Result(m.outcome, Verdict.errored(*reasons), signature=m.signature, halt="; ".join(m.blocking))
+    return Result(m.outcome, Verdict.failed(*reasons), signature=m.signature)
+
+
+def measure_and_gate(ctx: Context, cand: Candidate, against: dict, role: str) -> Result:
+    """Measure, gate, and rerun with new seeds while the gate asks for it (inside the noise band)."""
+    m = measure_once(ctx, cand, role, ctx.cfg.data.seed)
+    if not m.measured:
+        return ended(m, role)
+    runs = [m.metrics]
+    simpler = core_scope.code_lines(cand.source) < core_scope.code_lines(cand.parent_source)
+    reruns_left = cand.reruns
+    while True:
+        d = gate(ctx, runs, simpler, against, reruns_left)
+        if d.outcome is not Outcome.INCONCLUSIVE or d.needs_reruns <= 0 or reruns_left <= 0:
+            break
+        for _ in range(min(d.needs_reruns, reruns_left)):
+            r = measure_once(ctx, cand, "rerun", ctx.cfg.data.seed + len(runs))
+            reruns_left -= 1
+            if not r.measured:
+                return ended(r, "rerun")
+            runs.append(r.metrics)
+    if d.outcome is Outcome.ERROR:
+        return Result(Outcome.ERROR, d.verdict, halt="gate: " + "; ".join(d.verdict.blocking), advice=GATE_ADVICE)
+    return Result(d.outcome, d.verdict, score=d.score, metrics=mean_metrics(runs))
+
+
+def gate(ctx: Context, runs: list[dict], simpler: bool, best: dict, reruns_left: int) -> core_gate.GateDecision:
+    """The one place the gate's input is built and the gate is asked."""
+    from looper.baselines import newest_baseline
+
+    approved = newest_baseline(ctx.root / "baselines")
+    if approved:
+        source, baseline = f"approved:{approved[0]}", approved[1]["metrics"]
+    else:
+        source, baseline = "tag-start", ctx.kept_baselines()[-1]["metrics"]
+    best_runs = [r["metrics"] for r in ctx.store.runs(best["id"]) if r.get("metrics")] or [best["metrics"]]
+    noise = (ctx.pinned or {}).get("noise") or {}
+    inp = core_gate.GateInput(candidate=runs, best=best_runs, baseline=baseline, baseline_source=source,
+                              noise_sigma=noise.get("sigma"), candidate_simpler=simpler)
+    gcfg = core_gate.GateConfig(score=ctx.cfg.gate.score, max_class_drop=ctx.cfg.gate.max_class_drop,
+                                noise_sigmas=ctx.cfg.gate.noise_sigmas)
+    return core_gate.decide(inp, gcfg, reruns_left)
+
+
+# ====================================================================== a keep lands on the branch
+def land(ctx: Context, cand: Candidate, result: Result) -> Result:
+    """Settle the result; a keep whose parent is no longer the best is merged onto it and rerun."""
+    w = cand.worker
+    for attempt in range(3):
+        if result.outcome is not Outcome.KEEP:
+            return settle(ctx, cand, result)
+        with ctx.keep_lock:
+            tip = ctx.branch_tip()
+            if tip == cand.parent or not w.detached:
+                return settle(ctx, cand, result)  # under the keep lock: branch and best move together
+            # The best moved while this candidate ran: its win is conditional on the new best.
+            kept_by = next((r["id"] for r in reversed(ctx.store.experiments(tag=ctx.tag, status=Outcome.KEEP.value))
+                            if r.get("commit") == tip), None)
+            tip_source = w.wt.show(tip, "train.py")
+            best_now = ctx.best()
+        if attempt == 2:
+            return settle(ctx, cand, Result(Outcome.DISCARD, Verdict.failed(
+                f"{RACE_REASON} #{kept_by}: the best kept moving; idea handed back")))
+        merged, clean = merge_train(cand.parent_source, tip_source, cand.source)
+        if not clean:
+            return settle(ctx, cand, Result(Outcome.DISCARD, Verdict.failed(
+                f"{RACE_REASON} #{kept_by}: the train.py change does not merge onto the new best; idea handed back")))
+        rebase(ctx, cand, tip, tip_source, merged, f"{attempt}", kept_by)
+        result = measure_and_gate(ctx, cand, best_now, "rerun")  # judge THAT source, never another's result
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def rebase(ctx: Context, cand: Candidate, tip: str, tip_source: str, merged: str, attempt: str,
+           kept_by: int | None) -> None:
+    """Make the merged train.py the candidate, committed on the new best."""
+    wt = cand.worker.wt
+    assert cand.commit is not None
+    wt.save_ref(f"refs/looper/raced/{cand.exp_id}-{attempt}", cand.commit)
+    wt.reset_hard(tip)
+    (wt.path / "train.py").write_text(merged)
+    cand.parent, cand.parent_source, cand.source = tip, tip_source, merged
+    cand.commit = wt.commit(f"looper #{cand.exp_id}: {cand.description} (merged onto #{kept_by})")
+    ctx.store.update_experiment(cand.exp_id, commit=cand.commit, parent=tip, source=merged,
+                                diff=wt.diff(tip, cand.commit))
+    ctx.event("note", f"#{cand.exp_id} raced keep #{kept_by}: merged cleanly, rerunning the merged source",
+              cand.exp_id)
+
+
+def merge_train(base: str, ours: str, theirs: str) -> tuple[str, bool]:
+    """Three-way merge of train.py (git merge-file): (merged text, clean?)."""
+    with tempfile.TemporaryDirectory(prefix="looper-merge-") as tmp:
+        paths = []
+        for name, text in (("ours", ours), ("base", base), ("theirs", theirs)):
+            p = Path(tmp) / name
+            p.write_text(text)
+            paths.append(str(p))
+        done = proc.run(["git", "merge-file", "-p", *paths], timeout=60)
+    if done.exit_code is None or done.exit_code < 0:
+        raise HarnessError(f"git merge-file failed: {done.stderr.strip()}")
+    return done.stdout, done.exit_code == 0
+
+
+# ====================================================================== settle: the one end
+def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
+    """Commit or reset as the outcome says, then write the outcome with ONE store call."""
+    fault_pause("record")
+    outcome = result.outcome
+    # reasons may quote run logs: secrets never reach the database, the display or a page
+    verdict = result.verdict.model_copy(update={"blocking": [ctx.redact(b) for b in result.verdict.blocking]})
+    if cand.moves_git and outcome.advances_branch:
+        advance_branch(ctx, cand)
+    elif cand.moves_git and outcome.resets_checkout:
+        reset_checkout(cand)
+    ctx.store.record_outcome(  # the store keeps a score and class rows only where outcome.has_score
+        cand.exp_id, outcome=outcome, verdict=None if outcome is Outcome.INTERRUPTED else verdict,
+        score=result.score, metrics=result.metrics, blocking=list(verdict.blocking), finished_at=now_iso(),
+        failure_signature=result.signature,
+        harness_seconds=max(0.0, time.monotonic() - cand.started - cand.agent_seconds - cand.spent), **cand.timing)
+    result = dataclasses.replace(result, verdict=verdict, exp_id=cand.exp_id)
+    if outcome is Outcome.INTERRUPTED:
+        ctx.event("interrupted", verdict.blocking[0], cand.exp_id)
+    elif cand.kind == "candidate":
+        ctx.count(outcome)
+        best = ctx.store.best_experiment(ctx.tag)
+        ctx.display.outcome(cand.exp_id, outcome.value, result.score, "; ".join(verdict.blocking)[:200],
+                            best.get("score") if best else None)
+        if outcome in (Outcome.CRASH, Outcome.VACUOUS):
+            sigs = ctx.store.recent_signatures(ctx.tag, 2 * ctx.cfg.loop.stuck_after)
+            result = dataclasses.replace(result, stuck=core_failure.is_stuck(sigs, ctx.cfg.loop.stuck_after))
+    return result
+
+
+def advance_branch(ctx: Context, cand: Candidate) -> None:
+    """Move looper/<tag> to the kept commit (the caller holds the keep lock)."""
+    w = cand.worker
+    if not w.detached:
+        return  # the commit was made on the branch itself
+    assert ctx.wt is not None and cand.commit is not None and cand.parent is not None
+    ctx.ws.repo.git.update_ref(f"refs/heads/{ctx.wt.branch}", cand.commit, cand.parent)
+    ctx.wt.reset_hard(cand.commit)  # keep the branch's own worktree in step
+
+
+def reset_checkout(cand: Candidate) -> None:
+    """Back to the parent; the candidate's commit stays reachable under refs/looper/discarded/."""
+    assert cand.parent is not None
+    if cand.commit is not None:
+        cand.worker.wt.save_ref(f"refs/looper/discarded/{cand.exp_id}", cand.commit)
+    cand.worker.wt.reset_hard(cand.parent)
+
+
+# ====================================================================== the baseline and verify
+def measure_baseline(ctx: Context, w: Worker) -> Result:
+    """Measure the train.py the tag starts from with noise_reruns + 1 seeds: the noise the gate uses."""
+    assert ctx.wt is not None
+    seeds = [ctx.cfg.data.seed + i for i in range(ctx.cfg.loop.noise_reruns + 1)]
+    source = (ctx.wt.path / "train.py").read_text()
+    description = "baseline: the train.py the tag started from"
+    exp_id = ctx.store.create_experiment(ctx.tag, "baseline", parent=None, seed=seeds[0],
+                                         config=ctx.cfg.redacted_dict(), description=description, source=source,
+                                         diff="")
+    ctx.store.update_experiment(exp_id, commit=ctx.wt.head(), started_at=now_iso())
+    cand = Candidate("baseline", exp_id, w, None, source, source, description)
+    ctx.display.note(f"measuring the baseline with {len(seeds)} seed(s) to learn the noise")
+    results = []
+    for seed in seeds:
+        m = measure_once(ctx, cand, "baseline", seed, record_as="main")
+        if m.outcome is Outcome.INTERRUPTED:
+            return settle(ctx, cand, Result(Outcome.INTERRUPTED, Verdict.errored("stopped while measuring the baseline")))
+        if not m.measured:
+            return settle(ctx, cand, Result(
+                Outcome.ERROR, Verdict.errored(*(f"baseline seed {seed}: {b}" for b in m.blocking)),
+                signature=m.signature, halt=f"the baseline train.py could not produce a result (seed {seed}, "
+                                            f"{m.outcome.value}): " + "; ".join(m.blocking)))
+        results.append(m)
+    scores = [float(r.metrics[ctx.cfg.gate.score]) for r in results]
+    mean, sigma = statistics.fmean(scores), (statistics.stdev(scores) if len(scores) > 1 else None)
+    metrics = {**mean_metrics([r.metrics for r in results]), "seed_scores": scores}
+    ctx.store.set_tag_noise(ctx.tag, {"sigma": sigma, "scores": scores, "seeds": seeds})
+    ctx.pinned = ctx.store.get_tag(ctx.tag)
+    result = settle(ctx, cand, Result(Outcome.KEEP, Verdict.passed({"score": mean, "noise_sigma": sigma,
+                                                                     "seeds": seeds}), score=mean, metrics=metrics))
+    dead = core_gate.dead_gates(metrics, ctx.cfg.gate.max_class_drop)
+    ctx.event("baseline", f"baseline #{exp_id}: {ctx.cfg.gate.score} mean {mean:.4f} over seeds {seeds}, "
+                          f"sigma {sigma if sigma is None else round(sigma, 4)}; {len(dead)} dead gate(s)",
+              exp_id, {"dead_gates": dead})
+    ctx.display.outcome(exp_id, "baseline", mean, f"sigma={sigma}", mean)
+    return result
+
+
+def verify(ctx: Context) -> Verdict:
+    """The pipeline on the workspace's current train.py, gated against the best, committed nowhere."""
+    from looper.measure import integrity
+
+    ctx.wt = ctx.ws.ensure_worktree(ctx.tag)
+    tag_row = ctx.store.get_tag(ctx.tag)
+    if tag_row is None or ctx.store.best_experiment(ctx.tag) is None:
+        return Verdict.errored(f"tag {ctx.tag} has no measured baseline yet: run `looper run` first")
+    ctx.pinned = tag_row
+    for check in (lambda: ctx.executor.preflight(ctx.cfg.executor.require_gpu),
+                  lambda: integrity(ctx, "in the workspace since the tag began", ctx.root)):
+        v = check()
+        if not v.ok:
+            return Verdict.errored(*v.blocking)
+    source = (ctx.root / "train.py").read_text()
+    broken = core_scope.compile_problem(source)
+    if broken:
+        return Verdict.failed(broken[0])
+    exp_id = ctx.store.create_experiment(ctx.tag, "verify", parent=ctx.wt.head(), seed=ctx.cfg.data.seed,
+                                         config=ctx.cfg.redacted_dict(), description="looper verify",
+                                         source=source, diff="")
+    cand = Candidate("verify", exp_id, ctx.main_worker(), ctx.wt.head(), source, source, "looper verify")
+    cand.checkout = Path(tempfile.mkdtemp(prefix="looper-verify-", dir=ctx.root / ".looper"))
+    try:
+        for name in ("train.py", *FIXED_FILES):
+            shutil.copy2(ctx.root / name, cand.checkout / name)
+        result = settle(ctx, cand, measure_and_gate(ctx, cand, ctx.best(), "main"))
+    finally:
+        shutil.rmtree(cand.checkout, ignore_errors=True)
+    metrics = {**result.verdict.metrics, "outcome": result.outcome.value, "experiment_id": exp_id}
+    if result.outcome is Outcome.KEEP:
+        return Verdict.passed(metrics)
+    if result.outcome in (Outcome.ERROR, Outcome.INTERRUPTED):
+        return Verdict.errored(*result.verdict.blocking, metrics=metrics)
+    return Verdict.failed(*(result.verdict.blocking or [f"{result.outcome.value}: did not beat the current best"]),
+                          metrics=metrics)

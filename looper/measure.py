@@ -1,0 +1,256 @@
+"""Measuring one train.py: preflight, integrity, train, classify a failure, canary, evaluate,
+record the run. Each step answers with evidence; a :class:`Measurement` carries the outcome
+it already decides (crash, vacuous, error, interrupted) or ``PENDING`` when it holds a result
+for the gate to judge."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from looper.adapters.executors import EvalJob, Executor, RunResult, TrainJob
+from looper.adapters.executors.base import FIXED_FILES
+from looper.context import Context, Worker, now_iso
+from looper.core import evidence as core_evidence
+from looper.core import failure as core_failure
+from looper.core.verdict import Outcome, Verdict
+from looper.datahash import fixed_hashes
+
+
+@dataclass
+class Measurement:
+    """One train + evaluate of one source with one seed."""
+
+    seed: int
+    outcome: Outcome = Outcome.PENDING  # PENDING: measured, the gate decides
+    blocking: list[str] = field(default_factory=list)
+    metrics: dict | None = None
+    train_json: dict | None = None
+    train: RunResult | None = None
+    eval: RunResult | None = None
+    signature: str | None = None
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    run_dir: Path | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.outcome is Outcome.PENDING
+
+    def ended(self, outcome: Outcome, *reasons: str) -> Measurement:
+        self.outcome, self.blocking = outcome, list(reasons)
+        return self
+
+
+def mean_metrics(runs: list[dict]) -> dict:
+    """Average the numeric fields of several METRICS.json objects (reruns of one source)."""
+    if len(runs) == 1:
+        return runs[0]
+
+    def numeric(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    out: dict[str, Any] = {}
+    for key, value in runs[0].items():
+        if key == "classes":
+            continue
+        vals = [r.get(key) for r in runs]
+        out[key] = statistics.fmean(vals) if all(numeric(v) for v in vals) else value
+    classes: dict[str, dict] = {}
+    for name, first in runs[0].get("classes", {}).items():
+        row: dict[str, Any] = {}
+        for k in first:
+            vals = [r.get("classes", {}).get(name, {}).get(k) for r in runs]
+            nums = [v for v in vals if numeric(v)]
+            row[k] = statistics.fmean(nums) if len(nums) == len(vals) and nums else first[k]
+        classes[name] = row
+    out["classes"] = classes
+    out["runs"] = len(runs)
+    return out
+
+
+# ---------------------------------------------------------------------- checks before and after
+def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Executor | None = None) -> Verdict:
+    """Fixed files and data exactly as pinned when the tag began."""
+    assert ctx.wt is not None and ctx.pinned is not None
+    problems: list[str] = []
+    now = fixed_hashes(folder or ctx.wt.path, FIXED_FILES)
+    for name, h in (ctx.pinned.get("fixed_hashes") or {}).items():
+        if now.get(name) != h:
+            problems.append(f"fixed file {name} changed {when} (expected sha256 {str(h)[:12]}, "
+                            f"found {str(now.get(name))[:12]})")
+    v = (executor or ctx.executor).data_hash(ctx.cfg.data.dir)
+    if not v.ok:
+        problems.extend(v.blocking)
+    elif v.metrics.get("hash") != ctx.pinned.get("data_hash"):
+        problems.append(f"data in {ctx.cfg.data.dir} changed {when} (manifest/tree hash "
+                        f"{v.metrics.get('hash', '')[:12]} != pinned {str(ctx.pinned.get('data_hash'))[:12]})")
+    return Verdict.errored(*problems) if problems else Verdict.passed({"checked": when})
+
+
+def preflight(ctx: Context, w: Worker) -> Verdict:
+    """The executor answers, the fixed files and data are as pinned, the checkout is clean."""
+    parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu),
+             "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor)}
+    dirty = [c.path for c in w.wt.changes()]
+    parts["checkout"] = (Verdict.errored(f"checkout not clean: {', '.join(dirty[:5])}") if dirty
+                         else Verdict.passed())
+    problems = [f"{k}: {b}" for k, v in parts.items() for b in v.blocking]
+    metrics = {k: v.status.value for k, v in parts.items()}
+    return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
+
+# ---------------------------------------------------------------------- one measurement
+def measure(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: float | None = None,
+            checkout: Path | None = None) -> Measurement:
+    """Train and evaluate the checkout's train.py once."""
+    ck = checkout or w.wt.path
+    budget = float(budget or ctx.cfg.loop.budget_seconds)
+    rd = ctx.runs_dir(exp_id, role, seed)
+    (rd / "out").mkdir()
+    m = train(ctx, w, exp_id, role, seed, budget, ck, rd)
+    return evaluate(ctx, w, exp_id, role, m, budget, ck) if m.measured else m
+
+
+def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: float, ck: Path,
+          rd: Path) -> Measurement:
+    """The training run and the evidence it left: a Measurement still PENDING when it trained."""
+    out = rd / "out"
+    ctx.store.set_phase(exp_id, f"train ({role}, seed {seed})")
+    ctx.display.set_phase(exp_id, f"{ctx.wlabel(w)}train {role} seed={seed}", budget)
+    tr = w.executor.train(
+        TrainJob(checkout=ck, out_dir=out, seed=seed, budget_seconds=budget,
+                 grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
+                 log_path=rd / "train.log", device=w.device),
+        ctx.display.log_line, ctx.cancel)
+    m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd)
+    if tr.cancelled or ctx.cancel.is_set():
+        return m.ended(Outcome.INTERRUPTED, "the daemon was stopped during training")
+    after = integrity(ctx, "during the training run", ck, w.executor)
+    if not after.ok:
+        return m.ended(Outcome.ERROR, *after.blocking)
+    if tr.gpu.get("lost"):
+        return m.ended(Outcome.ERROR, f"GPU lost during the run: {tr.gpu.get('lost_reason', 'NVML error')}")
+    if not tr.clean_exit:
+        return classify_failed(ctx, w, m, tr, exp_id)
+    m.train_json = _read_json(out / "train.json")
+    weights = out / "weights.pt"
+    tv = core_evidence.judge_training(core_evidence.TrainEvidence(
+        exit_code=tr.exit_code or 0, weights_bytes=weights.stat().st_size if weights.is_file() else None,
+        train_json=m.train_json))
+    if not tv.ok:
+        return m.ended(Outcome.VACUOUS if core_evidence.is_vacuous(tv) else Outcome.ERROR, *tv.blocking)
+    return m
+
+
+def _read_json(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        return None
+
+
+def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, budget: float,
+             ck: Path) -> Measurement:
+    """Evaluate the trained weights; the old metrics file is deleted by the executor before the run."""
+    assert m.run_dir is not None
+    rd, seed = m.run_dir, m.seed
+    metrics_path = rd / "METRICS.json"
+    ctx.store.set_phase(exp_id, f"evaluate ({role}, seed {seed})")
+    ctx.display.set_phase(exp_id, f"{ctx.wlabel(w)}evaluate {role} seed={seed}")
+    ev = w.executor.evaluate(
+        EvalJob(checkout=ck, weights=rd / "out" / "weights.pt", metrics_path=metrics_path,
+                log_path=rd / "eval.log", timeout_seconds=max(600.0, 2 * budget),
+                stall_seconds=ctx.cfg.loop.stall_seconds, device=w.device),
+        ctx.display.log_line, ctx.cancel)
+    m.eval, m.eval_seconds = ev, ev.seconds
+    if ev.cancelled or ctx.cancel.is_set():
+        return m.ended(Outcome.INTERRUPTED, "the daemon was stopped during evaluation")
+    if not ev.clean_exit:
+        last = ev.log_tail.strip().splitlines()[-1:] or ["(no output)"]
+        code = ev.exit_code if ev.exit_code is not None else "by signal " + str(ev.signal)
+        why = ("evaluation timed out" if ev.timed_out else "evaluation hung" if ev.stalled
+               else f"evaluate.py exited {code}")
+        return m.ended(Outcome.ERROR, f"{why}: {last[0][:200]}", *([ev.transport_error] if ev.transport_error
+                                                                  else []))
+    if not metrics_path.is_file():
+        return m.ended(Outcome.ERROR, "the evaluator exited 0 but wrote no METRICS.json")
+    after = integrity(ctx, "during the evaluation", ck, w.executor)
+    if not after.ok:
+        return m.ended(Outcome.ERROR, *after.blocking)
+    try:
+        metrics = json.loads(metrics_path.read_text())
+    except ValueError as exc:
+        return m.ended(Outcome.ERROR, f"METRICS.json is not valid JSON: {exc}")
+    mv = core_evidence.judge_metrics(metrics, ctx.cfg.gate.score)
+    if not mv.ok:
+        return m.ended(Outcome.VACUOUS if core_evidence.is_vacuous(mv) else Outcome.ERROR, *mv.blocking)
+    m.metrics = metrics
+    return m
+
+
+# ---------------------------------------------------------------------- a failed run
+def classify_failed(ctx: Context, w: Worker, m: Measurement, tr: RunResult, exp_id: int) -> Measurement:
+    """Crash (the change broke it) or error (the harness did), a canary deciding when unclear."""
+    data_dir = Path(ctx.cfg.data.dir)
+    data_dir = data_dir if data_dir.is_absolute() else ctx.root / data_dir
+    transport = tr.transport_exit_code
+    if tr.transport_error and transport in (None, 0):
+        transport = -1  # a transport fault in words, with no tool's exit code: still the harness
+
+    def evidence(canary_failed: bool | None) -> core_failure.FailureEvidence:
+        tail = tr.log_tail + (f"\n{tr.transport_error}" if tr.transport_error else "")
+        return core_failure.FailureEvidence(
+            exit_code=tr.exit_code, signal=tr.signal, timed_out=tr.timed_out, stalled=tr.stalled,
+            log_tail=ctx.redact(tail),  # reasons and signatures are built from this text
+            transport_exit_code=transport, canary_failed=canary_failed, data_dir=str(data_dir))
+
+    c = core_failure.classify_failure(evidence(None))
+    if c.needs_canary:
+        c = core_failure.classify_failure(evidence(canary(ctx, w, exp_id)))
+    m.ended(Outcome.CRASH if c.outcome is Outcome.CRASH else Outcome.ERROR,
+            c.reason, *([tr.transport_error] if tr.transport_error else []))
+    m.signature = c.signature
+    return m
+
+
+def canary(ctx: Context, w: Worker, exp_id: int) -> bool:
+    """Rerun the last kept train.py briefly in a scratch folder: did it fail too?"""
+    assert ctx.wt is not None
+    kept = ctx.last_kept_commit()
+    if kept is None:
+        return True
+    budget = float(min(ctx.cfg.loop.budget_seconds, 60))
+    ctx.display.set_phase(exp_id, "canary (last kept train.py)", budget)
+    scratch = Path(tempfile.mkdtemp(prefix="looper-canary-", dir=ctx.root / ".looper"))
+    try:
+        for name in ("train.py", *FIXED_FILES):
+            (scratch / name).write_text(ctx.wt.show(kept, name))
+        rd = ctx.runs_dir(exp_id, "canary", ctx.cfg.data.seed)
+        tr = w.executor.train(
+            TrainJob(checkout=scratch, out_dir=rd / "out", seed=ctx.cfg.data.seed, budget_seconds=budget,
+                     grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
+                     log_path=rd / "train.log", device=w.device),
+            ctx.display.log_line, ctx.cancel)
+        failed = not tr.clean_exit and not tr.cancelled
+        ctx.event("note", f"canary of kept {kept[:10]}: {'FAILED' if failed else 'ok'}", exp_id)
+        return failed
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- the record of a run
+def record_run(ctx: Context, exp_id: int, role: str, m: Measurement) -> None:
+    score = m.metrics.get(ctx.cfg.gate.score) if m.metrics is not None else None
+    tail = (m.train.log_tail if m.train else "")[-4000:]
+    ctx.store.add_run(exp_id, role=role, seed=m.seed,
+                      exit_code=m.train.exit_code if m.train else None, score=score,
+                      metrics=m.metrics, train=m.train_json, log_tail=ctx.redact(tail),
+                      started_at=None, finished_at=now_iso())

@@ -1,0 +1,209 @@
+"""One experiment driven in-process through looper.experiment.run_candidate: real git, a real
+Store in a temp dir, the fixture workspace (tests/fixture_ws) and its command agent, the local
+executor. Each test asserts what settle() did: the one outcome row, the branch, the checkout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from looper.adapters.agents import make_agent
+from looper.adapters.executors import make_executor
+from looper.adapters.notify import AppriseNotifier
+from looper.config import config_from_dict, load_config
+from looper.core.verdict import Outcome, Status
+from looper.display import Display
+from looper.errors import HarnessError
+from looper.experiment import run_candidate
+from looper.loop import Loop
+from looper.program import parse_program
+from looper.store import Store
+
+
+def night(ws, pages=None, **over: object) -> Loop:
+    """A Loop on the workspace, as `looper run` builds it; ``over``: "section.key" -> value."""
+    cfg = load_config(ws.root / "looper.toml")
+    if over:
+        data = cfg.model_dump()
+        for key, value in over.items():
+            section, name = key.split(".")
+            data[section][name] = value
+        cfg = config_from_dict(data)
+    text = (ws.root / "program.md").read_text()
+    return Loop(ws.root, cfg, Store(ws.root / "experiments.db"), make_executor(ws.root, cfg.executor),
+                make_agent(cfg.agent, parse_program(text)), AppriseNotifier([pages.url] if pages else []),
+                display=Display(), program_md=text)
+
+
+@pytest.fixture
+def ws(make_ws, monkeypatch):
+    w = make_ws()
+    monkeypatch.setenv("FIXTURE_QUEUE", str(w.queue))
+    monkeypatch.setenv("LOOPER_NOTIFY_URLS", "")
+    return w
+
+
+def ready(ws, pages=None, **over: object) -> Loop:
+    loop = night(ws, pages, **over)
+    assert loop.setup() is None  # the baseline is measured and kept
+    return loop
+
+
+def outcome_rows(ws) -> list[dict]:
+    return [r for r in ws.rows() if r["status"] not in ("running", "pending")]
+
+
+def tip(ws) -> str:
+    return ws.git("rev-parse", "looper/t")
+
+
+def test_keep_commits_on_the_branch_and_writes_one_scored_outcome(ws):
+    loop = ready(ws)
+    base = tip(ws)
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    assert r is not None and r.outcome is Outcome.KEEP and r.halt_error is None
+    (row,) = outcome_rows(ws)
+    assert row["id"] == r.exp_id and row["status"] == "keep" and row["score"] == pytest.approx(r.score)
+    assert row["parent"] == base and tip(ws) == row["commit"] != base
+    assert json.loads(row["verdict_json"])["status"] == "pass"
+    assert loop.ctx.stats.outcomes == {"keep": 1}
+
+
+def test_discard_resets_to_the_parent_and_keeps_the_commit_reachable(ws):
+    loop = ready(ws)
+    base = tip(ws)
+    ws.enqueue("QUALITY up but vav_box down", knobs={"QUALITY": 0.8, "WEAK_CLASS": "vav_box", "WEAK_RECALL": 0.3})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    assert r.outcome is Outcome.DISCARD
+    (row,) = outcome_rows(ws)
+    assert row["status"] == "discard" and row["score"] is not None  # a measured result keeps its score
+    assert any("vav_box" in b for b in json.loads(row["blocking_json"]))
+    assert tip(ws) == base and ws.git("status", "--porcelain", cwd=ws.worktree) == ""
+    assert ws.git("rev-parse", f"refs/looper/discarded/{row['id']}") == row["commit"]
+
+
+def test_crash_resets_and_records_a_signature_without_a_score(ws):
+    loop = ready(ws)
+    base = tip(ws)
+    ws.enqueue("crash", knobs={"SCENARIO": "crash"})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    assert r.outcome is Outcome.CRASH and r.halt_error is None and r.stuck is None
+    (row,) = outcome_rows(ws)
+    assert row["status"] == "crash" and row["score"] is None
+    assert row["failure_signature"] and "ValueError" in row["failure_signature"]
+    assert tip(ws) == base
+    assert ws.git("rev-parse", f"refs/looper/discarded/{row['id']}") == row["commit"]
+
+
+def test_scope_violation_restores_the_other_file_and_commits_nothing(ws):
+    loop = ready(ws)
+    base = tip(ws)
+    ws.enqueue("sneak a file in", knobs={"QUALITY": 0.9}, extra_files={"notes.txt": "hi"})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    assert r.outcome is Outcome.DISCARD and r.verdict.status is Status.FAIL
+    assert r.verdict.blocking[0].startswith("scope violation: the agent changed notes.txt")
+    (row,) = outcome_rows(ws)
+    assert row["commit"] is None and row["score"] is None
+    assert tip(ws) == base and not (ws.worktree / "notes.txt").exists()
+    assert ws.git("status", "--porcelain", cwd=ws.worktree) == ""
+
+
+def test_an_error_is_recorded_then_halts_and_leaves_the_checkout_for_a_person(ws):
+    loop = ready(ws)
+    ws.enqueue("delete the data", knobs={"SCENARIO": "delete_data"})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    assert r.outcome is Outcome.ERROR
+    assert isinstance(r.halt_error, HarnessError) and r.halt_error.exit_code == 3
+    assert "data" in str(r.halt_error)
+    (row,) = outcome_rows(ws)
+    assert row["status"] == "error" and row["score"] is None
+    assert json.loads(row["verdict_json"])["status"] == "error"
+    # an error never resets: the commit stays where it was made, for a person to look at
+    assert tip(ws) == row["commit"]
+    with pytest.raises(subprocess.CalledProcessError):
+        ws.git("rev-parse", "--verify", f"refs/looper/discarded/{row['id']}")
+
+
+def test_verify_gates_the_workspace_train_py_and_commits_nothing(ws):
+    loop = ready(ws)
+    before = tip(ws), ws.git("rev-parse", "HEAD"), ws.git("for-each-ref")
+    src = (ws.root / "train.py").read_text().replace("QUALITY = 0.5", "QUALITY = 0.8")
+    (ws.root / "train.py").write_text(src)
+    v = night(ws).verify()
+    assert v.status is Status.PASS and v.metrics["outcome"] == "keep"
+    (row,) = ws.rows("verify")
+    assert row["id"] == v.metrics["experiment_id"] and row["status"] == "keep" and row["commit"] is None
+    assert (tip(ws), ws.git("rev-parse", "HEAD"), ws.git("for-each-ref")) == before
+    assert ws.rows() == []  # no candidate either
+    assert loop.ctx.store.best_experiment("t")["kind"] == "baseline"  # a verify is never the best
+
+
+# ---------------------------------------------------------------- a tag's baseline follows what it depends on
+def baselines(ws) -> list[dict]:
+    return [r for r in ws.rows("baseline") if r["status"] == "keep"]
+
+
+def test_a_changed_budget_starts_a_new_baseline_and_says_so(ws):
+    ready(ws)
+    assert len(baselines(ws)) == 1
+    ready(ws)  # nothing changed: the baseline stands
+    assert len(baselines(ws)) == 1
+    loop = ready(ws, **{"loop.budget_seconds": 7})
+    first, second = baselines(ws)
+    assert json.loads(second["config_json"])["loop"]["budget_seconds"] == 7
+    said = [e["message"] for e in ws.events("baseline")]
+    assert f"loop.budget_seconds 6 -> 7 since baseline #{first['id']} was measured: measuring a new baseline" in said
+    assert loop.ctx.store.best_experiment("t")["id"] == second["id"]  # candidates now compare with the new one
+
+
+def test_a_changed_data_seed_repins_the_data_and_starts_a_new_baseline(ws):
+    ready(ws)
+    pinned = Store(ws.root / "experiments.db").get_tag("t")["data_hash"]
+    loop = ready(ws, **{"data.seed": 3})
+    assert len(baselines(ws)) == 2
+    (said,) = [e["message"] for e in ws.events("baseline") if "data.seed" in e["message"]]
+    assert said.startswith("data.seed 0 -> 3 since baseline #")
+    now = loop.ctx.store.get_tag("t")["data_hash"]
+    assert now != pinned and f"data re-pinned: hash {now[:12]}" in said  # the fixture data depend on the seed
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    assert run_candidate(loop.ctx, loop.ctx.workers[0]).outcome is Outcome.KEEP
+
+
+def test_the_advice_of_a_cannot_gate_halt_does_not_lead_back_into_it(ws, pages):
+    """A baseline that finds nothing cannot gate; with a longer budget it learns; the page says
+    to change the budget, and doing so measures a new baseline instead of halting again."""
+    src = (ws.root / "train.py").read_text().replace(
+        "q = QUALITY + BONUS", "q = (QUALITY if int(os.environ['LOOPER_BUDGET_SECONDS']) >= 8 else 0.0) + BONUS")
+    (ws.root / "train.py").write_text(src)
+    ws.git("commit", "-qam", "train.py learns only with 8 s or more")
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    loop = night(ws, pages)
+    assert loop.run(max_experiments=1) == 3
+    (page,) = pages.pages
+    text = json.dumps(page)
+    assert "cannot gate" in text and "budget_seconds" in text and "measures a new baseline" in text
+    ws.enqueue("QUALITY 0.5 -> 0.8 again", knobs={"QUALITY": 0.8})
+    assert night(ws, pages, **{"loop.budget_seconds": 8}).run(max_experiments=1) == 0
+    assert len(pages.pages) == 1
+    assert [r["status"] for r in ws.rows()] == ["error", "keep"]
+    assert any("loop.budget_seconds 6 -> 8" in e["message"] for e in ws.events("baseline"))
+
+
+# ---------------------------------------------------------------- a halt page shows only its own failure
+def test_a_halt_page_shows_only_the_facts_of_its_own_failure(ws, pages):
+    ws.enqueue("QUALITY up but vav_box down", knobs={"QUALITY": 0.8, "WEAK_CLASS": "vav_box", "WEAK_RECALL": 0.3})
+    assert night(ws, pages).run(max_experiments=1) == 0
+    assert [r["status"] for r in ws.rows()] == ["discard"]
+    broken = night(ws, pages, **{"agent.command": str(ws.root / "no-such-agent")})
+    assert broken.run(max_experiments=1) == 3
+    (page,) = pages.pages
+    body = json.dumps(page)
+    assert "agent command not found" in body
+    for stale in ("vav_box", "locking reasons", "Last lines", "Experiments this run", "{}"):
+        assert stale not in body, (stale, body)
+    assert "No experiment finished this run." in body
+    (halt,) = ws.events("halt")
+    assert halt["experiment_id"] is None
