@@ -31,6 +31,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import UsageError
 from looper.store import models as m
+from looper.store.legacy import DictMethods
 from looper.store.migrations import LATEST_VERSION, StoreError, current_version, migrate
 from looper.store.records import ClassMetrics, EventRecord, ExperimentRecord, RunRecord, TagRecord
 
@@ -198,7 +199,7 @@ def open_engine(path: Path) -> tuple[Engine, Engine]:
     return engine, engine.execution_options(looper_begin="BEGIN IMMEDIATE")
 
 
-class Store:
+class Store(DictMethods):
     """``experiments.db``: opened and migrated to the latest schema on construction.
 
     ``path`` is the database file, or a workspace directory (then ``experiments.db`` in it).
@@ -302,24 +303,6 @@ class Store:
             result = conn.execute(insert(m.experiments).values(**values))
             return int(result.inserted_primary_key[0])
 
-    def create_experiment(
-        self,
-        tag: str,
-        kind: str,
-        parent: str | None,
-        seed: int | None,
-        config: Mapping[str, Any],
-        description: str = "",
-        rationale: str = "",
-        source: str = "",
-        diff: str = "",
-        worker: str = "",
-    ) -> int:
-        """Older positional form of :meth:`start_experiment`."""
-        return self.start_experiment(tag=tag, kind=kind, config=config, parent=parent, seed=seed,
-                                     description=description, rationale=rationale, source=source, diff=diff,
-                                     worker=worker)
-
     def _encode_fields(self, fields: Mapping[str, Any], where: str) -> dict[str, Any]:
         unknown = sorted(set(fields) - UPDATABLE_FIELDS)
         if unknown:
@@ -413,21 +396,6 @@ class Store:
         if blocking is None:
             blocking = _verdict_blocking(verdict)
         self._finish(exp_id, result, score, metrics, class_metrics, verdict, blocking, fields)
-
-    def finish_experiment(
-        self,
-        exp_id: int,
-        status: Outcome | str,
-        score: float | None,
-        metrics: Mapping[str, Any] | None,
-        class_metrics: Mapping[str, Mapping[str, Any]] | None,
-        verdict: Verdict | Mapping[str, Any] | None,
-        blocking: Iterable[str],
-        **fields: Any,
-    ) -> None:
-        """Older positional form of :meth:`record_outcome` that refuses (rather than drops) a
-        score on an unmeasured outcome."""
-        self._finish(exp_id, Outcome(status), score, metrics, class_metrics, verdict, blocking, fields)
 
     def _finish(
         self,
@@ -591,34 +559,6 @@ class Store:
             row = conn.execute(select(m.tags).where(m.tags.c.tag == tag)).first()
         return None if row is None else TagRecord.from_row(row._mapping)
 
-    # dict-returning reads (the first API; the loop still uses them)
-
-    def get_experiment(self, exp_id: int) -> dict[str, Any]:
-        return self.experiment(exp_id).to_dict()
-
-    def class_metrics(self, exp_id: int) -> dict[str, dict[str, Any]]:
-        return {name: cm.figures() for name, cm in self.class_scores(exp_id).items()}
-
-    def experiments(
-        self,
-        tag: str | None = None,
-        status: Outcome | str | Iterable[Outcome | str] | None = None,
-        since: str | _dt.datetime | None = None,
-        until: str | _dt.datetime | None = None,
-        kind: str | Iterable[str] | None = None,
-        limit: int | None = None,
-    ) -> list[dict[str, Any]]:
-        """:meth:`find_experiments` as dicts."""
-        return [r.to_dict() for r in self.find_experiments(tag=tag, status=status, since=since, until=until,
-                                                           kind=kind, limit=limit)]
-
-    def best_experiment(self, tag: str) -> dict[str, Any] | None:
-        best = self.best(tag)
-        return None if best is None else best.to_dict()
-
-    def running_experiments(self) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in self.open_experiments()]
-
     def recent_signatures(self, tag: str, n: int) -> list[str | None]:
         """Failure signatures of the tag's last ``n`` finished candidates, newest last
         (None for one that did not fail). Interrupted ones are skipped: the daemon, not
@@ -674,9 +614,6 @@ class Store:
             self._require_experiment(conn, experiment_id, "add a run")
             return int(conn.execute(insert(m.runs).values(**values)).inserted_primary_key[0])
 
-    def runs(self, experiment_id: int) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in self.run_records(experiment_id)]
-
     def _require_experiment(self, conn: Connection, exp_id: int, action: str) -> None:
         if conn.execute(select(m.experiments.c.id).where(m.experiments.c.id == exp_id)).scalar() is None:
             raise ExperimentNotFound(f"{self.path}: no experiment {exp_id} (cannot {action})")
@@ -708,16 +645,6 @@ class Store:
             if experiment_id is not None:
                 self._require_experiment(conn, experiment_id, f"journal a {kind} event")
             return int(conn.execute(insert(m.events).values(**values)).inserted_primary_key[0])
-
-    def events(
-        self,
-        tag: str | None = None,
-        since: str | _dt.datetime | None = None,
-        kind: str | Iterable[str] | None = None,
-        limit: int | None = None,
-    ) -> list[dict[str, Any]]:
-        """:meth:`journal` as dicts."""
-        return [e.to_dict() for e in self.journal(tag=tag, since=since, kind=kind, limit=limit)]
 
     # -- tags -------------------------------------------------------------------------
 
@@ -759,11 +686,6 @@ class Store:
             )
             if result.rowcount == 0:
                 raise StoreError(f"{self.path}: no tag {tag!r} (put_tag first)")
-
-    def get_tag(self, tag: str) -> dict[str, Any] | None:
-        rec = self.tag_record(tag)
-        return None if rec is None else rec.to_dict()
-
 
 def experiment_filter(
     q: Select[Any],
