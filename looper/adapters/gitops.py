@@ -6,6 +6,7 @@ discarded one is reset away, its commit kept reachable under ``refs/looper/disca
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,30 @@ IDENTITY = {
     "GIT_COMMITTER_NAME": "looper",
     "GIT_COMMITTER_EMAIL": "looper@localhost",
 }
+
+
+_NO_HOOKS: Path | None = None
+
+
+def no_hooks_dir() -> Path:
+    """An empty folder of this process's own (0700, made once): the daemon's ``core.hooksPath``."""
+    global _NO_HOOKS
+    if _NO_HOOKS is None or not _NO_HOOKS.is_dir() or any(_NO_HOOKS.iterdir()):
+        _NO_HOOKS = Path(tempfile.mkdtemp(prefix="looper-nohooks-"))
+    return _NO_HOOKS
+
+
+def safe_options() -> list[str]:
+    """``-c`` options for every git command the daemon runs: no hook (post-commit,
+    prepare-commit-msg, reference-transaction, post-checkout ... all skip ``--no-verify``) and
+    no fsmonitor command, whatever the repository's hooks folder or config holds."""
+    return ["-c", f"core.hooksPath={no_hooks_dir()}", "-c", "core.fsmonitor=false"]
+
+
+def _harden(repo: git.Repo) -> git.Repo:
+    opts = safe_options()
+    repo.git.set_persistent_git_options(c=[opts[1], opts[3]])
+    return repo
 
 
 @dataclass(frozen=True)
@@ -37,7 +62,7 @@ class Workspace:
     def __init__(self, root: Path) -> None:
         self.root = Path(root).resolve()
         try:
-            self.repo = git.Repo(self.root)
+            self.repo = _harden(git.Repo(self.root))
         except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
             raise WorkspaceError(f"{self.root} is not a git repository (run `looper init`)") from exc
         if self.repo.bare:
@@ -96,12 +121,12 @@ class Worktree:
     def __init__(self, path: Path, branch: str) -> None:
         self.path = Path(path)
         self.branch = branch
-        self.repo = git.Repo(self.path)
+        self.repo = _harden(git.Repo(self.path))
 
     def _git(self, *args: str) -> str:
         try:
             with self.repo.git.custom_environment(**IDENTITY):
-                return self.repo.git.execute(["git", *args])
+                return self.repo.git.execute(["git", *safe_options(), *args])
         except git.GitCommandError as exc:
             raise HarnessError(f"git {' '.join(args[:2])} failed in {self.path}: {exc.stderr.strip()}") from exc
 
