@@ -1,48 +1,67 @@
-"""The gate: candidate vs the current best vs the baseline, with noise, dead gates, simpler-wins.
+"""The gate: candidate vs the current best vs the baseline, as statistics with stated error rates.
 
-Inputs are METRICS.json objects (see docs/INTERFACES.md). The rules, in order:
+Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
+:mod:`looper.core.stats`. The rules, in order:
 
-1. Inputs: every candidate run (and every current-best run) must carry a finite number
-   under ``cfg.score``; every class the baseline gates must have a recall in every
-   candidate run. Otherwise -> ERROR (the harness handed the gate something unusable).
+1. Inputs: every candidate, current-best and baseline run must carry a finite number under
+   ``cfg.score``; every class the baseline gates must have a recall in every candidate run;
+   a class's ``found`` list (when present) must be 0/1 integers, one per instance of its
+   support, the same instances on both sides. Otherwise -> ERROR.
 2. Dead gates (:func:`dead_gates`): a class gate whose baseline recall is at or below
-   ``max_class_drop`` can never fire (recall cannot go below 0), and a baseline that
-   predicted nothing gates nothing. Dead gates are listed in every verdict's metrics.
-   When every class gate is dead -> ERROR "the baseline cannot gate: ...".
-3. Class gates vs the baseline: a live class whose mean candidate recall is more than
-   ``max_class_drop`` below its baseline recall fails:
-   "recall.return_grille dropped 0.07 vs baseline (limit 0.05)".
-4. Lost classes vs the current best: a class with recall > 0 in the current best and
-   recall 0 in the candidate fails, even if the average rose.
-   Any failure in 3 or 4 -> DISCARD.
-5. The score: ``diff = mean(candidate) - mean(best)`` against the noise band
-   ``noise_sigmas * noise_sigma / sqrt(number of candidate runs)`` (the band narrows as
-   reruns pin the candidate's mean down). When ``noise_sigma`` is unknown or 0 the band is
-   the fixed :data:`UNMEASURED_NOISE_BAND` (absolute score units), and the verdict says so.
-   - ``diff > band`` -> KEEP;  ``diff < -band`` -> DISCARD;
-   - inside the band: a simpler candidate that is not worse (``diff >= 0``) -> KEEP;
-     otherwise, while reruns are left -> INCONCLUSIVE asking for them ("needs 2 more
-     seeds", ``needs_reruns``); once reruns are spent, still inside: simpler -> KEEP
-     (simpler wins a tie), else INCONCLUSIVE (final; a tie keeps the incumbent).
+   ``max_class_drop`` can never fire (recall cannot go below 0, so the drop can never exceed
+   the practical margin), and a baseline that predicted nothing gates nothing. Dead gates
+   are listed in every verdict's metrics. When every class gate is dead -> ERROR.
+3. Looks: the loop judges after each seed, so the error rate is split over the planned
+   looks (``runs so far + reruns_left``, one seed per look): every test of this look runs
+   at ``alpha / looks`` (Bonferroni over looks), so a whole sequence of looks errs at most
+   ``alpha``. A single judgement (``reruns_left == 0`` after one run) uses ``alpha``.
+4. Class gates (one family, Holm at the look's alpha): every live class vs the baseline's
+   runs, and, when the current best is not the baseline, every class whose current-best
+   recall is above ``max_class_drop`` vs the best's runs. The test is the exact McNemar
+   test on the seed-paired instances (``found`` lists; run j against run j), pooled over
+   the paired seeds, one-sided for a loss; without ``found`` it is Fisher's exact test on
+   the pooled found counts (unpaired; the notes say so). A class fails when its test is
+   rejected by Holm **and** its drop in recall is more than ``max_class_drop``; against the
+   current best it fails only when, in addition, the candidate's recall fell to 0:
+   "recall.exhaust_fan: 10 of 10 found -> 0 of 10 vs baseline, p = 0.00098 < 0.0019
+   (exact McNemar, Holm over 26); drop 1.00 > 0.05". Any failure -> DISCARD.
+5. The score: the seed noise is measured when the baseline or the current best has at
+   least 2 runs; unmeasured -> INCONCLUSIVE (final; no keep or discard on the score alone).
+   Measured: one-sided Student t-tests of mean(candidate) vs mean(best) with the seed
+   variance pooled over the baseline's, the best's and the candidate's runs
+   (:func:`looper.core.stats.score_test`; why this test: see that module).
+   - better at the look's alpha -> KEEP; worse at it -> DISCARD;
+   - neither: a simpler candidate that is not worse (``diff >= 0``) -> KEEP (simpler wins);
+     otherwise, while reruns are left -> INCONCLUSIVE asking for one more seed
+     (``needs_reruns = 1``; seeds are added one at a time); once reruns are spent:
+     simpler -> KEEP (simpler wins the tie), else INCONCLUSIVE (final; the best stays).
 
 Every verdict's metrics carry ``baseline`` (``"approved:<file>"`` or ``"tag-start"``),
-``dead_gates`` and ``notes`` (dead gates and the noise band in words).
+``dead_gates`` and ``notes``; judged ones also the noise band (the smallest difference the
+score test calls significant at this look), the score test and each class test.
+``GateConfig.noise_sigmas`` and ``unmeasured_band`` and ``GateInput.noise_sigma`` no longer
+decide anything (kept so that older callers and config files still load).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from looper.core import stats
 from looper.core.verdict import Outcome, Verdict
 
-#: The noise band (absolute score units, e.g. weighted_f1) used when the noise was never
-#: measured (``noise_sigma`` None or 0): a difference of at most 0.01 is treated as noise.
+#: Kept for compatibility: the fixed band the gate used before noise had to be measured.
+#: It no longer decides anything; unmeasured noise makes a verdict inconclusive.
 UNMEASURED_NOISE_BAND = 0.01
 
 _EPS = 1e-9
 _MAX_LISTED = 8
+MCNEMAR = "exact McNemar"
+FISHER = "Fisher exact, unpaired"
+SCORE_TEST = "one-sided Student t, pooled seed variance"
 
 
 class _Unusable(Exception):
@@ -53,8 +72,9 @@ class _Unusable(Exception):
 class GateConfig:
     score: str = "weighted_f1"
     max_class_drop: float = 0.05
-    noise_sigmas: float = 2.0
-    unmeasured_band: float = UNMEASURED_NOISE_BAND
+    noise_sigmas: float = 2.0  # no longer decides anything (alpha does); kept for old callers
+    unmeasured_band: float = UNMEASURED_NOISE_BAND  # likewise
+    alpha: float = 0.05
 
     def __post_init__(self) -> None:
         if not self.score:
@@ -65,12 +85,18 @@ class GateConfig:
             raise ValueError(f"gate.noise_sigmas must be a number >= 0, got {self.noise_sigmas!r}")
         if not (math.isfinite(self.unmeasured_band) and self.unmeasured_band > 0.0):
             raise ValueError(f"the unmeasured noise band must be > 0, got {self.unmeasured_band!r}")
+        if not (isinstance(self.alpha, (int, float)) and 0.0 < self.alpha < 1.0):
+            raise ValueError(f"gate.alpha must be between 0 and 1 (exclusive), got {self.alpha!r}")
 
 
 @dataclass(frozen=True)
 class GateInput:
-    """``candidate``: one METRICS.json per seed of the candidate (at least one).
-    ``best``: the current best's runs (empty: the baseline is the current best)."""
+    """``candidate``: one METRICS.json per seed of the candidate (at least one), in seed order.
+    ``best``: the current best's runs, in seed order (empty: the baseline is the current best).
+    ``baseline``: the baseline's metrics (dead gates; the class reference when
+    ``baseline_runs`` is empty). ``baseline_runs``: every seed of the baseline, in seed order
+    (the class reference, and the seed noise). ``noise_sigma``: reported by older callers;
+    no longer used (the runs' own scores measure the noise)."""
 
     candidate: list[dict[str, Any]]
     best: list[dict[str, Any]]
@@ -78,6 +104,7 @@ class GateInput:
     baseline_source: str
     noise_sigma: float | None = None
     candidate_simpler: bool = False
+    baseline_runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -201,6 +228,91 @@ def _listing(names: list[str]) -> str:
     return shown + (f" and {len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else "")
 
 
+def _found(row: dict[str, Any], name: str, who: str, support: float) -> list[int] | None:
+    """The class's per-instance results (0/1 per test instance), None when absent (old runs)."""
+    found = row.get("found")
+    if found is None:
+        return None
+    if not isinstance(found, list) or any(type(x) is not int or x not in (0, 1) for x in found):
+        raise _Unusable(f"{who} class {name!r} has a 'found' that is not a list of 0/1")
+    if len(found) != support:
+        raise _Unusable(f"{who} class {name!r} lists {len(found)} instances in 'found' but has "
+                        f"support {support:g} (the test set differs)")
+    return found
+
+
+def _side(runs: list[dict[str, Any]], name: str, who: str) -> tuple[float, list[list[int] | None], list[int]]:
+    """(support, found list or None per run, found count per run) of one class on one side."""
+    support: float | None = None
+    lists: list[list[int] | None] = []
+    counts: list[int] = []
+    for i, run in enumerate(runs, start=1):
+        row = _classes(run).get(name)
+        sup = _num(row.get("support")) if row is not None else None
+        recall = _num(row.get("recall")) if row is not None else None
+        if row is None or sup is None or recall is None:
+            why = "lacks the class" if row is None else "has no numeric support and recall for it"
+            raise _Unusable(f"{who} run {i} {why}: {name!r} (the test set or class list differs)")
+        if support is not None and sup != support:
+            raise _Unusable(f"{who} runs disagree on the support of {name!r} ({support:g} vs {sup:g})")
+        support = sup
+        found = _found(row, name, who, sup)
+        lists.append(found)
+        counts.append(sum(found) if found is not None else round(recall * sup))
+    assert support is not None
+    return support, lists, counts
+
+
+def _compare(name: str, ref: list[dict[str, Any]], cand: list[dict[str, Any]], ref_who: str) -> stats.ClassCounts:
+    """One class, reference runs vs candidate runs: paired when every run has ``found``."""
+    ref_support, ref_lists, ref_counts = _side(ref, name, ref_who)
+    cand_support, cand_lists, cand_counts = _side(cand, name, "candidate")
+    if ref_support != cand_support:
+        raise _Unusable(f"the support of {name!r} differs: {ref_who} {ref_support:g}, candidate "
+                        f"{cand_support:g} (the test set differs)")
+    ref_found = [f for f in ref_lists if f is not None]
+    cand_found = [f for f in cand_lists if f is not None]
+    if len(ref_found) == len(ref_lists) and len(cand_found) == len(cand_lists):
+        return stats.paired_counts(ref_found, cand_found)
+    return stats.unpaired_counts(ref_counts, cand_counts, round(ref_support))
+
+
+def _fmt_below(p: float, threshold: float) -> str:
+    """``"p < threshold"`` with as few significant digits (>= 2) as show the order."""
+    for digits in (2, 3, 4, 6):
+        a, b = f"{p:.{digits}g}", f"{threshold:.{digits}g}"
+        if float(a) < float(b):
+            return f"{a} < {b}"
+    return f"{p!r} <= {threshold!r}"
+
+
+@dataclass(frozen=True)
+class _ClassTest:
+    name: str
+    against: str  # "baseline" | "best"
+    counts: stats.ClassCounts
+    p: float
+
+
+def _class_words(t: _ClassTest, h: stats.HolmResult, family: int, margin: float) -> str:
+    c = t.counts
+    drop, limit = _fmt_over(c.drop, margin)
+    test = MCNEMAR if c.paired else FISHER
+    where = "vs baseline" if t.against == "baseline" else "vs the current best"
+    head = f"recall.{t.name}" if t.against == "baseline" else f"recall.{t.name} fell to 0"
+    return (f"{head}: {c.ref_found} of {c.ref_total} found -> {c.cand_found} of {c.cand_total} {where}, "
+            f"p = {_fmt_below(h.p, h.threshold)} ({test}, Holm over {family}); drop {drop} > {limit}")
+
+
+def _test_facts(t: _ClassTest, h: stats.HolmResult, fails: bool) -> dict[str, Any]:
+    c = t.counts
+    return {"class": t.name, "against": t.against, "test": MCNEMAR if c.paired else FISHER,
+            "ref_found": c.ref_found, "ref_total": c.ref_total, "cand_found": c.cand_found,
+            "cand_total": c.cand_total, "paired_runs": c.runs, "lost": c.lost, "gained": c.gained,
+            "drop": round(c.drop, 6), "p": h.p, "holm_threshold": h.threshold, "significant": h.rejected,
+            "fails": fails}
+
+
 # -- the decision ----------------------------------------------------------------------------
 
 
@@ -210,6 +322,7 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
         "baseline": inp.baseline_source,
         "score_key": cfg.score,
         "max_class_drop": cfg.max_class_drop,
+        "alpha": cfg.alpha,
         "dead_gates": [],
         "notes": [],
     }
@@ -219,6 +332,8 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
         return GateDecision(Outcome.ERROR, Verdict.errored(reason, metrics=metrics), 0, None,
                             list(facts["notes"]))
 
+    ref_runs = list(inp.baseline_runs) or [inp.baseline]
+    best_is_ref = not inp.best or list(inp.best) == ref_runs
     try:
         if not inp.candidate:
             raise _Unusable("no candidate run to gate")
@@ -237,8 +352,9 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
                 f"for {_listing(dead)})")
             return error(f"the baseline cannot gate: {why}")
         cand_scores = _scores(inp.candidate, cfg.score, "candidate")
-        best_runs = inp.best or [inp.baseline]
+        best_runs = inp.best or ref_runs
         best_scores = _scores(best_runs, cfg.score, "current best" if inp.best else "baseline (as best)")
+        base_scores = _scores(inp.baseline_runs, cfg.score, "baseline") if inp.baseline_runs else []
         cand_recall = {c: _mean_recall(inp.candidate, c, "candidate") for c in gated}
         best_recall: dict[str, float] = {}
         for name in _classes(best_runs[0]):
@@ -249,47 +365,76 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
         for name, recall in best_recall.items():
             if recall > 0 and name not in cand_recall:
                 cand_recall[name] = _mean_recall(inp.candidate, name, "candidate")
+        tests = [_ClassTest(c, "baseline", counts, stats.class_p_value(counts))
+                 for c in live for counts in [_compare(c, ref_runs, inp.candidate, "baseline")]]
+        if not best_is_ref:
+            tests += [_ClassTest(c, "best", counts, stats.class_p_value(counts))
+                      for c, r in best_recall.items() if r > cfg.max_class_drop + _EPS
+                      for counts in [_compare(c, list(inp.best), inp.candidate, "current best")]]
     except _Unusable as exc:
         return error(str(exc))
 
     n = len(cand_scores)
-    score = sum(cand_scores) / n
-    best = sum(best_scores) / len(best_scores)
+    reruns_left = max(0, reruns_left)
+    looks = n + reruns_left
+    alpha = cfg.alpha / looks
+    score = float(statistics.mean(cand_scores))  # exact: equal scores give a diff of exactly 0
+    best = float(statistics.mean(best_scores))
     diff = score - best
-    sigma = inp.noise_sigma
-    measured = sigma is not None and math.isfinite(sigma) and sigma > 0
-    if measured:
-        band = cfg.noise_sigmas * float(sigma or 0.0) / math.sqrt(n)
-        facts["notes"].append(
-            f"noise band {band:.4f} = {cfg.noise_sigmas:g} x sigma {sigma:.4f} / sqrt({n} run(s))")
-    else:
-        band = cfg.unmeasured_band
-        facts["notes"].append(
-            f"noise unmeasured (noise_sigma={sigma!r}): using the minimum band {band:.4f}")
+    groups = [cand_scores, best_scores] if best_is_ref else [cand_scores, best_scores, base_scores]
+    sigma, df = stats.pooled_sigma(groups)
+    measured = len(best_scores) >= 2 or len(base_scores) >= 2
     facts.update({
-        "score": score, "best_score": best, "diff": diff, "noise_band": band,
-        "noise_sigma": sigma if measured else None, "noise_measured": measured,
+        "score": score, "best_score": best, "diff": diff, "noise_measured": measured,
+        "noise_sigma": sigma if measured else None, "noise_df": df if measured else 0,
         "runs": n, "candidate_scores": cand_scores, "best_scores": best_scores,
-        "candidate_simpler": inp.candidate_simpler,
+        "baseline_scores": base_scores, "candidate_simpler": inp.candidate_simpler,
+        "looks": looks, "alpha_per_look": alpha,
         "class_recall": {c: round(v, 6) for c, v in cand_recall.items()},
         "gated_classes": len(live),
     })
+    if looks > 1:
+        facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks (one per seed): "
+                              f"{alpha:.4g} per look")
 
+    holm = stats.holm([t.p for t in tests], alpha)
     blocking: list[str] = []
-    for name in live:
-        drop = gated[name] - cand_recall[name]
-        if drop > cfg.max_class_drop + _EPS:
-            shown, limit = _fmt_over(drop, cfg.max_class_drop)
-            blocking.append(f"recall.{name} dropped {shown} vs baseline (limit {limit})")
-    for name, recall in best_recall.items():
-        if recall > 0 and cand_recall[name] <= 0:
-            blocking.append(f"recall.{name} fell to 0 (was {recall:.2f} in the current best)")
+    class_facts = []
+    for t, h in zip(tests, holm, strict=True):
+        fails = h.rejected and t.counts.drop > cfg.max_class_drop + _EPS and (
+            t.against == "baseline" or cand_recall[t.name] <= 0)
+        class_facts.append(_test_facts(t, h, fails))
+        if fails:
+            blocking.append(_class_words(t, h, len(tests), cfg.max_class_drop))
+    facts["class_tests"] = class_facts
+    unpaired = [t.name for t in tests if not t.counts.paired]
+    facts["notes"].append(f"class gates: one-sided {MCNEMAR} on seed-paired instances (Fisher's exact test "
+                          f"where unpaired), Holm over {len(tests)} test(s) at {alpha:.4g}; a class fails "
+                          f"only when significant and its recall drops more than {cfg.max_class_drop:g}")
+    if unpaired:
+        facts["notes"].append(f"no per-instance results ('found') for {_listing(sorted(set(unpaired)))}: "
+                              "tested unpaired on recall x support counts (weaker)")
     if dead:
         facts["notes"].append(f"{len(dead)} of {len(gated)} class gates are dead: {_listing(dead)}")
 
     key = cfg.score
-    summary = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise band {band:.4f})"
-    facts["summary"] = summary
+    band: float | None = None
+    test: stats.ScoreTest | None = None
+    if measured:
+        test = stats.score_test(cand_scores, best_scores, sigma, df)
+        band = stats.score_band(sigma, df, n, len(best_scores), alpha)
+        facts["score_test"] = {"test": SCORE_TEST, "t": test.t if math.isfinite(test.t) else None,
+                               "df": df, "se": test.se, "p_better": test.p_better, "p_worse": test.p_worse}
+        facts["notes"].append(
+            f"noise band {band:.4f}: {SCORE_TEST} at {alpha:.4g}, sigma {sigma:.4f} (df {df}), "
+            f"{n} candidate vs {len(best_scores)} best run(s)")
+        facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise band {band:.4f})"
+    else:
+        facts["notes"].append(
+            f"noise unmeasured: the baseline has {len(base_scores) or 1} run(s) and the current best "
+            f"{len(best_scores)}; at least 2 seeds of one of them are needed to judge the score")
+        facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise unmeasured)"
+    facts["noise_band"] = band
 
     def decision(outcome: Outcome, reasons: list[str], needs: int = 0) -> GateDecision:
         metrics = {**facts, "notes": list(facts["notes"]), "needs_reruns": needs}
@@ -299,21 +444,23 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
 
     if blocking:
         return decision(Outcome.DISCARD, blocking)
-    if diff > band:
+    if test is None or band is None:
+        return decision(Outcome.INCONCLUSIVE, [
+            f"{key} {diff:+.4f} vs the current best cannot be judged: the seed noise is unmeasured "
+            f"(fewer than 2 seeds of the baseline and of the current best)"])
+    if test.p_better <= alpha:
         return decision(Outcome.KEEP, [])
-    if diff < -band:
+    if test.p_worse <= alpha:
         return decision(Outcome.DISCARD, [
-            f"{key} {score:.4f} is below the current best {best:.4f} by {-diff:.4f} "
-            f"(more than the noise band {band:.4f})"])
-    if inp.candidate_simpler and diff >= 0:
+            f"{key} {score:.4f} is below the current best {best:.4f} by {-diff:.4f}: "
+            f"p = {_fmt_below(test.p_worse, alpha)} ({SCORE_TEST}; noise band {band:.4f})"])
+    if inp.candidate_simpler and diff >= -_EPS:
         facts["notes"].append("inside the noise band and simpler, not worse: simpler wins")
         return decision(Outcome.KEEP, [])
-    reruns_left = max(0, reruns_left)
+    inside = (f"{key} {diff:+.4f} vs the current best is inside the noise band {band:.4f} "
+              f"(p = {test.p_better:.2g} better, {test.p_worse:.2g} worse; alpha {alpha:.4g})")
     if reruns_left > 0:
-        seeds = "seed" if reruns_left == 1 else "seeds"
-        return decision(Outcome.INCONCLUSIVE, [
-            f"{key} {diff:+.4f} vs the current best is inside the noise band {band:.4f}: "
-            f"needs {reruns_left} more {seeds}"], reruns_left)
+        return decision(Outcome.INCONCLUSIVE, [f"{inside}: needs 1 more seed ({reruns_left} left)"], 1)
     if inp.candidate_simpler:
         facts["notes"].append(f"still inside the noise band after {n} runs; simpler wins the tie")
         return decision(Outcome.KEEP, [])

@@ -1,0 +1,244 @@
+"""The statistics behind the gate's verdicts (pure functions: numbers in, numbers out).
+
+Everything here answers one question with a stated error rate:
+
+- :func:`mcnemar_exact`: did a class lose test instances beyond chance? The exact McNemar
+  test on the discordant pairs (instances found by the reference and missed by the
+  candidate, ``lost``, against the reverse, ``gained``), one-sided: only a loss can fail a
+  class, so no alpha is spent on gains.
+- :func:`lost_found_unpaired`: the same question when per-instance results are missing (old
+  METRICS.json without ``found``): Fisher's exact test on the pooled found/missed counts, one
+  sided. Without pairing it ignores that both sides saw the same instances, so it is the
+  weaker test; verdicts say when it was used.
+- :func:`holm`: Holm's step-down family-wise control over the classes tested together.
+- :func:`score_test`: is the candidate's score better (or worse) than the current best's
+  beyond the measured seed noise? A one-sided Student t-test with the seed variance pooled
+  over every group of replicate runs (baseline, current best, candidate).
+- :func:`score_band`: the smallest difference that test would call significant.
+- :func:`recall_interval`: a Wilson interval for a class's recall pooled over seeds.
+
+Why Student's pooled t and not Welch, a bootstrap or a probability-of-outperforming test:
+the loop judges a candidate after **one** seed and adds seeds one at a time, so the
+candidate's own variance is usually unmeasured; the baseline's seeds measure the seed noise
+of this exact pipeline (same data, same budget), and pooling it is what "beyond the measured
+seed noise" means. Welch needs at least two runs on each side; a bootstrap over 1 to 3 runs
+has a handful of distinct resamples and is anti-conservative; a probability-of-outperforming
+estimate (Bouthillier et al., MLSys 2021) needs tens of seeds to be stable. The price is the
+equal-variance assumption, and the t distribution's heavy tails at 2 to 4 degrees of
+freedom (a wide band with few seeds, which is the honest answer).
+
+Known limit of the per-instance tests: instances of one class in one run are not
+independent (a run that happens to learn a class late misses all of them together). The
+exact tests treat them as independent, so a class whose recall swings from run to run can
+still look significant; pairing by seed (same seed on both sides) and more seeds are what
+reduce this. The A/A calibration bench measures the resulting false-discard rate.
+
+scipy is used for the exact binomial and hypergeometric tails (``binomtest``,
+``fisher_exact``), the t distribution and the Wilson interval: well-tested implementations
+of formulas that are easy to get subtly wrong by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy import stats as _st
+
+
+@dataclass(frozen=True)
+class ClassCounts:
+    """One class, reference vs candidate, pooled over the runs compared.
+
+    ``*_found`` of ``*_total`` instance-runs (instances x runs) per side. ``paired``: the
+    counts come from per-instance results paired by seed, ``runs`` pairs of runs, and
+    ``lost``/``gained`` are the discordant pairs; otherwise only the pooled found counts are
+    known (``runs``, ``lost`` and ``gained`` are 0).
+    """
+
+    ref_found: int
+    ref_total: int
+    cand_found: int
+    cand_total: int
+    paired: bool
+    runs: int = 0
+    lost: int = 0
+    gained: int = 0
+
+    @property
+    def drop(self) -> float:
+        """Recall lost, reference minus candidate (negative: the candidate found more)."""
+        ref = self.ref_found / self.ref_total if self.ref_total else 0.0
+        cand = self.cand_found / self.cand_total if self.cand_total else 0.0
+        return ref - cand
+
+
+def mcnemar_exact(lost: int, gained: int) -> float:
+    """One-sided exact McNemar p-value that losses outnumber gains beyond chance.
+
+    Under the null the candidate and the reference are exchangeable on each instance, so a
+    discordant pair is a loss with probability 1/2: ``P(X >= lost)``, ``X ~ Bin(lost+gained, 1/2)``.
+    No discordant pair: p = 1.
+    """
+    if lost < 0 or gained < 0:
+        raise ValueError(f"counts must be >= 0, got lost={lost}, gained={gained}")
+    n = lost + gained
+    if n == 0:
+        return 1.0
+    return float(_st.binomtest(lost, n, 0.5, alternative="greater").pvalue)
+
+
+def lost_found_unpaired(ref_found: int, ref_total: int, cand_found: int, cand_total: int) -> float:
+    """One-sided Fisher exact p-value that the reference's found rate beats the candidate's.
+
+    Only pooled counts are known (no pairing); the totals may differ (more runs on one side).
+    """
+    if not (0 <= ref_found <= ref_total and 0 <= cand_found <= cand_total):
+        raise ValueError(f"found counts must lie in [0, total], got {ref_found}/{ref_total} "
+                         f"and {cand_found}/{cand_total}")
+    if ref_total == 0 or cand_total == 0:
+        return 1.0
+    table = [[ref_found, ref_total - ref_found], [cand_found, cand_total - cand_found]]
+    return float(_st.fisher_exact(table, alternative="greater").pvalue)
+
+
+def class_p_value(counts: ClassCounts) -> float:
+    """The p-value of ``counts``' loss: exact McNemar when paired, else Fisher's exact test."""
+    if counts.paired:
+        return mcnemar_exact(counts.lost, counts.gained)
+    return lost_found_unpaired(counts.ref_found, counts.ref_total, counts.cand_found, counts.cand_total)
+
+
+def paired_counts(reference: Sequence[Sequence[int]], candidate: Sequence[Sequence[int]]) -> ClassCounts:
+    """Pool per-instance results of one class over seeds, pairing run j with run j.
+
+    Each run is a list of 0/1, one per test instance, in the same order. Runs are paired by
+    position (the loop measures seeds ``data.seed + 0, 1, ...`` on both sides, so position j
+    is the same seed); runs beyond the shorter side are left out rather than paired twice,
+    because reusing a run in two pairs would make the pairs dependent.
+    """
+    runs = min(len(reference), len(candidate))
+    if runs == 0:
+        raise ValueError("both sides need at least one run")
+    lost = gained = ref_found = cand_found = total = 0
+    for ref, cand in zip(reference[:runs], candidate[:runs], strict=True):
+        if len(ref) != len(cand):
+            raise ValueError(f"the runs cover different instances ({len(ref)} vs {len(cand)})")
+        for r, c in zip(ref, cand, strict=True):
+            lost += int(bool(r) and not c)
+            gained += int(bool(c) and not r)
+            ref_found += int(bool(r))
+            cand_found += int(bool(c))
+        total += len(ref)
+    return ClassCounts(ref_found, total, cand_found, total, True, runs, lost, gained)
+
+
+def unpaired_counts(reference: Sequence[int], candidate: Sequence[int], support: int) -> ClassCounts:
+    """Pool found counts (one per run, each out of ``support`` instances), unpaired."""
+    if not reference or not candidate:
+        raise ValueError("both sides need at least one run")
+    return ClassCounts(sum(reference), support * len(reference), sum(candidate), support * len(candidate),
+                       False)
+
+
+@dataclass(frozen=True)
+class HolmResult:
+    """One test of a family: its p-value, the Holm threshold it was held to, the outcome."""
+
+    p: float
+    threshold: float
+    rejected: bool
+
+
+def holm(p_values: Sequence[float], alpha: float) -> list[HolmResult]:
+    """Holm's step-down procedure: family-wise error <= ``alpha`` under any dependence.
+
+    Sort the p-values ascending; the i-th smallest (0-based) is held to ``alpha / (m - i)``;
+    reject until the first one above its threshold, accept it and every larger one. Results
+    come back in input order, each with the threshold of its rank.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    out: list[HolmResult | None] = [None] * m
+    still = True
+    for rank, i in enumerate(order):
+        threshold = alpha / (m - rank)
+        still = still and p_values[i] <= threshold
+        out[i] = HolmResult(float(p_values[i]), threshold, still)
+    return [r for r in out if r is not None]
+
+
+@dataclass(frozen=True)
+class ScoreTest:
+    """The candidate's mean score vs the current best's, against the pooled seed noise."""
+
+    diff: float  # mean(candidate) - mean(best)
+    sigma: float  # pooled seed standard deviation
+    df: int  # its degrees of freedom
+    se: float  # standard error of diff
+    t: float  # diff / se (+-inf when se is 0 and diff is not)
+    p_better: float  # one-sided p-value that the candidate is better
+    p_worse: float  # one-sided p-value that it is worse
+
+
+def pooled_sigma(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """Pooled standard deviation over groups of replicate runs, and its degrees of freedom.
+
+    Each group is the scores of one source under different seeds; a one-run group adds
+    nothing. ``df = sum(n_g - 1)``; with ``df == 0`` the noise is unmeasured (sigma is nan).
+    """
+    ss = 0.0
+    df = 0
+    for g in groups:
+        if len(g) > 1:
+            ss += statistics.variance(g) * (len(g) - 1)  # exact: identical runs give exactly 0
+            df += len(g) - 1
+    return (math.sqrt(ss / df) if df else math.nan), df
+
+
+def score_test(candidate: Sequence[float], best: Sequence[float], sigma: float, df: int) -> ScoreTest:
+    """One-sided Student t-tests of mean(candidate) vs mean(best) with a pooled ``sigma``.
+
+    ``se = sigma * sqrt(1/n_candidate + 1/n_best)``, ``t = diff / se`` on ``df`` degrees of
+    freedom. With zero noise (``sigma == 0``) any difference is certain and none is a tie.
+    """
+    if not candidate or not best:
+        raise ValueError("both sides need at least one score")
+    if df < 1 or not (math.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"the noise must be measured (df >= 1, sigma >= 0), got df={df}, sigma={sigma}")
+    diff = float(statistics.mean(candidate)) - float(statistics.mean(best))  # exact means
+    se = sigma * math.sqrt(1 / len(candidate) + 1 / len(best))
+    if se == 0:
+        t = math.copysign(math.inf, diff) if diff else 0.0
+        return ScoreTest(diff, sigma, df, se, t, 0.0 if diff > 0 else 1.0, 0.0 if diff < 0 else 1.0)
+    t = diff / se
+    return ScoreTest(diff, sigma, df, se, t, float(_st.t.sf(t, df)), float(_st.t.cdf(t, df)))
+
+
+def score_band(sigma: float, df: int, n_candidate: int, n_best: int, alpha: float) -> float:
+    """The smallest |diff| that :func:`score_test` calls significant at one-sided ``alpha``.
+
+    ``t_(1-alpha, df) * sigma * sqrt(1/n_candidate + 1/n_best)``: never wider with more
+    seeds on either side or more degrees of freedom.
+    """
+    if df < 1 or n_candidate < 1 or n_best < 1:
+        raise ValueError("a band needs df >= 1 and at least one run per side")
+    return float(_st.t.ppf(1.0 - alpha, df)) * sigma * math.sqrt(1 / n_candidate + 1 / n_best)
+
+
+def recall_interval(found: int, total: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a recall of ``found`` of ``total`` instance-runs.
+
+    Wilson rather than the normal approximation: it stays inside [0, 1] and is sensible at
+    0 of n and n of n, the usual case for a rare class. ``total == 0``: (0, 1), nothing known.
+    """
+    if not 0 <= found <= total:
+        raise ValueError(f"found must lie in [0, {total}], got {found}")
+    if total == 0:
+        return 0.0, 1.0
+    ci = _st.binomtest(found, total).proportion_ci(confidence_level=confidence, method="wilson")
+    return max(0.0, float(ci.low)), min(1.0, float(ci.high))
