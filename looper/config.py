@@ -127,7 +127,8 @@ class DataConfig(_Section):
 class GateConfigSection(_Section):
     score: Literal["weighted_f1", "macro_f1"] = "weighted_f1"
     max_class_drop: float = Field(default=0.05, ge=0.0, le=1.0)
-    noise_sigmas: float = Field(default=2.0, ge=0.0)
+    noise_sigmas: float = Field(default=2.0, ge=0.0)  # no longer decides (alpha does); old files still load
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)  # error rate of every keep, discard and class gate
 
 
 class AgentConfig(_Section):
