@@ -11,6 +11,8 @@ Two shapes:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -24,8 +26,13 @@ from typing import Any
 
 # The pid trail: while a daemon runs, every child's process group is noted as
 # ``<trail>/<pgid>.pid`` until it ends, so a restart after ``kill -9`` can end what the dead
-# daemon left behind (training runs, agents, ssh clients).
+# daemon left behind (training runs, agents, ssh clients). Each note records the leader's
+# start time (from /proc), the boot it started in and its command line (the first words and a
+# hash of all): a restart ends a group only when its leader is still that same process (same
+# boot, same start time), so a stale note (a pid reused by an unrelated process) or a note in
+# another format never gets anything killed.
 _TRAIL: Path | None = None
+TRAIL_FORMAT = "looper-pid/1"
 
 
 def set_trail(folder: Path | None) -> None:
@@ -35,12 +42,41 @@ def set_trail(folder: Path | None) -> None:
         _TRAIL.mkdir(parents=True, exist_ok=True)
 
 
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_identity(pid: int) -> dict[str, str] | None:
+    """The leader's start time (clock ticks after boot), boot id and command-line hash; None when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    args = cmdline.rstrip(b"\0")
+    return {"start": fields[19], "boot": _boot_id(), "cmd_sha256": hashlib.sha256(args).hexdigest()}
+
+
+def _argv_sha(argv: Sequence[str]) -> str:
+    return hashlib.sha256("\0".join(str(a) for a in argv).encode("utf-8", "surrogateescape")).hexdigest()
+
+
 def _trail_add(pid: int, argv: Sequence[str]) -> Path | None:
     if _TRAIL is None:
         return None
     p = _TRAIL / f"{pid}.pid"
+    ident = process_identity(pid) or {}
+    record = {"format": TRAIL_FORMAT, "pgid": pid, "start": ident.get("start", ""), "boot": _boot_id(),
+              "cmd_sha256": _argv_sha(argv), "cmd": " ".join(str(a) for a in argv[:4])[:300],
+              "daemon": os.getpid()}
     try:
-        p.write_text(" ".join(str(a) for a in argv[:4])[:300])
+        p.write_text(json.dumps(record) + "\n")
     except OSError:
         return None
     return p
@@ -51,21 +87,42 @@ def _trail_remove(p: Path | None) -> None:
         p.unlink(missing_ok=True)
 
 
+def _trail_check(p: Path) -> tuple[int | None, str]:
+    """(the group to end, words): None when the note is not ours or its leader is another process."""
+    try:
+        pid = int(p.stem)
+        record = json.loads(p.read_text(errors="replace"))
+    except (ValueError, OSError):
+        return None, f"ignored {p.name}: not a pid note looper wrote"
+    if not isinstance(record, dict) or record.get("format") != TRAIL_FORMAT or record.get("pgid") != pid:
+        return None, f"ignored {p.name}: not a pid note looper wrote"
+    now = process_identity(pid)
+    if now is None:
+        return None, ""  # already gone: nothing to say
+    what = str(record.get("cmd", ""))[:300]
+    if not record.get("start") or (now["start"], now["boot"]) != (record.get("start"), record.get("boot")):
+        return None, (f"left process {pid} alone: it is not the one a previous daemon started "
+                      f"(its start time differs from {p.name}: {what})")
+    try:
+        if os.getpgid(pid) != pid:
+            return None, f"left process {pid} alone: it no longer leads its process group ({what})"
+    except ProcessLookupError:
+        return None, ""
+    return pid, what
+
+
 def reap_trail(folder: Path) -> list[str]:
-    """End the process groups a dead daemon left in its trail; one line for each ended."""
+    """End the process groups a dead daemon left in its trail; one line for each ended or left alone."""
     ended = []
     folder = Path(folder)
     if not folder.is_dir():
         return ended
     for p in sorted(folder.glob("*.pid")):
-        try:
-            pid = int(p.stem)
-        except ValueError:
-            p.unlink(missing_ok=True)
-            continue
-        what = p.read_text(errors="replace").strip()
-        if kill_group(pid):
-            ended.append(f"ended a process a previous daemon left behind: group {pid} ({what})")
+        pgid, what = _trail_check(p)
+        if pgid is not None and kill_group(pgid):
+            ended.append(f"ended a process a previous daemon left behind: group {pgid} ({what})")
+        elif what:
+            ended.append(what)
         p.unlink(missing_ok=True)
     return ended
 
