@@ -59,15 +59,18 @@ def lean_experiments(
                  func.json_extract(t.c.train_json, "$.peak_memory_mb").label("train_peak_memory_mb")]
     q = experiment_filter(select(*cols), tag=tag, status=status, since=since, until=until, kind=kind)
     with store._ro() as conn:  # noqa: SLF001 - queries are part of the store package
-        rows = conn.execute(q.order_by(t.c.id)).all()
+        result = conn.execute(q.order_by(t.c.id))
+        names = list(result.keys())
+        rows = result.all()
     fix = clean or _same
     loads = json.loads
+    outcomes = {o.value: o for o in Outcome}
     out = []
     for r in rows:
-        d = dict(r._mapping)
+        d = dict(zip(names, r, strict=True))
         b = d.pop("blocking_json")
         d["blocking"] = tuple(fix(str(x)) for x in loads(b)) if b and b != "[]" else ()
-        d["status"] = Outcome(d["status"])
+        d["status"] = outcomes[d["status"]]
         if figures:
             g = d.pop("gpu_json")
             d["gpu"] = loads(g) if g else None
