@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -28,9 +29,44 @@ def baseline_files(folder: Path) -> list[Path]:
     return sorted((p for p in folder.iterdir() if _NAME.match(p.name)), key=lambda p: _key(p.name))
 
 
-def newest_baseline(folder: Path) -> tuple[str, dict[str, Any]] | None:
-    """(file name, contents) of the newest approved baseline, or None before any approval."""
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def recorded_approvals(store: Store) -> dict[str, str]:
+    """file name -> sha256 of every approval the database journalled (``looper baseline approve``)."""
+    found: dict[str, str] = {}
+    for e in store.journal(kind="baseline"):
+        data = e.data or {}
+        if isinstance(data.get("approved_file"), str) and isinstance(data.get("sha256"), str):
+            found[data["approved_file"]] = data["sha256"]
+    return found
+
+
+def unrecorded(folder: Path, store: Store) -> list[str]:
+    """Baseline files the database does not know (or knows with other bytes), in words."""
+    known = recorded_approvals(store)
+    problems = []
+    for p in baseline_files(folder):
+        if p.name not in known:
+            problems.append(f"baselines/{p.name} was not approved through looper (the database has no record of "
+                            "it): remove it, or approve the experiment with `looper baseline approve ID`")
+        elif _sha256(p) != known[p.name]:
+            problems.append(f"baselines/{p.name} was changed after its approval (sha256 differs from the "
+                            "database's record): restore it or remove it")
+    return problems
+
+
+def newest_baseline(folder: Path, store: Store | None = None) -> tuple[str, dict[str, Any]] | None:
+    """(file name, contents) of the newest approved baseline, or None before any approval.
+
+    With ``store``, every file must be an approval the database recorded with its hash; a
+    planted or edited file is a :class:`UsageError` naming it."""
     files = baseline_files(folder)
+    if store is not None:
+        problems = unrecorded(folder, store)
+        if problems:
+            raise UsageError("; ".join(problems))
     if not files:
         return None
     p = files[-1]
@@ -78,4 +114,6 @@ def approve(store: Store, folder: Path, experiment_id: int, today: date | None =
     with os.fdopen(fd, "w") as f:
         json.dump(payload, f, indent=2, sort_keys=True)
         f.write("\n")
+    store.add_event(exp.tag, "baseline", f"experiment {experiment_id} approved as baselines/{name}",
+                    experiment_id, {"approved_file": name, "sha256": _sha256(path)})
     return path
