@@ -581,3 +581,14 @@ def test_identical_per_instance_results_never_fail_a_class(found: list[int], see
     assert not any(b.startswith("recall.") for b in d.verdict.blocking)
     row = next(t for t in d.verdict.metrics["class_tests"] if t["class"] == "x")
     assert row["lost"] == row["gained"] == 0 and row["ref_total"] == n * min(seeds, 3)
+
+
+def test_the_documented_example_verdict() -> None:
+    # docs/INTERFACES.md and the gate's docstring quote this verdict: 26 classes, one judgement.
+    names = [f"class_{i:02d}" for i in range(25)]
+    recalls = dict.fromkeys(names, 0.8)
+    base = run(0.40, recalls, found={"exhaust_fan": hits(10, 10)})
+    d = gate(run(0.60, recalls, found={"exhaust_fan": hits(10, 0)}), baseline=base, reruns_left=0)
+    assert d.verdict.blocking == [
+        "recall.exhaust_fan: 10 of 10 found -> 0 of 10 vs baseline, p = 0.00098 < 0.0019 "
+        "(exact McNemar, Holm over 26); drop 1.00 > 0.05"]
