@@ -43,3 +43,32 @@ def tiny_weights(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     if proc.returncode != 0 or not (out / "weights.pt").is_file():
         raise RuntimeError(f"tiny training failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return out
+
+
+# -- tiers the user opted out of (tests/tiers.py) -----------------------------------------------
+
+def pytest_configure(config: pytest.Config) -> None:
+    import tiers
+
+    tiers.skipped()  # an unknown tier name in LOOPER_SKIP_TIERS stops the run before any test
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
+    """Name every skipped tier and how many of its tests did not run, so a skip never reads as green."""
+    import tiers
+
+    counts: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        if tiers.SKIP_MARK in reason:
+            tier = reason.rsplit(":", 1)[1].strip()
+            counts[tier] = counts.get(tier, 0) + 1
+    opted = tiers.skipped()
+    if not opted and not counts:
+        return
+    terminalreporter.section("skipped tiers", sep="=", yellow=True, bold=True)
+    for tier in dict.fromkeys([*opted, *counts]):
+        terminalreporter.write_line(f"SKIPPED TIER {tier}: {counts.get(tier, 0)} tests not run "
+                                    f"({tiers.SKIP_ENV}={','.join(opted)}); install with: {tiers.apt_line(tier)}",
+                                    yellow=True)

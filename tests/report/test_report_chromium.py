@@ -1,8 +1,9 @@
 """The HTML report opened in a REAL headless Chromium: it loads, the plots are drawn, no
 console errors. The screenshot is kept under ``artifacts/`` for a person to look at.
 
-Skipped (with the reason) only when no chromium binary exists and ``CI`` is not set; in
-CI a missing chromium is a failure. Set ``LOOPER_CHROMIUM`` to use a given binary.
+No chromium binary is a failure naming the apt line, unless the browser tier is skipped by
+name (``LOOPER_SKIP_TIERS=browser``; tests/tiers.py). Set ``LOOPER_CHROMIUM`` to use a
+given binary.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import tiers
 from report_seed import Seeded
 
 from looper.report import write_html
@@ -27,13 +29,14 @@ _CONSOLE_ERROR = re.compile(r"Uncaught|:CONSOLE[:(]|SyntaxError|ReferenceError|T
 
 
 def _chromium() -> str:
+    if "browser" in tiers.skipped():
+        tiers.require("browser", [])  # opted out by name: skip even where chromium exists
     for name in (os.environ.get("LOOPER_CHROMIUM"), "chromium", "chromium-browser", "google-chrome",
                  "google-chrome-stable"):
         if name and shutil.which(name):
             return str(shutil.which(name))
-    if os.environ.get("CI"):
-        pytest.fail("no chromium binary on PATH (CI is set, so this is a failure): apt-get install chromium")
-    pytest.skip("no chromium binary on PATH (apt-get install chromium, or set LOOPER_CHROMIUM)")
+    tiers.require("browser", ["a chromium binary on PATH (or LOOPER_CHROMIUM)"])
+    raise AssertionError("unreachable: tiers.require skips or fails")
 
 
 def _run(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:

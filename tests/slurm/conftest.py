@@ -1,8 +1,9 @@
 """A real single-node SLURM cluster for the SLURM executor tests.
 
-``scripts/slurm_up.sh`` installs (apt) and starts munge, slurmctld and slurmd and is
-idempotent. Outside CI the tests skip, with the reason, when the cluster cannot be brought
-up (not root, no apt, no slurm); in CI (``CI`` set) that is a test failure.
+``scripts/slurm_up.sh`` starts munge, slurmctld and slurmd and is
+idempotent. When the cluster cannot be brought up (not root, no slurm, the script fails) the
+tests FAIL with the reason and the apt line, unless the tier is skipped by name
+(``LOOPER_SKIP_TIERS=slurm``; tests/tiers.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import tiers
 
 from looper.adapters.executors.slurm import SlurmExecutor
 
@@ -52,10 +54,8 @@ print("evaluated", size)
 """
 
 
-def _fail_or_skip(msg: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
+def _fail_or_skip(msg: str, missing: list[str] | None = None) -> None:
+    tiers.require("slurm", missing or [], msg)
 
 
 def _cluster_answers() -> bool:
@@ -66,13 +66,17 @@ def _cluster_answers() -> bool:
 
 
 def start_cluster() -> None:
-    """Run scripts/slurm_up.sh (idempotent); a clear skip/fail when it cannot work here."""
+    """Run scripts/slurm_up.sh (idempotent); a clear failure when it cannot work here (a skip
+    only when the user opted out of the tier)."""
+    if "slurm" in tiers.skipped():
+        tiers.require("slurm", [])
     if os.geteuid() != 0:
         if _cluster_answers():
             return
         _fail_or_skip("SLURM tests need root to start a single-node cluster with scripts/slurm_up.sh")
-    if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
-        _fail_or_skip("SLURM tests need slurm-wlm and munge (apt-get install -y slurm-wlm munge); no apt-get here")
+    absent = [t for t in ("slurmctld", "slurmd", "munged", "sbatch", "scontrol") if shutil.which(t) is None]
+    if absent:
+        _fail_or_skip("scripts/slurm_up.sh needs slurm-wlm and munge installed", absent)
     got = subprocess.run(["bash", str(SLURM_UP)], capture_output=True, text=True, timeout=600)
     if got.returncode != 0:
         _fail_or_skip(f"scripts/slurm_up.sh failed (exit {got.returncode}): {got.stderr.strip()[-800:]}")

@@ -2,8 +2,9 @@
 
 Throw-away host and user keys in a temporary folder, an sshd_config listening on a free
 port, and an ssh config file with a ``looper-test`` alias that the executor is pointed at
-through ``ssh_options = ["-F <file>"]``. Without sshd or rsync the tests skip on a
-developer machine and fail in CI (``CI`` set), where they must run.
+through ``ssh_options = ["-F <file>"]``. Without sshd, ssh or rsync the tests FAIL with the
+apt line that installs them, unless the tier is skipped by name (``LOOPER_SKIP_TIERS=ssh``;
+tests/tiers.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tiers
 
 from looper.adapters.executors.ssh import SshExecutor
 
@@ -30,12 +32,7 @@ HOST = "looper-test"
 def _require_tools() -> None:
     missing = [t for t in (SSHD,) if not os.path.exists(t)]
     missing += [t for t in ("ssh", "ssh-keygen", "rsync", "setsid") if shutil.which(t) is None]
-    if missing:
-        msg = (f"SSH executor tests need {', '.join(missing)} "
-               "(install with: apt-get install -y openssh-server rsync)")
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+    tiers.require("ssh", missing)
 
 
 def _free_port() -> int:
