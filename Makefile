@@ -5,9 +5,18 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    ?= build/demo
 
-.PHONY: venv demo test test-fast verify-json lint bench clean
+.PHONY: venv system system-base demo test test-fast verify-json lint bench bench-fast clean
 
-$(STAMP): pyproject.toml
+# System packages (Debian; scripts/system_packages.txt): installed as root, else the apt line and
+# a failure. LOOPER_SKIP_TIERS=ssh,browser,slurm,sandbox leaves a tier out (its tests are skipped
+# and named at the end of `make test`).
+system:
+	scripts/setup_system.sh
+
+system-base:
+	scripts/setup_system.sh base
+
+$(STAMP): pyproject.toml | system-base
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
@@ -26,7 +35,7 @@ demo: $(STAMP)
 # The verdict core must stay fully branch-covered by its own tests (issue 3); then every test.
 CORE_COV := $(foreach m,verdict result evidence gate stats failure exclusions,--cov=looper.core.$(m))
 
-test: $(STAMP)
+test: system $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" tests/core $(CORE_COV) --cov-branch \
 	  --cov-fail-under=100 --cov-report=term-missing:skip-covered
 	$(BIN)/python -m pytest -q
@@ -41,7 +50,12 @@ verify-json: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check looper tests scripts bench prepare.py train.py evaluate.py
 
+# Every benchmark, the slow ML ones (real training, tens of minutes) included.
 bench: $(STAMP)
+	$(BIN)/python bench/run_all.py --all
+
+# The quick benchmarks only; the slow ones keep their last generated result.
+bench-fast: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
 clean:
