@@ -10,6 +10,9 @@ Keys beyond the contract, with their defaults (documented here on purpose):
 - ``[agent] max_failures = 2``: agent failures in a row the loop tolerates.
 - ``[executor] ssh_options = []``: extra ``ssh`` arguments, e.g. ``["-p", "2222"]``.
 - ``[executor] gpu_index = 0``: which GPU the run uses (``LOOPER_DEVICE``).
+- ``[executor] sandbox = "bwrap"``: train.py and evaluate.py run inside bubblewrap
+  (docs/SECURITY.md); ``"none"`` is an explicit opt-out shown in every verdict and report.
+- ``[executor] sandbox_network = false``: ``true`` lets train.py reach the network.
 - ``[executor]`` for ``kind = "slurm"`` (docs/SLURM.md): ``partition = ""`` (the cluster's
   default), ``gres = ""`` (e.g. ``"gpu:1"``), ``account = ""``, ``sbatch_extra = []`` (extra
   ``#SBATCH`` options, e.g. ``["--mem=16G", "--qos=low"]``), ``start_timeout = 600`` (seconds a
@@ -176,6 +179,8 @@ class ExecutorConfig(_Section):
     require_gpu: bool = False
     ssh_options: list[str] = Field(default_factory=list)
     gpu_index: int = Field(default=0, ge=0)
+    sandbox: Literal["bwrap", "none"] = "bwrap"  # looper/sandbox.py; "none" is an explicit opt-out
+    sandbox_network: bool = False  # let train.py reach the network inside its sandbox
     # kind = "slurm" (docs/SLURM.md)
     partition: str = ""
     gres: str = ""

@@ -51,6 +51,8 @@ python = "/opt/py/bin/python"
 require_gpu = true
 ssh_options = ["-p", "2222"]
 gpu_index = 1
+sandbox = "none"
+sandbox_network = true
 
 [notify]
 urls = ["ntfy://ntfy.sh/secret-topic", "mailto://user:pw@example.com"]
@@ -104,7 +106,8 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     }
     assert cfg.executor.model_dump() == {
         "kind": "ssh", "host": "gpu-box", "remote_dir": "/scratch/looper", "python": "/opt/py/bin/python",
-        "require_gpu": True, "ssh_options": ["-p", "2222"], "gpu_index": 1,
+        "require_gpu": True, "ssh_options": ["-p", "2222"], "gpu_index": 1, "sandbox": "none",
+        "sandbox_network": True,
     }
     assert cfg.notify.urls == ["ntfy://ntfy.sh/secret-topic", "mailto://user:pw@example.com"]
 
@@ -244,3 +247,10 @@ def test_redact_url_shapes() -> None:
     assert redact_url("tgram://123:ABC/456") == "tgram://***"
     assert redact_url("no scheme here") == "***"
     assert redact_url("://x") == "***"
+
+
+def test_sandbox_defaults_on_and_rejects_unknown_modes(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, ""))
+    assert (cfg.executor.sandbox, cfg.executor.sandbox_network) == ("bwrap", False)
+    with pytest.raises(ConfigError, match="executor.sandbox"):
+        load_config(write(tmp_path, '[executor]\nsandbox = "docker"\n'))
