@@ -6,6 +6,10 @@ Run by the harness as ``python train.py`` in the experiment's checkout with:
   LOOPER_OUT             an empty folder for this run
   LOOPER_SEED            random seed
   LOOPER_DEVICE          cpu | cuda | 0 | 0,1 ...
+  LOOPER_MAX_STEPS       optional step budget: stop after exactly this many optimizer steps, with
+                         the learning-rate schedule laid out for them (same seed + same steps ->
+                         same weights, however busy the machine); the wall-clock budget still
+                         applies: a run that cannot fit its steps stops at the budget and says so
 Writes $LOOPER_OUT/weights.pt (a safetensors state dict with the model yaml and class names in
 its header: weights are data, see save_weights) and $LOOPER_OUT/train.json and ends with one line
 ``LOOPER_SUMMARY steps=... epochs=... seconds=... loss=...``.
@@ -69,6 +73,7 @@ DATA = Path(env("LOOPER_DATA", "data")).resolve()
 OUT = Path(env("LOOPER_OUT", "runs/manual")).resolve()
 SEED = int(env("LOOPER_SEED", "0"))
 DEVICE = env("LOOPER_DEVICE", "cpu")
+MAX_STEPS = int(os.environ.get("LOOPER_MAX_STEPS") or 0)  # 0: no step budget (wall clock only)
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("YOLO_CONFIG_DIR", str(Path(".looper/ultralytics").resolve()))
@@ -127,6 +132,9 @@ def repeat_factors(label_files: list[Path]) -> list[float]:
     return [max([1.0] + [(REPEAT_THRESHOLD * n / counts[c]) ** REPEAT_POWER for c in cs]) for cs in classes]
 
 
+LINKED: dict[str, int] = {}  # tiles linked per split (the train loader's length follows from it)
+
+
 def link_split(split: str, repeat: bool) -> Path:
     """A folder OUT/data/<split>/images of links to the split's tiles (labels alongside), each
     tile linked once per repeat. LOOPER_DATA is never written (Ultralytics' label cache lands here)."""
@@ -149,6 +157,7 @@ def link_split(split: str, repeat: bool) -> Path:
             (root / "images" / f"{name}{img.suffix}").symlink_to(img)
             if lab.is_file():
                 (root / "labels" / f"{name}.txt").symlink_to(lab)
+    LINKED[split] = sum(reps)
     print(f"LOOPER_DATA_LIST split={split} tiles={len(images)} linked={sum(reps)}", flush=True)
     return root / "images"
 
@@ -184,10 +193,17 @@ def save_weights(checkpoint: Path, dst: Path) -> None:
 def main() -> int:
     torch.manual_seed(SEED)
     model = YOLO(str(model_yaml()), task="detect")
-    state = {"steps": 0, "epochs": 0, "losses": {}}
+    state = {"steps": 0, "epochs": 0, "losses": {}, "stopped_by": "epochs" if MAX_STEPS else "time"}
+    deadline = T_START + BUDGET - OVERHEAD_SECONDS  # the wall clock still rules a step-budget run
 
     def on_batch_end(trainer: object) -> None:
         state["steps"] += 1
+        if MAX_STEPS and state["steps"] >= MAX_STEPS:
+            state["stopped_by"] = "steps"
+            trainer.stop = True  # type: ignore[attr-defined]
+        elif MAX_STEPS and time.time() > deadline:
+            state["stopped_by"] = "time"  # the machine was too slow for the step budget
+            trainer.stop = True  # type: ignore[attr-defined]
 
     def on_epoch_end(trainer: object) -> None:
         state["epochs"] = int(trainer.epoch) + 1  # type: ignore[attr-defined]
@@ -215,8 +231,14 @@ def main() -> int:
     model.add_callback("on_train_batch_end", on_batch_end)
     model.add_callback("on_train_epoch_end", on_epoch_end)
     train_seconds = max(5.0, BUDGET - OVERHEAD_SECONDS - (time.time() - T_START))
+    data = str(data_yaml())
+    if MAX_STEPS:  # a step budget: epochs and the LR schedule follow from the steps, not the clock
+        per_epoch = max(1, math.ceil(LINKED["train"] / BATCH))  # the loader keeps the last short batch
+        schedule = {"epochs": math.ceil(MAX_STEPS / per_epoch), "time": None}
+    else:  # wall clock only: Ultralytics re-plans epochs (and the LR schedule) from the epoch time
+        schedule = {"epochs": 1000, "time": train_seconds / 3600.0}
     model.train(
-        data=str(data_yaml()), epochs=1000, time=train_seconds / 3600.0, patience=0,
+        data=data, **schedule, patience=0,
         imgsz=IMGSZ, batch=BATCH, nbs=BATCH, optimizer=OPTIMIZER, lr0=LR0, lrf=LRF, momentum=MOMENTUM,
         weight_decay=WEIGHT_DECAY, warmup_epochs=WARMUP_EPOCHS, cos_lr=COS_LR, mosaic=MOSAIC,
         close_mosaic=0, scale=SCALE, translate=TRANSLATE, fliplr=FLIPLR, flipud=FLIPUD,
@@ -241,11 +263,13 @@ def main() -> int:
         "steps": state["steps"], "epochs": state["epochs"], "seconds": round(seconds, 2),
         "peak_memory_mb": round(peak, 1), "final_losses": state["losses"],
         "device": "cuda" if CUDA else DEVICE, "seed": SEED, "budget_seconds": BUDGET,
+        "max_steps": MAX_STEPS or None,
+        "stopped_by": state["stopped_by"],  # steps | time | epochs
     }
     (OUT / "train.json").write_text(json.dumps(info, sort_keys=True, indent=1) + "\n")
     loss = sum(state["losses"].values()) if state["losses"] else float("nan")
     print(f"LOOPER_SUMMARY steps={info['steps']} epochs={info['epochs']} seconds={info['seconds']} "
-          f"loss={loss:.4f}", flush=True)
+          f"loss={loss:.4f} stopped_by={info['stopped_by']}", flush=True)
     return 0
 
 

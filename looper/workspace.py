@@ -23,15 +23,16 @@ __pycache__/
 """
 
 PRESETS = {
-    # A short night on this CPU: what `make demo` runs.
-    # 150 s a run: the baseline finds the common classes (see bench/RESULTS.md); one seed for
-    # the baseline (the noise band is then the gate's fixed minimum, and verdicts say so).
-    "demo": {"loop": {"tag": "demo", "budget_seconds": 150, "grace_seconds": 30, "stall_seconds": 120,
-                      "noise_reruns": 0},
+    # A short night on this CPU: what `make demo` runs (under 20 minutes on 2 cores, set-up included).
+    # Noise is measured, never assumed (issue 15): the baseline runs noise_reruns + 1 = 3 seeds, and
+    # a candidate inside the noise band gets up to 2 more. That is 3 baseline runs + 3 to 9 candidate
+    # runs instead of 1 + 3, paid for with 90 s per run instead of 150 s (bench/RESULTS.md, "noise").
+    "demo": {"loop": {"tag": "demo", "budget_seconds": 90, "grace_seconds": 30, "stall_seconds": 120,
+                      "noise_reruns": 2},
              "data": {"scale": "demo"}},
-    # What the test suite uses: seconds, not minutes.
+    # What the test suite uses: seconds, not minutes; still 3 baseline seeds.
     "tiny": {"loop": {"tag": "tiny", "budget_seconds": 20, "grace_seconds": 15, "stall_seconds": 60,
-                      "noise_reruns": 0},
+                      "noise_reruns": 2},
              "data": {"scale": "tiny"}},
 }
 
