@@ -310,7 +310,10 @@ def _test_facts(t: _ClassTest, h: stats.HolmResult, fails: bool) -> dict[str, An
             "ref_found": c.ref_found, "ref_total": c.ref_total, "cand_found": c.cand_found,
             "cand_total": c.cand_total, "paired_runs": c.runs, "lost": c.lost, "gained": c.gained,
             "drop": round(c.drop, 6), "p": h.p, "holm_threshold": h.threshold, "significant": h.rejected,
-            "fails": fails}
+            "fails": fails,
+            # 95 % Wilson intervals of the pooled recalls (instance-runs taken as independent)
+            "ref_interval": list(stats.recall_interval(c.ref_found, c.ref_total)),
+            "cand_interval": list(stats.recall_interval(c.cand_found, c.cand_total))}
 
 
 # -- the decision ----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -111,6 +112,8 @@ def test_a_class_drop_fails_with_the_exact_words() -> None:
         "(exact McNemar, Holm over 4); drop 0.60 > 0.05"]
     row = next(t for t in d.verdict.metrics["class_tests"] if t["class"] == "return_grille")
     assert (row["lost"], row["gained"], row["paired_runs"], row["significant"], row["fails"]) == (12, 0, 1, True, True)
+    assert row["ref_interval"][0] < 0.6 < row["ref_interval"][1] and row["cand_interval"][0] == 0.0
+    assert row["cand_interval"][1] < row["ref_interval"][0]  # the intervals do not overlap
 
 
 def test_a_drop_of_a_few_symbols_is_not_significant() -> None:
@@ -274,7 +277,9 @@ def test_zero_measured_spread_makes_any_difference_decide() -> None:
         tie = gate(run(0.40, BASE), base_runs=seeds, cfg=cfg)
         assert tie.outcome is Outcome.INCONCLUSIVE and tie.verdict.metrics["noise_band"] == 0.0
         assert tie.verdict.metrics["score_test"]["t"] == 0.0
-    assert gate(run(0.4001, BASE), base_runs=seeds).verdict.metrics["score_test"]["t"] is None  # infinite
+    certain = gate(run(0.4001, BASE), base_runs=seeds)
+    assert certain.verdict.metrics["score_test"]["t"] is None  # infinite: not a JSON number
+    json.dumps(certain.verdict.to_json_dict(), allow_nan=False)
 
 
 def test_another_score_key() -> None:
@@ -504,6 +509,7 @@ def test_outcome_and_status_agree_and_blocking_is_empty_exactly_on_pass(kw: dict
     assert (d.verdict.blocking == []) is d.verdict.ok
     assert (d.needs_reruns > 0) <= (d.outcome is Outcome.INCONCLUSIVE)
     assert (d.score is None) is (d.outcome is Outcome.ERROR)
+    json.dumps(d.verdict.to_json_dict(), allow_nan=False)  # the store keeps it as strict JSON
 
 
 @settings(max_examples=40, deadline=None)
