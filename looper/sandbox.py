@@ -11,7 +11,8 @@ executor wraps its two commands with the argv built here:
   namespaces; ``--die-with-parent`` and ``--new-session``; every capability dropped; a
   clean environment (no secrets of the daemon). When the run's first process ends, the
   kernel kills everything else in its PID namespace, so no process outlives it, whatever it
-  forked. GPU device nodes (``/dev/nvidia*``) are bound when present.
+  forked; a run that left processes behind ends with exit status 86 and a line naming
+  them (a crash of the change). GPU device nodes (``/dev/nvidia*``) are bound when present.
 - :func:`eval_argv`: ``python -I`` on a harness-owned copy of evaluate.py (no script folder,
   no cwd, no user site, no ``PYTHON*`` variables on ``sys.path``), in a sandbox that can
   write only its own output folder, which training never could; no network.
@@ -56,6 +57,26 @@ SANDBOX_ENV = {
     "TORCHINDUCTOR_CACHE_DIR": f"{PRIVATE_TMP}/torchinductor",
 }
 TEST_PAGES = Path("pages") / "test"  # relative to the data folder: what training must never read
+LEFT_RUNNING_EXIT = 86  # train.py exited but left processes in its sandbox (they die with it)
+# Runs train.py inside the sandbox, then names any process it left behind before the sandbox (and
+# with it every such process) ends: a run that tried to outlive itself is a crash that says so.
+WATCH = (
+    "import os, subprocess, sys\n"
+    "rc = subprocess.call(sys.argv[1:])\n"
+    "me, left = os.getpid(), []\n"
+    "for p in sorted((p for p in os.listdir('/proc') if p.isdigit()), key=int):\n"
+    "    try:\n"
+    "        cmd = open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\\0', b' ').decode(errors='replace')\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    if int(p) not in (1, me) and cmd.strip():\n"
+    "        left.append(f'pid {p}: {cmd.strip()[:80]}')\n"
+    "if left:\n"
+    "    print(f'looper sandbox: train.py exited (status {rc}) but left {len(left)} process(es) running, '\n"
+    "          'ended with its sandbox: ' + '; '.join(left[:5]), file=sys.stderr, flush=True)\n"
+    f"    sys.exit({LEFT_RUNNING_EXIT})\n"
+    "sys.exit(rc if rc >= 0 else 128 - rc)\n"
+)
 
 
 @dataclass(frozen=True)
@@ -209,7 +230,7 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
         args += _hide(home / name)
     args += ["--chdir", str(checkout)]
     args += _env_args(env)
-    return [*args, "--", *command]
+    return [*args, "--", python, "-I", "-c", WATCH, *command]
 
 
 def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, out_dir: Path,

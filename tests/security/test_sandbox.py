@@ -152,7 +152,8 @@ def test_no_process_outlives_the_run(ws: dict[str, Path]) -> None:
             os._exit(0)
         print("FORKED")
         """)
-    assert done.ok, done.stderr
+    assert done.exit_code == sandbox.LEFT_RUNNING_EXIT, done
+    assert "left 1 process(es) running" in done.stderr and f"sleep {marker}" in done.stderr, done.stderr
     time.sleep(0.5)
     left = proc.run(["pgrep", "-f", f"sleep {marker}"], timeout=10)
     assert left.stdout.strip() == "", f"a process outlived the sandbox: {left.stdout}"
