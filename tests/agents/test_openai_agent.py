@@ -17,7 +17,7 @@ from looper.adapters.agents.openai import OpenAIAgent
 from looper.errors import ConfigError, HarnessError
 
 KEY = "sk-test-0123456789abcdefghij"
-Reply = Callable[[dict], tuple[int, str]]
+Reply = Callable[[dict], tuple]  # (status, body) or (status, body, headers)
 
 
 class Server:
@@ -33,9 +33,11 @@ class Server:
                 outer.requests.append({"path": self.path, "body": body})
                 outer.headers.append({k.lower(): v for k, v in self.headers.items()})  # names are case-free
                 reply = outer.replies[min(len(outer.requests), len(outer.replies)) - 1]
-                status, text = reply(body)
+                status, text, *more = reply(body)
                 data = text.encode()
                 self.send_response(status)
+                for name, value in (more[0] if more else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -58,8 +60,8 @@ def chat(content: str) -> Reply:
     return lambda body: (200, json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}))
 
 
-def status(code: int) -> Reply:
-    return lambda body: (code, json.dumps({"error": {"message": f"status {code}"}}))
+def status(code: int, headers: dict[str, str] | None = None) -> Reply:
+    return lambda body: (code, json.dumps({"error": {"message": f"status {code}"}}), headers or {})
 
 
 @pytest.fixture
@@ -179,3 +181,30 @@ def test_registry_builds_the_openai_agent() -> None:
     Cfg.model = ""
     with pytest.raises(ConfigError, match="agent.model"):
         make_agent(Cfg())
+
+
+def test_retry_after_is_honoured_and_capped(serve, ctx: AgentContext, train_py: str) -> None:
+    s = serve(status(429, {"Retry-After": "3"}), status(503, {"retry-after-ms": "1500"}),
+              status(503, {"Retry-After": "900"}), status(503), chat(good_reply(train_py)))
+    sleeps: list[float] = []
+    a = agent(s.url, base_delay=1.0, max_delay=30.0, max_tries=5, sleep=sleeps.append)
+    assert a.propose(ctx).new_source is not None
+    # the server's wish (seconds, milliseconds), capped at max_delay; exponential when it says nothing
+    assert sleeps == [3.0, 1.5, 30.0, 8.0] and a.tries_used == 5
+
+
+def test_an_empty_api_key_env_sends_no_authorization_header(serve, ctx: AgentContext, train_py: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the SDK's own default must not leak in
+    s = serve(chat(good_reply(train_py)))
+    p = OpenAIAgent(s.url, "test-model", "", timeout_seconds=5).propose(ctx)
+    assert p.new_source is not None
+    assert "authorization" not in s.headers[0] and KEY not in json.dumps(s.headers[0])
+
+
+def test_config_accepts_an_empty_api_key_env_for_openai() -> None:
+    from looper.config import AgentConfig
+
+    cfg = AgentConfig(kind="openai", base_url="http://127.0.0.1:9/v1", model="m", api_key_env="")
+    a = make_agent(cfg)
+    assert isinstance(a, OpenAIAgent) and a.api_key_env == "" and a._key() is None
