@@ -80,8 +80,8 @@ def build(root: Path) -> Seeded:
 
     def exp(name: str, kind: str = "candidate", description: str = "", rationale: str = "",
             diff: str = "", parent: str = "p" * 40) -> int:
-        i = store.create_experiment(TAG, kind, parent=parent, seed=0, config=CONFIG, description=description,
-                                    rationale=rationale, source="print('train')\n", diff=diff)
+        i = store.start_experiment(tag=TAG, kind=kind, parent=parent, seed=0, config=CONFIG, description=description,
+                                   rationale=rationale, source="print('train')\n", diff=diff)
         s.ids[name] = i
         return i
 
@@ -94,62 +94,62 @@ def build(root: Path) -> Seeded:
     dead_overrides = {"fire_damper": 0.03, "smoke_damper": 0.0}
     base_classes = class_metrics(0.6, "base", dead_overrides)
     b = exp("baseline", kind="baseline", description="baseline: the train.py the tag started from", parent=None)
-    store.finish_experiment(b, "keep", 0.40, metrics_of(0.40, base_classes), base_classes,
-                            {"status": "pass", "blocking": [], "metrics": {}, "confidence": 1.0}, [],
-                            commit="b" * 40, train_seconds=900.0, eval_seconds=120.0)
+    store.record_outcome(b, outcome="keep", score=0.40, metrics=metrics_of(0.40, base_classes),
+                         verdict={"status": "pass", "blocking": [], "metrics": {}, "confidence": 1.0},
+                         commit="b" * 40, train_seconds=900.0, eval_seconds=120.0)
     store.add_event(TAG, "baseline", "baseline measured", b, {"dead_gates": ["fire_damper", "smoke_damper"]})
     old = exp("old_discard", description="smaller batch")
-    store.finish_experiment(old, "discard", 0.39, metrics_of(0.39, class_metrics(0.6, "old")), None,
-                            None, ["weighted_f1 0.3900 is below the current best 0.4000 by 0.0100"], **timing)
+    store.record_outcome(old, outcome="discard", score=0.39, metrics=metrics_of(0.39, class_metrics(0.6, "old")),
+                         blocking=["weighted_f1 0.3900 is below the current best 0.4000 by 0.0100"], **timing)
     store.add_event(TAG, "stop", "daemon stopped after 1 experiment(s)")
 
     # -- daemon run 2: the report's default window
     store.add_event(TAG, "start", "daemon started (pid 2)")
-    s.since = store.events(kind="start")[-1]["at"]
+    s.since = store.journal(kind="start")[-1].at
     k1 = exp("keep1", description="raise the learning rate to 0.02", rationale="the loss was still falling fast",
              diff=DIFF)
     c1 = class_metrics(0.65, "k1", dead_overrides)
-    store.finish_experiment(k1, "keep", 0.45, metrics_of(0.45, c1), c1,
-                            {"status": "pass", "blocking": [], "metrics": {"diff": 0.05}, "confidence": 1.0}, [],
-                            commit="c" * 40, gpu=gpu, train={"steps": 400, "peak_memory_mb": 1800.0}, **timing)
+    store.record_outcome(k1, outcome="keep", score=0.45, metrics=metrics_of(0.45, c1),
+                         verdict={"status": "pass", "blocking": [], "metrics": {"diff": 0.05}, "confidence": 1.0},
+                         commit="c" * 40, gpu=gpu, train={"steps": 400, "peak_memory_mb": 1800.0}, **timing)
     d1 = exp("discard", description="mosaic off")
-    store.finish_experiment(d1, "discard", 0.43, metrics_of(0.43, class_metrics(0.6, "d1")), None,
-                            {"status": "fail", "blocking": ["x"], "metrics": {"diff": -0.02}, "confidence": 1.0},
-                            ["weighted_f1 0.4300 is below the current best 0.4500 by 0.0200"], **timing)
+    store.record_outcome(d1, outcome="discard", score=0.43, metrics=metrics_of(0.43, class_metrics(0.6, "d1")),
+                         verdict={"status": "fail", "blocking": ["x"], "metrics": {"diff": -0.02}, "confidence": 1.0},
+                         blocking=["weighted_f1 0.4300 is below the current best 0.4500 by 0.0200"], **timing)
     nm = exp("near_miss", description="bigger image size 1280")
     nm_classes = class_metrics(0.7, "nm", {**dead_overrides, "return_grille": 0.1})
-    store.finish_experiment(nm, "discard", 0.47, metrics_of(0.47, nm_classes), nm_classes,
-                            {"status": "fail", "blocking": ["x"], "metrics": {"diff": 0.02}, "confidence": 1.0},
-                            ["recall.return_grille dropped 0.50 vs baseline (limit 0.05)"], gpu={**gpu, "peak_memory_mb": 30000.0},
-                            **timing)
+    store.record_outcome(nm, outcome="discard", score=0.47, metrics=metrics_of(0.47, nm_classes),
+                         verdict={"status": "fail", "blocking": ["x"], "metrics": {"diff": 0.02}, "confidence": 1.0},
+                         blocking=["recall.return_grille dropped 0.50 vs baseline (limit 0.05)"],
+                         gpu={**gpu, "peak_memory_mb": 30000.0}, **timing)
     gate_lost = exp("gate_fail_lower", description="freeze the backbone")
-    store.finish_experiment(gate_lost, "discard", 0.30, metrics_of(0.30, class_metrics(0.5, "gl")), None,
-                            {"status": "fail", "blocking": ["x"], "metrics": {"diff": -0.15}, "confidence": 1.0},
-                            ["recall.vav_box dropped 0.30 vs baseline (limit 0.05)"], **timing)
+    store.record_outcome(gate_lost, outcome="discard", score=0.30, metrics=metrics_of(0.30, class_metrics(0.5, "gl")),
+                         verdict={"status": "fail", "blocking": ["x"], "metrics": {"diff": -0.15}, "confidence": 1.0},
+                         blocking=["recall.vav_box dropped 0.30 vs baseline (limit 0.05)"], **timing)
     k2 = exp("keep2", description="cosine learning-rate schedule", rationale="smoother end of training",
              diff=DIFF.replace("0.02", "0.03"))
     c2 = class_metrics(0.7, "k2", dead_overrides)
-    store.finish_experiment(k2, "keep", 0.48, metrics_of(0.48, c2), c2,
-                            {"status": "pass", "blocking": [], "metrics": {"diff": 0.03}, "confidence": 1.0}, [],
-                            commit="e" * 40, **timing)
+    store.record_outcome(k2, outcome="keep", score=0.48, metrics=metrics_of(0.48, c2),
+                         verdict={"status": "pass", "blocking": [], "metrics": {"diff": 0.03}, "confidence": 1.0},
+                         commit="e" * 40, **timing)
     for name, sig, desc in (("crash_oom1", "CUDA out of memory", "batch 64"),
                             ("crash_oom2", "CUDA out of memory", "batch 128"),
                             ("crash_name", "NameError: name 'lr' is not defined", "typo in the schedule")):
         i = exp(name, description=desc)
-        store.finish_experiment(i, "crash", None, None, None, None, [f"train.py crashed: {sig}"],
-                                failure_signature=sig, exit_code=1, **timing)
+        store.record_outcome(i, outcome="crash", blocking=[f"train.py crashed: {sig}"], failure_signature=sig,
+                             exit_code=1, **timing)
     v = exp("vacuous", description="return early")
-    store.finish_experiment(v, "vacuous", None, None, None, None, ["no weights.pt written"], exit_code=0, **timing)
+    store.record_outcome(v, outcome="vacuous", blocking=["no weights.pt written"], exit_code=0, **timing)
     inc = exp("inconclusive", description="label smoothing 0.1")
-    store.finish_experiment(inc, "inconclusive", 0.481, metrics_of(0.481, class_metrics(0.7, "inc")), None,
-                            {"status": "fail", "blocking": ["x"], "metrics": {"diff": 0.001}, "confidence": 1.0},
-                            ["weighted_f1 +0.0010 vs the current best stayed inside the noise band 0.0080 after 3 run(s)"],
-                            **timing)
+    store.record_outcome(inc, outcome="inconclusive", score=0.481, metrics=metrics_of(0.481, class_metrics(0.7, "inc")),
+                         verdict={"status": "fail", "blocking": ["x"], "metrics": {"diff": 0.001}, "confidence": 1.0},
+                         blocking=["weighted_f1 +0.0010 vs the current best stayed inside the noise band 0.0080 "
+                                   "after 3 run(s)"], **timing)
     it = exp("interrupted", description="warmup 5 epochs")
     store.mark_interrupted(it, "the daemon was stopped (SIGTERM)")
     err = exp("error", description="mixup 0.2")
-    store.finish_experiment(err, "error", None, None, None, None, ["GPU lost during the run: NVML error"],
-                            gpu={**gpu, "lost": True, "lost_reason": "GPU is lost"}, **timing)
+    store.record_outcome(err, outcome="error", blocking=["GPU lost during the run: NVML error"],
+                         gpu={**gpu, "lost": True, "lost_reason": "GPU is lost"}, **timing)
     store.add_event(TAG, "halt", "harness error: GPU lost during the run", err)
     store.add_event(TAG, "page", "paged: looper halted", err)
     store.add_event(TAG, "page_failed", f"looper halted -- NOT DELIVERED: json://bot:{SECRET}@hooks.example unreachable", err)

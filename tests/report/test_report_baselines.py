@@ -22,9 +22,9 @@ def test_approving_twice_the_same_day_gives_two_files(seeded: Seeded) -> None:
     assert (a.name, b.name) == ("2025-03-14.json", "2025-03-14-2.json")
     first, second = json.loads(a.read_text()), json.loads(b.read_text())
     assert first["experiment_id"] == seeded.ids["keep1"] and second["experiment_id"] == seeded.ids["keep2"]
-    exp = seeded.store.get_experiment(seeded.ids["keep2"])
-    assert second["score"] == exp["score"] and second["metrics"] == exp["metrics"]
-    assert second["commit"] == exp["commit"] and second["status"] == "keep"
+    exp = seeded.store.experiment(seeded.ids["keep2"])
+    assert second["score"] == exp.score and second["metrics"] == exp.metrics
+    assert second["commit"] == exp.commit and second["status"] == "keep"
     c = approve(seeded.store, folder, seeded.ids["keep1"], today=DAY)
     assert c.name == "2025-03-14-3.json"
     assert json.loads(a.read_text()) == first  # untouched
@@ -46,7 +46,7 @@ def test_never_overwrites_even_when_the_name_is_taken_behind_its_back(seeded: Se
 @pytest.mark.parametrize("name", ["crash_oom1", "vacuous", "error", "interrupted"])
 def test_approving_an_unmeasured_experiment_is_refused(seeded: Seeded, name: str) -> None:
     folder = seeded.root / "baselines"
-    status = seeded.store.get_experiment(seeded.ids[name])["status"]
+    status = seeded.store.experiment(seeded.ids[name]).status.value
     with pytest.raises(UsageError, match=rf"experiment {seeded.ids[name]} is {status}: only a finished, measured"):
         approve(seeded.store, folder, seeded.ids[name], today=DAY)
     assert baseline_files(folder) == []

@@ -43,8 +43,8 @@ def test_filter_by_several_statuses_and_unknown_status(seeded: Seeded) -> None:
 
 
 def test_filter_by_tag(seeded: Seeded) -> None:
-    other = seeded.store.create_experiment("other", "candidate", parent=None, seed=0, config={}, description="x")
-    seeded.store.finish_experiment(other, "discard", 0.1, None, None, None, ["lost"])
+    other = seeded.store.start_experiment(tag="other", kind="candidate", seed=0, config={}, description="x")
+    seeded.store.record_outcome(other, outcome="discard", score=0.1, blocking=["lost"])
     assert [r["id"] for r in history_rows(seeded.store, tag="other")] == [other]
     assert [r["id"] for r in history_rows(seeded.store, tag=TAG)] == _ids(seeded, "tag = ?", TAG)
     assert history_rows(seeded.store, tag="nope") == []
@@ -84,9 +84,8 @@ def test_text_table_lists_every_row(seeded: Seeded) -> None:
 
 def test_markup_in_descriptions_is_shown_verbatim(tmp_path) -> None:  # type: ignore[no-untyped-def]
     s = build(tmp_path)
-    i = s.store.create_experiment(TAG, "candidate", parent=None, seed=0, config={},
-                                  description="[bold]lr[/bold] x2 <b>")
-    s.store.finish_experiment(i, "discard", 0.2, None, None, None, ["lost"])
+    i = s.store.start_experiment(tag=TAG, kind="candidate", seed=0, config={}, description="[bold]lr[/bold] x2 <b>")
+    s.store.record_outcome(i, outcome="discard", score=0.2, blocking=["lost"])
     text = history_text(history_rows(s.store, status="discard"), console_width=200)
     assert "[bold]lr[/bold] x2 <b>" in text
     s.store.close()

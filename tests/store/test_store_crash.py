@@ -33,8 +33,8 @@ CHILD = textwrap.dedent(
     event.listen(store.engine, "before_cursor_execute", stall)
     classes = {"damper": {"tp": 1, "fp": 0, "fn": 0, "support": 1,
                           "precision": 1.0, "recall": 1.0, "f1": 1.0, "count_error": 0.0}}
-    store.finish_experiment(exp_id, "keep", 0.9, {"weighted_f1": 0.9}, classes, None, [],
-                            commit="feed", phase="written by the doomed child")
+    store.record_outcome(exp_id, outcome="keep", score=0.9, metrics={"weighted_f1": 0.9}, class_metrics=classes,
+                         commit="feed", phase="written by the doomed child")
     print("FINISHED (should not happen)", flush=True)
     """
 )
@@ -43,9 +43,9 @@ CHILD = textwrap.dedent(
 @pytest.mark.timeout(60)
 def test_kill_9_mid_finish_leaves_the_row_as_it_was(tmp_path: Path) -> None:
     store = Store(tmp_path)
-    exp_id = store.create_experiment("t", "candidate", "p0", 0, {})
+    exp_id = store.start_experiment(tag="t", kind="candidate", parent="p0", seed=0, config={})
     store.set_phase(exp_id, "evaluating")
-    before = store.get_experiment(exp_id)
+    before = store.experiment(exp_id)
     store.close()
 
     script = tmp_path / "child.py"
@@ -75,9 +75,9 @@ def test_kill_9_mid_finish_leaves_the_row_as_it_was(tmp_path: Path) -> None:
     with reopened.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
         assert conn.exec_driver_sql("PRAGMA foreign_key_check").all() == []
-    assert reopened.get_experiment(exp_id) == before
-    assert reopened.class_metrics(exp_id) == {}
+    assert reopened.experiment(exp_id) == before
+    assert reopened.class_scores(exp_id) == {}
     # the dead writer's lock is gone: the daemon that restarts can carry on
     assert reopened.mark_interrupted(exp_id, "daemon killed") is True
-    assert reopened.get_experiment(exp_id)["status"] == "interrupted"
+    assert reopened.experiment(exp_id).status == "interrupted"
     reopened.close()

@@ -136,7 +136,7 @@ def test_migrates_a_version_1_database_keeping_its_rows(tmp_path: Path) -> None:
 
     store = Store(path)
     assert store.schema_version == LATEST_VERSION > 1
-    assert store.get_experiment(1)["score"] == 0.42
+    assert store.experiment(1).score == 0.42
     con = raw(path)
     indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='index' AND name LIKE 'ix_%'")}
     assert "ix_experiments_tag_id" in indexes
