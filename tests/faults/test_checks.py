@@ -76,9 +76,17 @@ def test_evaluate_changed_between_experiments_is_an_error_halt(make_ws, pages):
     assert len(pages.pages) == 1 and "evaluate.py" in json.dumps(pages.pages[0])
     assert [x["role"] for x in runs_rows(ws) if x["experiment_id"] == second["id"]] == []  # nothing trained
     assert list(ws.queue.glob("*.json")), "the agent was asked although the preflight failed"
-    # the halt names both hashes; whether the edit itself is left in the worktree is not pinned here
-    (ws.worktree / "evaluate.py").write_text(ws.git("show", "looper/t:evaluate.py") + "\n")
-    assert_nothing_lost(ws, halted="halt")
+    # a halt leaves everything as it is: the person's edit is still there for them to see
+    assert (ws.worktree / "evaluate.py").read_text().endswith("# tweaked by a person at 03:12\n")
+    assert ws.git("status", "--porcelain", cwd=ws.worktree) == "M evaluate.py"
+    # the page's advice (start again) works: recovery puts the committed evaluate.py back and
+    # the night goes on; then nothing of the night was lost
+    r = ws.looper("run", "--max-experiments", "1")  # runs the queued "never measured" change
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (ws.worktree / "evaluate.py").read_text() == ws.git("show", "looper/t:evaluate.py") + "\n"
+    after = ws.rows()[-1]
+    assert after["description"] == "never measured" and after["score"] is not None, after
+    assert_nothing_lost(ws, halted="halt", recovered=True)
 
 
 def test_evaluate_changed_while_the_agent_thinks(make_ws, pages):

@@ -107,18 +107,25 @@ def test_db_locked_past_the_busy_timeout_halts_with_an_error(make_ws, pages):
 
 # ---------------------------------------------------------------- the agent endpoint goes away
 class ChatServer:
-    """An OpenAI-compatible chat-completions endpoint on loopback that serves ``replies``
-    and then shuts itself down (the endpoint goes away)."""
+    """An OpenAI-compatible chat-completions endpoint on loopback that serves ``replies``,
+    then goes away: every later request is accepted and the connection dropped without a
+    reply (what a client sees of a proxy whose upstream died). The instant of every request
+    is recorded, so the test sees each retry and the backoff between them."""
 
     def __init__(self, replies: list[str]) -> None:
         self.replies = list(replies)
         self.requests = 0
+        self.times: list[float] = []  # time.monotonic() of every request, answered or dropped
         srv = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 srv.requests += 1
+                srv.times.append(time.monotonic())
+                if not srv.replies:  # gone: no status line, the connection just closes
+                    self.close_connection = True
+                    return
                 content = srv.replies.pop(0)
                 body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
                 self.send_response(200)
@@ -126,8 +133,6 @@ class ChatServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
-                if not srv.replies:
-                    threading.Thread(target=srv.close, daemon=True).start()
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -145,6 +150,8 @@ class ChatServer:
 
 
 def test_agent_endpoint_going_away_halts_after_retries_and_pages_once(make_ws, pages):
+    """Row 16: one reply, then the endpoint drops every request. The agent tries 4 times with
+    2, 4, 8 s of backoff between tries (OpenAIAgent defaults), then the loop halts and pages."""
     ws = make_ws()
     src = (ws.root / "train.py").read_text().replace("QUALITY = 0.5", "QUALITY = 0.8")
     chat = ChatServer([f"DESCRIPTION: QUALITY 0.5 -> 0.8\n\n```python\n{src}```\nBecause higher is better.\n"])
@@ -159,7 +166,11 @@ def test_agent_endpoint_going_away_halts_after_retries_and_pages_once(make_ws, p
         chat.close()
     took = time.monotonic() - t0
     assert r.returncode == 3, r.stdout + r.stderr
-    assert chat.requests == 1
+    # one answered request, then the second proposal's 4 tries, each one observed by the server
+    assert chat.requests == 1 + 4, chat.times
+    gaps = [b - a for a, b in zip(chat.times[1:], chat.times[2:], strict=False)]
+    for gap, backoff in zip(gaps, (2.0, 4.0, 8.0), strict=True):
+        assert backoff - 0.1 <= gap <= backoff + 3.0, f"backoff {backoff} s, observed gaps {gaps}"
     exp = ws.rows()
     assert [x["status"] for x in exp] == ["keep"] and exp[0]["description"] == "QUALITY 0.5 -> 0.8"
     assert len(pages.pages) == 1

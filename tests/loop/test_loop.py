@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
+from pathlib import Path
 
 import pytest
+from faults.faultkit import assert_nothing_lost, baseline_only
 
 pytestmark = pytest.mark.e2e
 
@@ -81,12 +82,42 @@ def test_crash_vacuous_and_zero_steps(make_ws):
     assert zero["status"] == "vacuous" and zero["score"] is None
     base = _one(ws.rows("baseline"))
     assert ws.git("rev-parse", "looper/t") == base["commit"]
+    assert_nothing_lost(ws)
 
 
-def test_hung_and_over_budget_runs_are_killed_and_count_as_crashes(make_ws):
+def _with_grandchild(src: str, scenario: str, pid_dir: Path) -> str:
+    """The fixture train.py that first records its own pid, starts a grandchild (a sleeping
+    python in the same process group) that records its pid, then behaves as ``scenario``."""
+    prelude = (
+        "import os as _os, subprocess as _sp, sys as _sys, time as _time\n"
+        f"_d = {str(pid_dir)!r}\n"
+        f"open(_os.path.join(_d, {scenario + '.train'!r}), 'w').write(str(_os.getpid()))\n"
+        "_sp.Popen([_sys.executable, '-c', 'import os, sys, time; '\n"
+        f"          'open(sys.argv[1], \"w\").write(str(os.getpid())); time.sleep(3600)',\n"
+        f"          _os.path.join(_d, {scenario + '.grandchild'!r})])\n"
+        f"while not _os.path.exists(_os.path.join(_d, {scenario + '.grandchild'!r})):\n"
+        "    _time.sleep(0.05)\n"
+    )
+    return prelude + src.replace('SCENARIO = "ok"', f"SCENARIO = {scenario!r}")
+
+
+def _gone(pid: int) -> bool:
+    """The process no longer runs (absent, or a zombie waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def test_hung_and_over_budget_runs_are_killed_and_count_as_crashes(make_ws, tmp_path):
+    """Row 21: the run's whole process group is killed -- train.py and a grandchild it started."""
     ws = make_ws(loop_budget_seconds=3, loop_grace_seconds=1, loop_stall_seconds=2)
-    ws.enqueue("hang silently", knobs={"SCENARIO": "hang"})
-    ws.enqueue("never stop", knobs={"SCENARIO": "slow"})
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    src = (ws.root / "train.py").read_text()
+    ws.enqueue("hang silently", source=_with_grandchild(src, "hang", pid_dir))
+    ws.enqueue("never stop", source=_with_grandchild(src, "slow", pid_dir))
     t0 = time.monotonic()
     r = ws.looper("run", "--max-experiments", "2")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -94,11 +125,22 @@ def test_hung_and_over_budget_runs_are_killed_and_count_as_crashes(make_ws):
     assert hung["status"] == "crash" and "hung" in " ".join(json.loads(hung["blocking_json"])).lower()
     assert slow["status"] == "crash" and "budget" in " ".join(json.loads(slow["blocking_json"])).lower()
     assert time.monotonic() - t0 < 90
-    assert subprocess.run(["pgrep", "-f", "fixture train.py"], capture_output=True).returncode != 0 or True
+    pids = {f.name: int(f.read_text()) for f in pid_dir.iterdir()}
+    assert set(pids) == {"hang.train", "hang.grandchild", "slow.train", "slow.grandchild"}, pids
+    deadline = time.monotonic() + 5  # SIGKILL is delivered at once; reaping by init may lag a little
+    while time.monotonic() < deadline and not all(_gone(p) for p in pids.values()):
+        time.sleep(0.1)
+    alive = {name: pid for name, pid in pids.items() if not _gone(pid)}
+    for pid in alive.values():  # do not leave them behind when the assertion fails
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"still running after the run was killed: {alive}"
     assert not list((ws.root / ".looper" / "pids").glob("*.pid"))
+    assert_nothing_lost(ws)
 
 
 def test_data_removed_mid_night_halts_pages_once_and_blames_no_change(make_ws, pages):
+    """Row 18: the harness's own data check after the run names the missing data; the
+    evaluator (which would fail on the missing data too) is never reached."""
     ws = make_ws()
     ws.enqueue("a fine change", knobs={"QUALITY": 0.8})
     ws.enqueue("delete the data", knobs={"SCENARIO": "delete_data"})
@@ -108,14 +150,18 @@ def test_data_removed_mid_night_halts_pages_once_and_blames_no_change(make_ws, p
     kept, broken = ws.rows()
     assert kept["status"] == "keep"
     assert broken["status"] == "error" and broken["score"] is None
-    assert "data" in " ".join(json.loads(broken["blocking_json"]))
+    # exactly the executor's data check (local.py data_hash), not the fixture evaluator's
+    # own "evaluate.py: data missing: ..." exit
+    assert json.loads(broken["blocking_json"]) == ["data missing: data/manifest.json does not exist"]
+    assert not list(ws.root.glob(f"runs/t/{broken['id']:05d}/*/METRICS.json")), "the evaluator ran"
     assert not [x for x in ws.rows() if x["status"] == "crash"]
     assert len(pages.pages) == 1
     page = json.dumps(pages.pages[0])
-    assert "halt" in page and "data" in page
+    assert "halt" in page and "data/manifest.json does not exist" in page
     assert len(ws.events("halt")) == 1
     # the good work stays: the branch is at the kept commit
     assert ws.git("rev-parse", "looper/t") in (kept["commit"], broken["commit"])
+    assert_nothing_lost(ws, halted="halt")
 
 
 def test_stuck_after_identical_crashes_exits_4_and_pages_once(make_ws, pages):
@@ -126,23 +172,50 @@ def test_stuck_after_identical_crashes_exits_4_and_pages_once(make_ws, pages):
     assert r.returncode == 4, r.stdout + r.stderr
     assert [x["status"] for x in ws.rows()] == ["crash", "crash", "crash"]
     assert len(pages.pages) == 1 and "stuck" in json.dumps(pages.pages[0])
+    assert_nothing_lost(ws, halted="stuck")
+
+
+def _ran(ws, exp_id: int, text: str) -> bool:  # noqa: ANN001
+    """Some file of experiment ``exp_id``'s run folders (its run logs) holds ``text``."""
+    return any(text in f.read_text(errors="replace") for f in ws.root.glob(f"runs/t/{exp_id:05d}/**/*")
+               if f.is_file() and f.suffix in (".log", ".txt", ""))
 
 
 def test_stale_planted_metrics_are_not_a_result(make_ws, pages):
+    """train.py writes a perfect METRICS.json where the evaluator will write; the score is the
+    evaluator's (the change did nothing), never the planted 1.0."""
     ws = make_ws()
     ws.enqueue("plant a perfect METRICS.json", knobs={"SCENARIO": "plant_metrics"})
+    r = ws.looper("run", "--max-experiments", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    base = _one(ws.rows("baseline"))
+    exp = _one(ws.rows())
+    assert _ran(ws, exp["id"], "fixture train.py starting plant_metrics"), "the planting candidate never ran"
+    assert exp["score"] == pytest.approx(base["score"]) and exp["score"] < 1.0
+    assert exp["status"] != "keep", exp
+    for m in ws.root.glob(f"runs/t/{exp['id']:05d}/*/METRICS.json"):
+        assert json.loads(m.read_text())["weighted_f1"] < 1.0, m
+    assert pages.pages == []
+    assert_nothing_lost(ws)
+
+
+def test_silent_evaluator_fails_the_baseline_as_a_harness_error(make_ws, pages):
+    """Row 19 at the baseline: an evaluator that exits 0 and writes nothing."""
+    ws = make_ws()
     env = ws.env()
     env["FIXTURE_EVAL_SILENT"] = "1"
     r = ws.looper("run", "--max-experiments", "1", env=env)
-    # the silent evaluator already fails the baseline: a harness error, never a score
     assert r.returncode == 3, r.stdout + r.stderr
     base = _one(ws.rows("baseline"))
     assert base["status"] == "error" and base["score"] is None
     assert "wrote no METRICS.json" in base["blocking_json"]
+    assert ws.rows() == []  # no candidate is measured against a baseline that has no score
     assert len(pages.pages) == 1
 
 
 def test_planted_metrics_then_silent_evaluator_mid_night(make_ws, pages):
+    """Rows 19 and 20: the candidate plants a perfect METRICS.json and the evaluator writes
+    nothing; the planted file is never read: a harness error, no score."""
     ws = make_ws()
     r = ws.looper("run", "--max-experiments", "0", "--until", time.strftime("%H:%M"))
     # --until now: the baseline is measured, then no experiment starts
@@ -154,8 +227,11 @@ def test_planted_metrics_then_silent_evaluator_mid_night(make_ws, pages):
     r = ws.looper("run", "--max-experiments", "1", env=env)
     assert r.returncode == 3, r.stdout + r.stderr
     exp = _one(ws.rows())
+    assert _ran(ws, exp["id"], "fixture train.py starting plant_metrics"), "the planting candidate never ran"
     assert exp["status"] == "error" and exp["score"] is None
     assert "wrote no METRICS.json" in exp["blocking_json"]
+    assert len(pages.pages) == 1
+    assert_nothing_lost(ws, halted="halt")
 
 
 def test_agent_that_edits_evaluate_is_discarded_and_evaluate_restored(make_ws):
@@ -170,6 +246,7 @@ def test_agent_that_edits_evaluate_is_discarded_and_evaluate_restored(make_ws):
     assert "scope violation" in exp["blocking_json"] and "evaluate.py" in exp["blocking_json"]
     assert (ws.worktree / "evaluate.py").read_text() == original
     assert not (ws.worktree / "notes.txt").exists()
+    assert_nothing_lost(ws)
 
 
 def test_train_py_that_changes_evaluate_during_the_run_is_a_harness_error(make_ws, pages):
@@ -180,6 +257,12 @@ def test_train_py_that_changes_evaluate_during_the_run_is_a_harness_error(make_w
     exp = _one(ws.rows())
     assert exp["status"] == "error" and "evaluate.py changed" in exp["blocking_json"]
     assert len(pages.pages) == 1
+    # the halt leaves the tampered evaluate.py for a person to see; a restart's recovery puts
+    # the committed one back, and then nothing of the night was lost
+    assert ws.git("status", "--porcelain", cwd=ws.worktree) == "M evaluate.py"
+    baseline_only(ws)
+    assert (ws.worktree / "evaluate.py").read_text() == ws.git("show", "looper/t:evaluate.py") + "\n"
+    assert_nothing_lost(ws, halted="halt", recovered=True)
 
 
 def test_new_third_party_import_and_syntax_error(make_ws):
@@ -192,20 +275,32 @@ def test_new_third_party_import_and_syntax_error(make_ws):
     imp, syn = ws.rows()
     assert imp["status"] == "discard" and "new third-party import: pandas" in imp["blocking_json"]
     assert syn["status"] == "crash" and "SyntaxError" in (syn["failure_signature"] or "")
+    assert_nothing_lost(ws)
 
 
 def test_second_daemon_refuses_to_start(make_ws):
-    ws = make_ws()
-    from looper.lock import DaemonLock
-
-    lock = DaemonLock(ws.root / ".looper" / "daemon.lock")
-    lock.acquire()
+    """Row 28: a real first daemon is training; a second `looper run` on the same workspace is
+    refused (exit 2, naming the first one's pid) and the first goes on undisturbed."""
+    ws = make_ws(loop_budget_seconds=60, loop_stall_seconds=60)
+    ws.enqueue("hang", knobs={"SCENARIO": "hang"})
+    first = ws.start()
     try:
+        ws.wait_for(lambda: any(r["status"] == "running" and (r["phase"] or "").startswith("train")
+                                for r in ws.rows()), 90, "the first daemon to be training")
         r = ws.looper("run", "--max-experiments", "1")
+        assert first.poll() is None, "the first daemon stopped when the second one started"
+        running = [x for x in ws.rows() if x["status"] == "running"]
+        first.send_signal(signal.SIGTERM)
+        out, _ = first.communicate(timeout=60)
     finally:
-        lock.release()
-    assert r.returncode == 2
-    assert "another looper daemon holds this workspace" in r.stderr and str(os.getpid()) in r.stderr
+        if first.poll() is None:
+            first.kill()
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "another looper daemon holds this workspace" in r.stderr and str(first.pid) in r.stderr, r.stderr
+    assert len(running) == 1 and len(ws.rows()) == 1, "the second daemon started an experiment"
+    assert first.returncode == 0, out
+    assert _one(ws.rows())["status"] == "interrupted"
+    assert_nothing_lost(ws)
 
 
 def test_kill_9_mid_training_then_restart_recovers_and_continues(make_ws):
@@ -239,6 +334,7 @@ def test_kill_9_mid_training_then_restart_recovers_and_continues(make_ws):
     for p in left:  # the orphaned training process group was ended
         with pytest.raises(ProcessLookupError):
             os.killpg(int(p.stem), 0)
+    assert_nothing_lost(ws, recovered=True)
 
 
 def test_sigterm_stops_cleanly_and_marks_interrupted(make_ws):
@@ -258,6 +354,7 @@ def test_sigterm_stops_cleanly_and_marks_interrupted(make_ws):
     assert exp["status"] == "interrupted"
     base = _one(ws.rows("baseline"))
     assert ws.git("rev-parse", "looper/t") == base["commit"]
+    assert_nothing_lost(ws)
     assert ws.git("status", "--porcelain", cwd=ws.worktree) == ""
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import tiers
 
 from looper.adapters.executors.base import EvalJob, RunResult, TrainJob
 from looper.adapters.executors.ssh import NO_TOOL_CODE, SshExecutor
@@ -111,14 +112,23 @@ def test_preflight_passes_and_reports_remote_facts(make_executor: Make, tmp_path
     assert v.metrics["remote_dir"] == str((tmp_path / "remote").resolve())
 
 
-def test_preflight_require_gpu_checks_nvml_on_the_remote(make_executor: Make) -> None:
+# The "remote" is this machine (sshd on 127.0.0.1): one test per machine condition, decided
+# by nvidia-smi (tests/tiers.py), not by the probe under test.
+
+@tiers.NEEDS_GPU
+def test_preflight_require_gpu_names_the_remote_gpu(make_executor: Make) -> None:
     v = make_executor(require_gpu=True).preflight(require_gpu=True)
     gpu = v.metrics.get("gpu", {})
-    if gpu.get("ok"):  # a machine with a GPU: it must be named
-        assert v.ok and gpu["name"]
-    else:
-        assert v.status is Status.ERROR
-        assert any("looper-test" in b and "GPU" in b for b in v.blocking), v.blocking
+    assert v.status is Status.PASS, v.blocking
+    assert gpu.get("ok") is True and gpu["name"], gpu
+
+
+@tiers.NEEDS_NO_GPU
+def test_preflight_require_gpu_without_a_remote_gpu_is_an_error(make_executor: Make) -> None:
+    v = make_executor(require_gpu=True).preflight(require_gpu=True)
+    assert v.status is Status.ERROR
+    assert not v.metrics.get("gpu", {}).get("ok")
+    assert any("looper-test" in b and "GPU" in b for b in v.blocking), v.blocking
 
 
 def test_preflight_connection_refused_is_an_error(make_executor: Make) -> None:
@@ -160,11 +170,19 @@ def test_train_runs_remotely_and_brings_evidence_back(make_executor: Make, check
     assert (remote / "checkout" / "looper" / "datahash.py").is_file()  # the package went along
 
 
+@tiers.NEEDS_NO_GPU
 def test_train_gpu_sampling_reports_without_gpu(make_executor: Make, checkout: Path, tmp_path: Path) -> None:
     r = make_executor().train(_job(checkout, tmp_path, device="cuda:0"), None, None)
     assert r.clean_exit
-    assert r.gpu.get("lost") is False
-    assert r.gpu.get("available") or r.gpu.get("problem")  # no GPU here: says why, never "lost"
+    assert r.gpu.get("lost") is False and r.gpu.get("available") is False
+    assert r.gpu.get("problem"), r.gpu  # no GPU here: says why, never "lost"
+
+
+@tiers.NEEDS_GPU
+def test_train_gpu_sampling_samples_the_remote_gpu(make_executor: Make, checkout: Path, tmp_path: Path) -> None:
+    r = make_executor().train(_job(checkout, tmp_path, device="cuda:0"), None, None)
+    assert r.clean_exit
+    assert r.gpu.get("available") is True and r.gpu.get("lost") is False, r.gpu
 
 
 @pytest.mark.parametrize("body,exit_code,sig", [
