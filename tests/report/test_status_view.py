@@ -1,0 +1,52 @@
+"""`looper status` says what the database says: what runs now, the best, the outcomes, the last halt."""
+
+from __future__ import annotations
+
+import sqlite3
+from types import SimpleNamespace
+
+from report_seed import TAG, Seeded
+
+from looper.lock import DaemonLock
+from looper.statusview import status_text
+
+
+def _status(s: Seeded) -> str:
+    cfg = SimpleNamespace(loop=SimpleNamespace(tag=TAG))
+    return status_text(s.store, cfg, DaemonLock(s.root / ".looper" / "daemon.lock"))
+
+
+def test_status_reads_every_line_from_the_database(seeded: Seeded) -> None:
+    running = seeded.store.start_experiment(tag=TAG, kind="candidate", config={}, description="dropout 0.1",
+                                            worker="w1")
+    seeded.store.set_phase(running, "training 40%")
+    lines = _status(seeded).splitlines()
+    assert lines[0] == "daemon: not running"
+    con = sqlite3.connect(seeded.store.path)
+    try:
+        started = con.execute("SELECT started_at FROM experiments WHERE id = ?", (running,)).fetchone()[0]
+        best_id, best_score, best_desc = con.execute(
+            "SELECT id, score, description FROM experiments WHERE tag = ? AND status = 'keep' "
+            "AND kind IN ('baseline', 'candidate') ORDER BY id DESC LIMIT 1", (TAG,)).fetchone()
+        counts = dict(con.execute("SELECT status, count(*) FROM experiments WHERE tag = ? "
+                                  "AND status NOT IN ('pending', 'running') GROUP BY status", (TAG,)).fetchall())
+        last5 = con.execute("SELECT id, status FROM experiments WHERE tag = ? AND status NOT IN ('pending', "
+                            "'running') ORDER BY id DESC LIMIT 5", (TAG,)).fetchall()
+        halt = con.execute("SELECT kind, at FROM events WHERE kind IN ('halt', 'stuck', 'page_failed') "
+                           "ORDER BY id DESC LIMIT 1").fetchone()
+    finally:
+        con.close()
+    assert f"now: #{running} [{TAG}] training 40% since {started} on w1: dropout 0.1" in lines
+    assert f"best [{TAG}]: #{best_id} score {best_score} ({best_desc})" in lines
+    assert "outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) in lines
+    shown = [line.split()[0] for line in lines if line.startswith("  #")]
+    assert shown == [f"#{i}" for i, _ in reversed(last5)]
+    for i, status in last5:
+        assert any(line.startswith(f"  #{i} {status} ") for line in lines), i
+    assert lines[-1].startswith(f"last {halt[0]}: {halt[1]}: ")
+
+
+def test_status_of_an_empty_tag(seeded: Seeded) -> None:
+    cfg = SimpleNamespace(loop=SimpleNamespace(tag="never-run"))
+    text = status_text(seeded.store, cfg, DaemonLock(seeded.root / ".looper" / "daemon.lock"))
+    assert text.splitlines()[1:] == ["best [never-run]: none yet"]
