@@ -69,9 +69,9 @@ def test_report_loads_in_chromium_with_plots_and_no_console_errors(seeded: Seede
     dom = r.stdout
     assert "looper morning report" in dom
     assert not _console_errors(r.stderr), _console_errors(r.stderr)
-    scored = [e for e in seeded.store.experiments(since=seeded.since) if e["score"] is not None]
+    scored = [e for e in seeded.store.find_experiments(since=seeded.since) if e.score is not None]
     points = re.findall(r'<circle class="pt [a-z]+" data-id="(\d+)"', dom)
-    assert sorted(int(p) for p in points) == sorted(e["id"] for e in scored)
+    assert sorted(int(p) for p in points) == sorted(e.id for e in scored)
     for svg_id in ("score-plot", "class-heatmap", "time-bar", "outcome-bar"):
         assert f'id="{svg_id}"' in dom, svg_id
     assert 'id="running-best"' in dom
