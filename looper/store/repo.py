@@ -45,7 +45,7 @@ BUSY_TIMEOUT_MS = 30_000
 
 _SECRET_KEY_RE = re.compile(r"(api[_-]?key|token|password|passwd|secret|credential)", re.IGNORECASE)
 
-#: Experiment fields :meth:`Store.update_experiment` (and ``finish_experiment``'s
+#: Experiment fields :meth:`Store.update_experiment` (and ``record_outcome``'s
 #: ``**fields``) may set. Status, score, tag, kind and times have their own methods.
 UPDATABLE_FIELDS: frozenset[str] = frozenset(
     {
