@@ -1,0 +1,387 @@
+"""Benchmark: search strategies at equal compute: looper's planner, random and evolve agents vs
+Ultralytics' own ``model.tune()``, each re-measured with seeds by the same evaluate.py.
+
+    python bench/bench_search.py [--minutes 45] [--budget 150] [--scale demo] [--repeats 1]
+                                 [--arms planner,random,evolve,tune] [--reseeds 3] [--out bench/out/search]
+    python bench/bench_search.py --gpu        # full scale, 5-minute runs, 45 min per arm, require_gpu
+
+Per arm and repeat, on the same data and the same wall clock (``--minutes``):
+
+- ``planner``, ``random``, ``evolve``: a fresh workspace (``looper init --preset demo``, the
+  arm's ``[agent] kind``, ``seed`` = the repeat), ``looper run`` stopped by SIGTERM when the
+  arm's wall clock is spent (the daemon finishes cleanly: the running experiment is marked
+  interrupted). The best is the last kept train.py on ``looper/<tag>``.
+- ``tune``: ``YOLO(<the baseline's model yaml>).tune(...)`` from the baseline train.py's
+  settings (lr0, batch, optimizer, augmentation off as in train.py), each iteration trained for
+  the same ``--budget`` (``time=``), iterations until the arm's wall clock is spent (the
+  tuning process is stopped from outside at the limit). Its best weights are scored by
+  evaluate.py; its best hyperparameters are re-trained like every other arm.
+
+Then every arm's final best (and the baseline train.py) is re-trained ``--reseeds`` times with
+fresh seeds at the same budget and scored by evaluate.py: the mean, the seed interval (mean
++- t * sd / sqrt(n), 95 %) and the classes with recall > 0. "Beats the baseline beyond the
+noise" means the arm's lower interval end is above the baseline's upper end. A keep the
+re-measurement does not confirm (its re-measured mean not above the baseline's) is counted as a
+false keep caught. Outputs: ``<out>/results.json``, ``<out>/best_over_time.svg`` (best score
+over wall time per arm) and a markdown block printed for bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+LOOPER = str(BIN / "looper")
+ARMS = ("planner", "random", "evolve", "tune")
+# train.py's knobs -> Ultralytics' argument names (what the Tuner mutates and train.py also sets)
+KNOB_TO_ARG = {"LR0": "lr0", "LRF": "lrf", "MOMENTUM": "momentum", "WEIGHT_DECAY": "weight_decay",
+               "WARMUP_EPOCHS": "warmup_epochs", "BOX_GAIN": "box", "CLS_GAIN": "cls", "DFL_GAIN": "dfl",
+               "MOSAIC": "mosaic", "SCALE": "scale", "TRANSLATE": "translate", "FLIPLR": "fliplr",
+               "FLIPUD": "flipud"}
+
+
+def sh(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, text=True, capture_output=True, **kw)
+
+
+def set_toml(text: str, section: str, key: str, value: Any) -> str:
+    """Set ``key`` in ``[section]`` of a looper.toml text (the key line must exist or is added)."""
+    lit = json.dumps(value) if isinstance(value, str) else ("true" if value is True else "false" if value is False
+                                                             else str(value))
+    head = re.search(rf"^\[{section}\]\s*$", text, re.M)
+    if head is None:
+        return text + f"\n[{section}]\n{key} = {lit}\n"
+    end = re.search(r"^\[", text[head.end():], re.M)
+    stop = head.end() + (end.start() if end else len(text) - head.end())
+    body = text[head.end():stop]
+    line = re.compile(rf"^{key}\s*=.*$", re.M)
+    body = line.sub(f"{key} = {lit}", body, count=1) if line.search(body) else f"\n{key} = {lit}" + body
+    return text[:head.end()] + body + text[stop:]
+
+
+def make_workspace(ws: Path, arm: str, seed: int, args: argparse.Namespace) -> None:
+    shutil.rmtree(ws, ignore_errors=True)
+    done = sh([LOOPER, "init", str(ws), "--preset", "demo"])
+    if done.returncode != 0:
+        raise SystemExit(f"looper init failed: {done.stderr.strip()}")
+    p = ws / "looper.toml"
+    text = p.read_text()
+    for section, key, value in (("agent", "kind", arm), ("agent", "seed", seed), ("loop", "tag", "bench"),
+                                ("loop", "budget_seconds", args.budget), ("loop", "max_experiments", 0),
+                                ("data", "scale", args.scale), ("executor", "require_gpu", args.require_gpu)):
+        text = set_toml(text, section, key, value)
+    p.write_text(text)
+
+
+def run_looper_arm(ws: Path, seconds: float) -> dict[str, Any]:
+    t0 = time.time()
+    log = (ws / "bench-run.log").open("w")
+    proc = subprocess.Popen([LOOPER, "run"], cwd=ws, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        code = proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)  # the daemon stops cleanly: the running experiment is interrupted
+        try:
+            code = proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+    wall = time.time() - t0
+    hist = json.loads(sh([LOOPER, "history", "--json"], cwd=ws).stdout or "[]")
+    curve, best = [], None
+    for row in hist:
+        if row.get("status") == "keep" and row.get("score") is not None:
+            best = row["score"] if best is None else max(best, row["score"])
+        if row.get("finished_at") and best is not None:
+            curve.append((_seconds_since(row["finished_at"], t0), best))
+    source = sh(["git", "-C", str(ws), "show", "looper/bench:train.py"]).stdout or (ws / "train.py").read_text()
+    kinds = [r for r in hist if r.get("kind") != "baseline"]
+    return {"exit_code": code, "wall_seconds": round(wall, 1), "experiments": len(kinds),
+            "keeps": sum(1 for r in kinds if r.get("status") == "keep"),
+            "outcomes": {s: sum(1 for r in kinds if r.get("status") == s) for s in {r.get("status") for r in kinds}},
+            "curve": curve, "best_in_loop": best, "best_source": source}
+
+
+def _seconds_since(iso: str, t0: float) -> float:
+    from datetime import datetime
+
+    return round(datetime.fromisoformat(iso).timestamp() - t0, 1)
+
+
+def train_and_score(source: str, data: Path, out: Path, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Train ``source`` as train.py with one seed at the arm budget, then evaluate.py on the test pages."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (out / "train.py").write_text(source)
+    env = {**os.environ, "LOOPER_BUDGET_SECONDS": str(args.budget), "LOOPER_DATA": str(data),
+           "LOOPER_OUT": str(out / "run"), "LOOPER_SEED": str(seed), "LOOPER_DEVICE": args.device,
+           "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(out / "ultralytics-settings")}
+    t = sh([sys.executable, str(out / "train.py")], cwd=out, env=env, timeout=args.budget + 120)
+    if t.returncode != 0:
+        return {"seed": seed, "error": f"train.py exit {t.returncode}: {t.stderr.strip()[-300:]}"}
+    return score_run(out / "run", data, out / "METRICS.json", args) | {"seed": seed}
+
+
+def score_run(run: Path, data: Path, metrics: Path, args: argparse.Namespace) -> dict[str, Any]:
+    e = sh([sys.executable, str(REPO / "evaluate.py"), "--weights", str(run / "weights.pt"), "--data", str(data),
+            "--out", str(metrics), "--device", args.device], cwd=REPO, timeout=1800)
+    if e.returncode != 0 or not metrics.is_file():
+        return {"error": f"evaluate.py exit {e.returncode}: {e.stderr.strip()[-300:]}"}
+    m = json.loads(metrics.read_text())
+    found = sum(1 for c in m["classes"].values() if c.get("support") and c.get("recall"))
+    return {"score": m["weighted_f1"], "classes_found": found,
+            "classes": sum(1 for c in m["classes"].values() if c.get("support"))}
+
+
+def tune_source(base_source: str, hyp: dict[str, float]) -> str:
+    """train.py with the Tuner's best hyperparameters: knobs it shares with train.py set in the
+    block, the rest (shear, mixup, copy-paste, hsv, ...) passed to ``model.train`` as train.py would."""
+    from looper.core.hyperblock import read_knobs, rewrite_knobs
+
+    knobs = read_knobs(base_source)
+    changes = {}
+    for knob, arg in KNOB_TO_ARG.items():
+        if arg in hyp and knob in knobs:
+            v = hyp[arg]
+            changes[knob] = type(knobs[knob])(v) if not isinstance(knobs[knob], bool) else bool(v)
+    src = rewrite_knobs(base_source, changes)
+    anchor = "verbose=False, pretrained=False,"
+    if anchor not in src:
+        raise SystemExit("bench_search: train.py's model.train call changed; update tune_source()")
+    extra = {}
+    for k, v in hyp.items():
+        if k in KNOB_TO_ARG.values():
+            continue
+        set_here = re.compile(rf"\b{k}=[^,()]+,")
+        if set_here.search(src):  # an argument train.py passes itself (hsv_h=0.0, close_mosaic=0, ...)
+            src = set_here.sub(f"{k}={v!r},", src, count=1)
+        else:
+            extra[k] = v
+    return src.replace(anchor, anchor + f" **{extra!r},")
+
+
+TUNE_SCRIPT = r"""
+import json, os, sys
+from pathlib import Path
+os.environ.setdefault("YOLO_OFFLINE", "1")
+from ultralytics import YOLO
+a = json.loads(sys.argv[1])
+model = YOLO(a["yaml"])
+model.tune(data=a["data"], epochs=1000, time=a["budget"] / 3600.0, iterations=a["iterations"], patience=0,
+           imgsz=a["imgsz"], batch=a["batch"], nbs=a["batch"], optimizer=a["optimizer"], lr0=a["lr0"],
+           lrf=a["lrf"], momentum=a["momentum"], weight_decay=a["weight_decay"],
+           warmup_epochs=a["warmup_epochs"], mosaic=a["mosaic"], close_mosaic=0, scale=a["scale"],
+           translate=a["translate"], fliplr=a["fliplr"], flipud=a["flipud"], hsv_h=0.0, hsv_s=0.0, hsv_v=0.0,
+           box=a["box"], cls=a["cls"], dfl=a["dfl"], device=a["device"], workers=1, seed=a["seed"],
+           amp=False, plots=False, val=True, project=a["project"], name="tune", exist_ok=True,
+           pretrained=False, verbose=False)
+"""
+
+
+def run_tune_arm(ws: Path, seconds: float, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """model.tune() from the baseline settings, stopped from outside at the arm's wall clock."""
+    from looper.core.hyperblock import read_knobs
+
+    data = ws / "data"
+    if not (data / "dataset.yaml").is_file():
+        done = sh([sys.executable, str(REPO / "prepare.py"), "--out", str(data), "--scale", args.scale])
+        if done.returncode != 0:
+            raise SystemExit(f"prepare.py failed: {done.stderr.strip()}")
+    base = (REPO / "train.py").read_text()
+    k = read_knobs(base)
+    yaml_dir = ws / "model"
+    # the baseline's architecture yaml: train.py writes it into LOOPER_OUT (run it for 1 s of budget)
+    env = {**os.environ, "LOOPER_BUDGET_SECONDS": "1", "LOOPER_DATA": str(data), "LOOPER_OUT": str(yaml_dir),
+           "LOOPER_SEED": "0", "LOOPER_DEVICE": args.device, "YOLO_CONFIG_DIR": str(ws / "ultralytics-settings")}
+    sh([sys.executable, str(REPO / "train.py")], cwd=ws, env=env, timeout=600)
+    if not (yaml_dir / "model.yaml").is_file():
+        raise SystemExit("bench_search: train.py wrote no model.yaml")
+    a = {"yaml": str(yaml_dir / "model.yaml"), "data": str(data / "dataset.yaml"), "budget": args.budget,
+         "iterations": max(1, int(seconds // (args.budget + 20)) + 1), "project": str(ws / "tune"), "seed": seed,
+         "device": args.device, "imgsz": k["IMGSZ"], "batch": k["BATCH"], "optimizer": k["OPTIMIZER"],
+         **{arg: k[knob] for knob, arg in KNOB_TO_ARG.items()}}
+    t0 = time.time()
+    log = (ws / "tune.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-c", TUNE_SCRIPT, json.dumps(a)], cwd=ws, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "YOLO_CONFIG_DIR": str(ws / "ultralytics-settings")})
+    try:
+        code = proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        code = proc.wait()
+    wall = time.time() - t0
+    found = sorted((ws / "tune").rglob("tune_results.ndjson"))
+    rows = [json.loads(line) for line in found[-1].read_text().splitlines() if line.strip()] if found else []
+    best_w = found[-1].parent / "weights" / "best.pt" if found else ws / "tune" / "none"
+    out: dict[str, Any] = {"exit_code": code, "wall_seconds": round(wall, 1), "experiments": len(rows),
+                           "keeps": None, "curve": [], "best_in_loop": None, "best_source": None}
+    if rows:
+        best = max(rows, key=lambda r: r.get("fitness") or 0.0)
+        hyp = best.get("hyperparameters") or {}
+        out["tuner_best_fitness"] = best.get("fitness")
+        out["best_hyperparameters"] = hyp
+        out["best_source"] = tune_source(base, hyp)
+    if best_w.is_file():
+        scored = score_tuner_weights(best_w, data, ws, args)
+        out["best_in_loop"] = scored.get("score")
+        out["tuner_best_weights"] = scored
+        out["curve"] = [(round(wall, 1), scored.get("score"))] if scored.get("score") is not None else []
+    return out
+
+
+def score_tuner_weights(best_pt: Path, data: Path, ws: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The Tuner's own best weights through evaluate.py, handed over as train.py hands weights
+    over (tensors + model yaml + class names in a safetensors file, format looper-weights/1)."""
+    import torch
+    import yaml
+    from safetensors.torch import save_file
+
+    run = ws / "tune-best"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    ckpt = torch.load(best_pt, map_location="cpu", weights_only=False)  # our own Tuner's file: trusted
+    net = (ckpt.get("ema") or ckpt["model"]).float()
+    names = net.names
+    names = [names[i] for i in sorted(names)] if isinstance(names, dict) else list(names)
+    save_file({k: v.detach().clone().contiguous() for k, v in net.state_dict().items()}, str(run / "weights.pt"),
+              metadata={"format": "looper-weights/1", "model_yaml": yaml.safe_dump(dict(net.yaml), sort_keys=False),
+                        "names": json.dumps(names)})
+    return score_run(run, data, ws / "tune-best.json", args)
+
+
+def interval(xs: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the 95 % t interval of the mean."""
+    from scipy import stats
+
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, math.nan, math.nan
+    half = stats.t.ppf(0.975, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - half, m + half
+
+
+def remeasure(source: str, data: Path, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    runs = [train_and_score(source, data, root / f"seed{s}", 1000 + s, args) for s in range(args.reseeds)]
+    scores = [r["score"] for r in runs if "score" in r]
+    out: dict[str, Any] = {"runs": runs}
+    if scores:
+        m, lo, hi = interval(scores)
+        out.update(mean=round(m, 4), low=round(lo, 4), high=round(hi, 4),
+                   classes_found=max(r.get("classes_found", 0) for r in runs if "score" in r))
+    return out
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for rep in results["repeats"]:
+        for arm, r in rep["arms"].items():
+            pts = r.get("curve") or []
+            if pts:
+                xs, ys = zip(*[(t / 60, s) for t, s in pts], strict=True)
+                ax.step(xs, ys, where="post", marker="o", label=f"{arm} (repeat {rep['repeat']})")
+    ax.set_xlabel("wall time, minutes")
+    ax.set_ylabel("best page-level weighted F1 (in the arm)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    a = results["args"]
+    lines = [f"Arms at {a['minutes']} min each, {a['budget']} s per run, scale {a['scale']}, "
+             f"{a['reseeds']} re-measuring seeds, {len(results['repeats'])} repeat(s), device {a['device']}.",
+             "", "| repeat | arm | experiments | keeps | best in the arm | re-measured mean [95 % interval] "
+             "| classes found | beats baseline beyond noise | false keep caught |",
+             "|---:|---|---:|---:|---:|---|---:|---|---|"]
+    for rep in results["repeats"]:
+        b = rep["baseline"]
+        lines.append(f"| {rep['repeat']} | baseline train.py | | | | {b.get('mean')} [{b.get('low')}, {b.get('high')}] "
+                     f"| {b.get('classes_found')} | | |")
+        for arm, r in rep["arms"].items():
+            m = r.get("remeasured", {})
+            lines.append(f"| {rep['repeat']} | {arm} | {r.get('experiments')} | {r.get('keeps')} | "
+                         f"{r.get('best_in_loop')} | {m.get('mean')} [{m.get('low')}, {m.get('high')}] | "
+                         f"{m.get('classes_found')} | {r.get('beats_baseline')} | {r.get('false_keep_caught')} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=45.0, help="wall clock per arm")
+    ap.add_argument("--budget", type=int, default=150, help="training budget per run, s")
+    ap.add_argument("--scale", default="demo")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--reseeds", type=int, default=3)
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--require-gpu", action="store_true")
+    ap.add_argument("--gpu", action="store_true", help="full scale, 300 s runs, cuda, require_gpu")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "search")
+    args = ap.parse_args()
+    if args.gpu:
+        args.scale, args.budget, args.device, args.require_gpu = "full", 300, "cuda", True
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        ap.error(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                               "repeats": []}
+    for rep in range(args.repeats):
+        root = args.out / f"repeat{rep}"
+        data = root / "data"
+        if not (data / "dataset.yaml").is_file():
+            done = sh([sys.executable, str(REPO / "prepare.py"), "--out", str(data), "--scale", args.scale])
+            if done.returncode != 0:
+                raise SystemExit(f"prepare.py failed: {done.stderr.strip()}")
+        base = remeasure((REPO / "train.py").read_text(), data, root / "remeasure-baseline", args)
+        entry: dict[str, Any] = {"repeat": rep, "baseline": base, "arms": {}}
+        for arm in arms:
+            ws = root / arm
+            print(f"repeat {rep}: arm {arm} for {args.minutes} min", flush=True)
+            if arm == "tune":
+                ws.mkdir(parents=True, exist_ok=True)
+                r = run_tune_arm(ws, args.minutes * 60, rep, args)
+            else:
+                make_workspace(ws, arm, rep, args)
+                r = run_looper_arm(ws, args.minutes * 60)
+            if r.get("best_source"):
+                r["remeasured"] = remeasure(r["best_source"], data, root / f"remeasure-{arm}", args)
+            m = r.get("remeasured", {})
+            if "mean" in m and "high" in base:
+                r["beats_baseline"] = bool(m["low"] > base["high"])
+                kept = (r.get("keeps") or 0) > 0
+                r["false_keep_caught"] = bool(kept and m["mean"] <= base["mean"])
+            r.pop("best_source", None)
+            entry["arms"][arm] = r
+            (args.out / "results.json").write_text(json.dumps(results | {"repeats": [*results["repeats"], entry]},
+                                                              indent=1, default=str))
+        results["repeats"].append(entry)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    plot(results, args.out / "best_over_time.svg")
+    print(markdown(results))
+    print(f"\nresults: {args.out / 'results.json'}; plot: {args.out / 'best_over_time.svg'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
