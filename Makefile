@@ -8,7 +8,7 @@ DEMO    ?= build/demo
 .PHONY: venv system system-base demo test test-fast verify-json lint bench bench-fast clean
 
 # System packages (Debian; scripts/system_packages.txt): installed as root, else the apt line and
-# a failure. LOOPER_SKIP_TIERS=ssh,browser,slurm,sandbox leaves a tier out (its tests are skipped
+# a failure. LOOPER_SKIP_TIERS=ssh,browser,slurm leaves a tier out (its tests are skipped
 # and named at the end of `make test`).
 system:
 	scripts/setup_system.sh

@@ -8,7 +8,7 @@
 #   scripts/setup_system.sh --line       print the one apt line for every package
 #
 # Tiers named in LOOPER_SKIP_TIERS (comma separated, e.g. ssh,browser,slurm) are left out;
-# `base` (git, python3-venv) cannot be skipped. Nothing missing: exit 0 without touching
+# `base` (git, python3-venv, bubblewrap) cannot be skipped. Nothing missing: exit 0 without touching
 # apt. Something missing as root with apt-get: apt-get install it, check again. Something
 # missing otherwise (not root, or no apt-get): print the one apt line and exit 1.
 set -euo pipefail
@@ -64,7 +64,7 @@ for s in ${SKIP_LIST//,/ }; do
     log "LOOPER_SKIP_TIERS names an unknown tier '$s' (tiers: ${ORDER[*]})"; exit 2
   fi
 done
-case "$SKIP" in *,base,*) log "the base tier (git, python3-venv) cannot be skipped"; exit 2 ;; esac
+case "$SKIP" in *,base,*) log "the base tier (git, python3-venv, bubblewrap) cannot be skipped"; exit 2 ;; esac
 WANT=("$@")
 [ ${#WANT[@]} -gt 0 ] || WANT=("${ORDER[@]}")
 MISSING=(); SKIPPED=(); MISSING_TIERS=()
