@@ -135,3 +135,20 @@ def test_suggest_follows_phase_1_of_the_real_program(ws: Path):
 
     first = parse_program((ws / "program.md").read_text()).knobs[0]
     assert out["phase"] == 1 and list(out["changes"]) == [first.name]
+
+
+def test_suggest_explains_each_strategy_in_one_line(ws: Path):
+    r = runner.invoke(app, ["suggest"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    each = lines.index("Each strategy ([agent] kind):")
+    named = [ln.strip().split(":", 1)[0] for ln in lines[each + 1:each + 4]]
+    assert named == ["planner", "random", "evolve"]
+    assert all("(why: " in ln for ln in lines[each + 1:each + 4])
+    out = json.loads(runner.invoke(app, ["suggest", "--json"]).stdout)
+    assert set(out["strategies"]) == {"planner", "random", "evolve"}
+    import re
+
+    for name in ("random", "evolve"):  # each names knob changes "NAME old -> new" and its own reason
+        assert re.match(r"[A-Z_0-9]+ \S+ -> \S+", out["strategies"][name]), out["strategies"][name]
+        assert f"(why: {name}: " in out["strategies"][name]
