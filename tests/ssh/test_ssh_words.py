@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from looper import proc
-from looper.adapters.executors.ssh import SshExecutor, _parse_options
+from looper.adapters.executors.ssh import SshExecutor
+from looper.adapters.executors.transport import parse_options
 
 
 def _ex(tmp_path: Path) -> SshExecutor:
@@ -22,10 +23,10 @@ def _done(stderr: str, code: int | None = 255, timed_out: bool = False) -> proc.
 
 
 def test_parse_options_keeps_flags_and_wraps_key_values() -> None:
-    assert _parse_options(["-F /etc/looper/ssh_config", "Compression=yes", " "]) == [
+    assert parse_options(["-F /etc/looper/ssh_config", "Compression=yes", " "]) == [
         "-F", "/etc/looper/ssh_config", "-o", "Compression=yes"]
-    assert _parse_options("ProxyJump=bastion") == ["-o", "ProxyJump=bastion"]
-    assert _parse_options(None) == []
+    assert parse_options("ProxyJump=bastion") == ["-o", "ProxyJump=bastion"]
+    assert parse_options(None) == []
 
 
 @pytest.mark.parametrize("stderr,words", [
@@ -51,16 +52,16 @@ def test_a_command_that_hangs_is_described_as_no_answer(tmp_path: Path) -> None:
 
 def test_drop_words_ignore_the_training_log(tmp_path: Path) -> None:
     ex = _ex(tmp_path)
-    assert ex._drop_words("epoch 3 loss 1.2\nstep 40") == (
+    assert ex.link.drop_words("epoch 3 loss 1.2\nstep 40") == (
         "the connection to gpu-box dropped (ssh exited 255 without a message)")
-    assert "dropped" in ex._drop_words("epoch 3\nConnection to 1.2.3.4 closed by remote host.")
+    assert "dropped" in ex.link.drop_words("epoch 3\nConnection to 1.2.3.4 closed by remote host.")
 
 
 def test_control_path_stays_short_enough_for_a_unix_socket(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 120)
     deep.mkdir()
-    path = SshExecutor(deep, {"host": "gpu-box", "remote_dir": "/r"})._control_path_for()
+    path = SshExecutor(deep, {"host": "gpu-box", "remote_dir": "/r"}).link.control_path_for()
     assert len(str(path)) + 18 <= 104 and path.parent.is_dir()
-    near = SshExecutor(tmp_path, {"host": "gpu-box", "remote_dir": "/r"})._control_path_for()
+    near = SshExecutor(tmp_path, {"host": "gpu-box", "remote_dir": "/r"}).link.control_path_for()
     if len(str(tmp_path)) < 60:
         assert near.parent == tmp_path / ".looper" / "ssh"

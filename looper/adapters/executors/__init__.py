@@ -29,10 +29,8 @@ def _local(workspace: Path, section: Any) -> Executor:
 
 @register("ssh")
 def _ssh(workspace: Path, section: Any) -> Executor:
-    try:
-        from looper.adapters.executors.ssh import SshExecutor
-    except ImportError as exc:  # pragma: no cover - until the ssh executor lands
-        raise ConfigError(f"executor.kind: 'ssh' is not available in this build ({exc})") from exc
+    from looper.adapters.executors.ssh import SshExecutor
+
     return SshExecutor(workspace, section)
 
 

@@ -159,6 +159,40 @@ def job_end(fields: dict[str, str], *, job_id: str, stopped_by: str = "", output
                                     f"{state or 'none'} ({reason or 'no reason'})")
 
 
+def partition_problems(sinfo: str, partition: str, need_gpu: bool, metrics: dict[str, Any]) -> list[str]:
+    """``sinfo -h -o "%P %a %G"`` output -> what is wrong with the partition jobs go to (in words).
+
+    ``partition`` empty means the cluster's default; ``metrics`` gets the partition and its gres.
+    """
+    table: dict[str, tuple[str, set[str]]] = {}
+    default = ""
+    for line in sinfo.splitlines():
+        bits = line.split()
+        if len(bits) < 2:
+            continue
+        pname, avail, gres = bits[0], bits[1], (bits[2] if len(bits) > 2 else "(null)")
+        if pname.endswith("*"):
+            pname = pname[:-1]
+            default = pname
+        old = table.get(pname, (avail, set()))
+        table[pname] = (old[0], old[1] | ({gres} if gres != "(null)" else set()))
+    wanted = partition or default
+    metrics["partition"] = wanted
+    if not wanted:
+        return ["slurm: no partition configured and the cluster has no default partition"]
+    if wanted not in table:
+        return [f"slurm: partition {wanted!r} does not exist (known: {', '.join(sorted(table))})"]
+    avail, gres_set = table[wanted]
+    metrics["gres"] = sorted(gres_set)
+    problems = []
+    if avail != "up":
+        problems.append(f"slurm: partition {wanted!r} is {avail}, not up")
+    if need_gpu and not any(g.startswith("gpu") for g in gres_set):
+        problems.append(f"slurm: GPU required but partition {wanted!r} has no gpu gres "
+                        f"(node gres: {', '.join(sorted(gres_set)) or 'none'})")
+    return problems
+
+
 def time_limit_minutes(seconds: float) -> int:
     """SLURM's ``--time`` in whole minutes, rounded up, at least 1."""
     return max(1, math.ceil(seconds / 60.0))
@@ -189,6 +223,22 @@ class _Attempt:
     last_growth: float = 0.0
 
 
+def _pump(at: _Attempt, log: Any, tail: deque[str], on_line: LineSink | None, final: bool) -> None:
+    """Read what the job's output file grew by; every complete line to the log and on_line."""
+    try:
+        with open(at.output, "rb") as fh:
+            fh.seek(at.offset)
+            chunk = fh.read()
+    except FileNotFoundError:
+        return
+    if chunk:
+        at.offset += len(chunk)
+        at.last_growth = time.monotonic()
+        at.buf += chunk
+    lines, at.buf = proc.split_lines(at.buf, final)
+    proc.emit_lines(lines, log, tail, on_line)
+
+
 class SlurmExecutor(DataFolder):
     """The :class:`~looper.adapters.executors.base.Executor` for ``[executor] kind = "slurm"``.
 
@@ -204,6 +254,7 @@ class SlurmExecutor(DataFolder):
         python = str(get(section, "python", "python3"))
         self.python = python if python and python != "python3" else sys.executable
         self.gpu_index = int(get(section, "gpu_index", 0))
+        self.extra_env: dict[str, str] = {}  # added to every job's environment
         self.partition = str(get(section, "partition", "")).strip()
         self.gres = str(get(section, "gres", "")).strip()
         self.account = str(get(section, "account", "")).strip()
@@ -230,7 +281,7 @@ class SlurmExecutor(DataFolder):
         return p if p.is_absolute() else self.workspace / p
 
     def _env(self, **values: str) -> dict[str, str]:
-        return child_env(str(self.workspace / ".looper" / "ultralytics"), None, **values)
+        return child_env(str(self.workspace / ".looper" / "ultralytics"), self.extra_env, **values)
 
     def train_env(self, job: TrainJob) -> dict[str, str]:
         """The train.py interface as environment variables (exported by the batch script)."""
@@ -374,21 +425,6 @@ class SlurmExecutor(DataFolder):
         return RunResult(exit_code=None, seconds=time.monotonic() - t0, log_tail="\n".join(tail),
                          transport_exit_code=last_code if last_code else NO_TOOL_CODE, transport_error=what)
 
-    def _pump(self, at: _Attempt, log: Any, tail: deque[str], on_line: LineSink | None, final: bool) -> None:
-        """Read what the job's output file grew by; every complete line to the log and on_line."""
-        try:
-            with open(at.output, "rb") as fh:
-                fh.seek(at.offset)
-                chunk = fh.read()
-        except FileNotFoundError:
-            return
-        if chunk:
-            at.offset += len(chunk)
-            at.last_growth = time.monotonic()
-            at.buf += chunk
-        lines, at.buf = proc.split_lines(at.buf, final)
-        proc.emit_lines(lines, log, tail, on_line)
-
     def _watch(self, job_id: str, output: Path, limit_seconds: float, stall_seconds: float, log: Any,
                tail: deque[str], on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
         at = _Attempt(job_id=job_id, output=output, submitted=time.monotonic())
@@ -397,7 +433,7 @@ class SlurmExecutor(DataFolder):
         state = "PENDING"
         while True:
             now = time.monotonic()
-            self._pump(at, log, tail, on_line, final=False)
+            _pump(at, log, tail, on_line, final=False)
             if now >= next_poll:
                 next_poll = now + self.poll
                 try:
@@ -438,7 +474,7 @@ class SlurmExecutor(DataFolder):
             elif at.stop_at is not None and now - at.stop_at > self.kill_after * 3 + 30:
                 break  # it would not end: report how looper stopped it
             time.sleep(0.2)
-        self._pump(at, log, tail, on_line, final=True)
+        _pump(at, log, tail, on_line, final=True)
         try:
             fields = self._details(job_id)
         except _Fault:
@@ -487,33 +523,8 @@ class SlurmExecutor(DataFolder):
         if parts.exit_code != 0:
             return Verdict.errored(f"slurm: sinfo failed: {last_lines(parts.stderr or parts.stdout)}",
                                    metrics=metrics)
-        table: dict[str, tuple[str, set[str]]] = {}
-        default = ""
-        for line in parts.stdout.splitlines():
-            bits = line.split()
-            if len(bits) < 2:
-                continue
-            pname, avail, gres = bits[0], bits[1], (bits[2] if len(bits) > 2 else "(null)")
-            if pname.endswith("*"):
-                pname = pname[:-1]
-                default = pname
-            old = table.get(pname, (avail, set()))
-            table[pname] = (old[0], old[1] | ({gres} if gres != "(null)" else set()))
-        wanted = self.partition or default
-        metrics["partition"] = wanted
-        if not wanted:
-            problems.append("slurm: no partition configured and the cluster has no default partition")
-        elif wanted not in table:
-            problems.append(f"slurm: partition {wanted!r} does not exist (known: {', '.join(sorted(table))})")
-        else:
-            avail, gres = table[wanted]
-            metrics["gres"] = sorted(gres)
-            if avail != "up":
-                problems.append(f"slurm: partition {wanted!r} is {avail}, not up")
-            need_gpu = require_gpu or self.require_gpu or self.gres.startswith("gpu")
-            if need_gpu and not any(g.startswith("gpu") for g in gres):
-                problems.append(f"slurm: GPU required but partition {wanted!r} has no gpu gres "
-                                f"(node gres: {', '.join(sorted(gres)) or 'none'})")
+        need_gpu = require_gpu or self.require_gpu or self.gres.startswith("gpu")
+        problems += partition_problems(parts.stdout, self.partition, need_gpu, metrics)
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
 
     def train(self, job: TrainJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:

@@ -1,9 +1,10 @@
 """Run training and evaluation on an SSH host, with the local supervisor in charge.
 
-Three layers: :mod:`looper.adapters.executors.transport` (the ssh command line, connection
-sharing, retries, faults in words), :mod:`looper.remote` (what runs on the host, as
-``python -m looper.remote ...`` from the synced package), and this executor, which ties them
-to the :class:`~looper.adapters.executors.base.Executor` protocol.
+Layers: :mod:`looper.adapters.executors.transport` (the ssh command line, connection sharing,
+retries, faults in words); :mod:`looper.remote` (what runs on the host, as
+``python -m looper.remote ...`` from the synced package); :class:`RemoteHost` here (remote_dir
+on the host as calls of that module: layout, sync and hash checks, run folders, data); and
+:class:`SshExecutor`, the :class:`~looper.adapters.executors.base.Executor` protocol on top.
 
 A run is ``ssh host 'cd checkout && exec python -m looper.remote run RUN ... -- ARGV'`` under
 :func:`looper.proc.supervise` here: the budget, grace and stall limits are enforced here, and
@@ -45,7 +46,7 @@ from looper.adapters.executors.common import (
     run_result,
     train_vars,
 )
-from looper.adapters.executors.transport import SshTransport, TransportFault, parse_options
+from looper.adapters.executors.transport import SshTransport, TransportFault
 from looper.core.verdict import Verdict
 from looper.datahash import file_sha256
 from looper.errors import ConfigError
@@ -53,8 +54,7 @@ from looper.errors import ConfigError
 KEEP_RUNS = 6  # remote run folders kept (older ones are deleted, never a live one)
 REMOTE_BUDGET_MARGIN = 60.0  # the host ends a run on its own this long after the local limit
 
-__all__ = ["NO_TOOL_CODE", "SshExecutor", "TransportFault", "parse_options"]
-_parse_options = parse_options  # the name older tests and notes use
+__all__ = ["NO_TOOL_CODE", "RemoteHost", "SshExecutor", "TransportFault"]
 
 
 def _home_relative(remote_dir: str) -> str:
@@ -64,57 +64,29 @@ def _home_relative(remote_dir: str) -> str:
     return remote_dir[2:] if remote_dir.startswith("~/") else remote_dir
 
 
-class SshExecutor(DataFolder):
-    """The :class:`~looper.adapters.executors.base.Executor` for ``[executor] kind = "ssh"``."""
+class RemoteHost:
+    """``remote_dir`` on one host, through ``python -m looper.remote``: layout, sync, runs, data."""
 
-    name = "ssh"
-
-    def __init__(self, workspace: Path, section: Any, *, kill_after: float = 10.0, retries: int = 3,
-                 control_timeout: float = 120.0, package_dir: Path | None = None) -> None:
-        self.workspace = Path(workspace)
-        self.host = str(get(section, "host", "")).strip()
-        self.remote_dir = str(get(section, "remote_dir", "")).strip()
-        if not self.host:
-            raise ConfigError("executor.host: kind 'ssh' needs a host (as written in ~/.ssh/config)")
-        if not self.remote_dir:
-            raise ConfigError("executor.remote_dir: kind 'ssh' needs a folder on the host to work in")
-        self.python = str(get(section, "python", "python3")) or "python3"
-        self.require_gpu = bool(get(section, "require_gpu", False))
-        self.gpu_index = int(get(section, "gpu_index", 0))
+    def __init__(self, link: SshTransport, remote_dir: str, python: str, package_dir: Path,
+                 kill_after: float) -> None:
+        self.link = link
+        self.host = link.host
+        self.remote_dir = remote_dir
+        self.python = python
+        self.package_dir = package_dir
         self.kill_after = kill_after
-        self.package_dir = Path(package_dir) if package_dir else Path(looper.__file__).parent
-        self.link = SshTransport(self.workspace, self.host, get(section, "ssh_options", []), retries=retries,
-                                 control_timeout=control_timeout)
         self._root: str | None = None
-        # local weights file -> (size, mtime_ns, remote path): evaluation reuses the remote copy
-        self._weights: dict[str, tuple[int, int, str]] = {}
-
-    # -- the transport, as the executor's own words ----------------------------------------------
-    def ssh_argv(self) -> list[str]:
-        return self.link.argv()
-
-    def describe(self, got: proc.Completed | None, text: str = "") -> str:
-        return self.link.describe(got, text)
-
-    def _drop_words(self, log_tail: str) -> str:
-        return self.link.drop_words(log_tail)
-
-    def _control_path_for(self) -> Path:
-        return self.link.control_path_for()
-
-    def close(self) -> None:
-        self.link.close()
 
     # -- talking to looper.remote on the host -------------------------------------------------------
-    def _line(self, *args: str, module: str = "looper.remote", checkout: str = "") -> str:
+    def line(self, *args: str, module: str = "looper.remote", checkout: str = "") -> str:
         """The one shell line: into the checkout, then ``python -m module args``."""
         return (f"cd {shlex.quote(checkout or self.checkout)} && "
                 f"exec {shlex.quote(self.python)} -B -m {module} {shlex.join(args)}")
 
-    def _ask(self, *args: str, what: str, timeout: float | None = None, retries: int | None = None,
+    def ask(self, *args: str, what: str, timeout: float | None = None, retries: int | None = None,
              module: str = "looper.remote", checkout: str = "") -> dict[str, Any]:
         """One remote command; its JSON answer. TransportFault naming ``what`` when it fails."""
-        got = self.link.control(self._line(*args, module=module, checkout=checkout), timeout=timeout,
+        got = self.link.control(self.line(*args, module=module, checkout=checkout), timeout=timeout,
                                 retries=retries)
         if got.exit_code != 0:
             detail = last_lines(got.stderr or got.stdout) or "no message"
@@ -145,8 +117,8 @@ class SshExecutor(DataFolder):
                 raise TransportFault(f"creating remote_dir {self.remote_dir} on {self.host} failed "
                                      f"(exit {mk.exit_code}): {last_lines(mk.stderr) or 'no message'}",
                                      mk.exit_code if mk.exit_code is not None else NO_TOOL_CODE)
-            self._push([], checkout)
-            self._root = str(self._ask("root", what=f"resolving remote_dir {self.remote_dir}",
+            self.push([], checkout)
+            self._root = str(self.ask("root", what=f"resolving remote_dir {self.remote_dir}",
                                        checkout=checkout)["root"])
         return self._root
 
@@ -154,31 +126,31 @@ class SshExecutor(DataFolder):
     def checkout(self) -> str:
         return f"{self.root()}/checkout"
 
-    def remote_data(self, data_dir: str) -> str:
+    def data_path(self, data_dir: str) -> str:
         return data_dir if data_dir.startswith("/") else f"{self.root()}/{data_dir}"
 
-    def _new_run(self, kind: str) -> str:
+    def new_run(self, kind: str) -> str:
         run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}"
         return f"{self.root()}/runs/{run_id}"
 
     # -- sync ------------------------------------------------------------------------------------
-    def _push(self, files: list[Path], checkout: str = "") -> None:
+    def push(self, files: list[Path], checkout: str = "") -> None:
         """Copy files and the looper package into remote checkout/ (package mirrored exactly)."""
         pkg = str(self.package_dir).rstrip("/")
         self.link.rsync(["--delete", "--exclude", "__pycache__", "--exclude", "*.pyc",
                          *[str(f) for f in files], pkg, self.link.spec((checkout or self.checkout) + "/")],
                         f"copying {', '.join(f.name for f in files) or 'the looper package'} to {self.host}")
 
-    def _sync_checked(self, checkout: Path, run: str = "") -> list[str]:
+    def sync_checked(self, checkout: Path, run: str = "") -> list[str]:
         """Push and verify (and create ``run``'s folder); problems in words; TransportFault on a link fault."""
         checkout = Path(checkout)
         names = ["train.py", *FIXED_FILES]
         missing = [n for n in names if not (checkout / n).is_file()]
         if missing:
             return [f"missing in the local checkout {checkout}: {', '.join(missing)}"]
-        self._push([checkout / n for n in names])
+        self.push([checkout / n for n in names])
         extra = ["--run", run, "--keep", str(KEEP_RUNS)] if run else []
-        remote = self._ask("check", *names, *extra, what="checking the synced files")["sha256"]
+        remote = self.ask("check", *names, *extra, what="checking the synced files")["sha256"]
         problems = []
         for n in names:
             local = file_sha256(checkout / n)
@@ -188,15 +160,75 @@ class SshExecutor(DataFolder):
                                 f"(remote sha256 {remote.get(n) or 'missing'}, local {local})")
         return problems
 
-    def sync(self, checkout: Path) -> Verdict:
-        """Copy train.py, the fixed files and the package; error when a remote copy differs."""
-        metrics = {"host": self.host}
-        try:
-            problems = self._sync_checked(checkout)
-            metrics["checkout"] = self.checkout
-        except TransportFault as fault:
-            return Verdict.errored(str(fault), metrics=metrics)
-        return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+    # -- runs ---------------------------------------------------------------------------------------
+    def run_command(self, run: str, argv: list[str], env: dict[str, str], gpu_index: int | None,
+                    budget_seconds: float | None) -> list[str]:
+        """The ssh argv (a connection of its own) that runs ``argv`` under ``looper.remote run``."""
+        args = ["run", run, *[f"--env={k}={v}" for k, v in env.items()]]
+        if gpu_index is not None:
+            args.append(f"--gpu-index={gpu_index}")
+        if budget_seconds:
+            args.append(f"--budget={budget_seconds + self.kill_after + REMOTE_BUDGET_MARGIN:.0f}")
+        args += [f"--kill-after={self.kill_after}", "--", *argv]
+        return self.link.command(self.line(*args), solo=True)
+
+    def end_run(self, run: str, wait_for_pid: bool = True) -> dict[str, Any]:
+        """SIGTERM then SIGKILL the run's process group: what happened, its status, its GPU summary."""
+        extra = ["--wait-for-pid"] if wait_for_pid else []
+        return self.ask("end", run, *extra, "--kill-after", str(self.kill_after),
+                        what=f"ending remote run {run}", timeout=self.kill_after + 30)
+
+    def run_dir(self, run: str, cached: str) -> bool:
+        """Create the run folder (pruning old ones); whether the remote file ``cached`` exists."""
+        made = self.ask("run-dir", run, "--keep", str(KEEP_RUNS), "--cached", cached,
+                        what=f"creating run folder {run}")
+        return bool(cached) and bool(made.get("cached"))
+
+    def data(self, data: str, *prepare: str, timeout: float = 3600, retries: int | None = None) -> dict[str, Any]:
+        """The data folder's state and hash (``prepare``: build it first when missing)."""
+        return self.ask("data", data, *prepare, what=f"the data folder {data}", timeout=timeout, retries=retries)
+
+    def reap(self) -> list[tuple[int, str]]:
+        """(process group, run folder) of every run left behind that was ended."""
+        got = self.ask("reap", "--kill-after", str(self.kill_after), what="ending runs left behind",
+                       timeout=self.kill_after * 20 + 60)
+        return [(int(pgid), str(name)) for pgid, name in got.get("ended", [])]
+
+
+class SshExecutor(DataFolder):
+    """The :class:`~looper.adapters.executors.base.Executor` for ``[executor] kind = "ssh"``."""
+
+    name = "ssh"
+
+    def __init__(self, workspace: Path, section: Any, *, kill_after: float = 10.0, retries: int = 3,
+                 control_timeout: float = 120.0, package_dir: Path | None = None) -> None:
+        self.workspace = Path(workspace)
+        self.host = str(get(section, "host", "")).strip()
+        remote_dir = str(get(section, "remote_dir", "")).strip()
+        if not self.host:
+            raise ConfigError("executor.host: kind 'ssh' needs a host (as written in ~/.ssh/config)")
+        if not remote_dir:
+            raise ConfigError("executor.remote_dir: kind 'ssh' needs a folder on the host to work in")
+        self.python = str(get(section, "python", "python3")) or "python3"
+        self.require_gpu = bool(get(section, "require_gpu", False))
+        self.gpu_index = int(get(section, "gpu_index", 0))
+        self.kill_after = kill_after
+        self.link = SshTransport(self.workspace, self.host, get(section, "ssh_options", []), retries=retries,
+                                 control_timeout=control_timeout)
+        self.remote = RemoteHost(self.link, remote_dir, self.python,
+                                 Path(package_dir) if package_dir else Path(looper.__file__).parent, kill_after)
+        # local weights file -> (size, mtime_ns, remote path): evaluation reuses the remote copy
+        self._weights: dict[str, tuple[int, int, str]] = {}
+
+    # -- the transport, as the executor's own words ----------------------------------------------
+    def ssh_argv(self) -> list[str]:
+        return self.link.argv()
+
+    def describe(self, got: proc.Completed | None, text: str = "") -> str:
+        return self.link.describe(got, text)
+
+    def close(self) -> None:
+        self.link.close()
 
     # -- the commands (the one place each argv is built; they run in the remote checkout) ----------
     def train_argv(self, job: TrainJob) -> list[str]:
@@ -205,80 +237,30 @@ class SshExecutor(DataFolder):
 
     def eval_argv(self, job: EvalJob, weights: str, out: str) -> list[str]:
         """The evaluation command on the host (``weights`` and ``out`` are remote paths)."""
-        argv = [self.python, "evaluate.py", "--weights", weights, "--data", self.remote_data(self._data_dir),
-                "--out", out]
+        argv = [self.python, "evaluate.py", "--weights", weights,
+                "--data", self.remote.data_path(self._data_dir), "--out", out]
         return argv + ["--device", job.device] if job.device else argv
 
     def _env(self, **values: str) -> dict[str, str]:
-        return child_env(f"{self.root()}/.ultralytics", {"PYTHONPATH": self.checkout}, **values)
+        return child_env(f"{self.remote.root()}/.ultralytics", {"PYTHONPATH": self.remote.checkout}, **values)
 
     # -- supervised remote runs ---------------------------------------------------------------
-    def end_remote_run(self, run: str, wait_for_pid: bool = True) -> dict[str, Any]:
-        """SIGTERM then SIGKILL the run's remote process group: what happened, its status, its GPU summary."""
-        extra = ["--wait-for-pid"] if wait_for_pid else []
-        return self._ask("end", run, *extra, "--kill-after", str(self.kill_after),
-                         what=f"ending remote run {run}", timeout=self.kill_after + 30)
-
     def _supervised(self, run: str, argv: list[str], env: dict[str, str], job: TrainJob | EvalJob,
                     limits: proc.Limits, on_line: LineSink | None, cancel: threading.Event | None,
                     sample_gpu: bool) -> tuple[RunResult, dict[str, Any] | None]:
         """Run ``argv`` remotely under ``limits``: the result and what ``end`` said (None: the host is gone)."""
-        args = ["run", run, *[f"--env={k}={v}" for k, v in env.items()]]
-        if sample_gpu:
-            args.append(f"--gpu-index={self.gpu_index}")
-        if limits.budget_seconds:
-            args.append(f"--budget={limits.budget_seconds + self.kill_after + REMOTE_BUDGET_MARGIN:.0f}")
-        args += [f"--kill-after={self.kill_after}", "--", *argv]
-        s = proc.supervise(self.link.command(self._line(*args), solo=True), cwd=job.checkout, env=None,
-                           log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
-        result = run_result(s)
-        ssh_failed = not s.stopped_by and (s.exit_code == 255 or s.signal is not None)
+        command = self.remote.run_command(run, argv, env, self.gpu_index if sample_gpu else None,
+                                          limits.budget_seconds)
+        s = proc.supervise(command, cwd=job.checkout, env=None, log_path=job.log_path, limits=limits,
+                           on_line=on_line, cancel=cancel)
         # Always end the remote process group: after a limit fired the local ssh is gone but the
         # remote group lives on; after a normal exit, children train.py left behind must go too
-        # (as locally, nothing of the group outlives its leader). The status it leaves tells a
-        # real exit status from ssh's own 255.
+        # (as locally, nothing of the group outlives its leader).
         try:
-            ended = self.end_remote_run(run)
+            ended = self.remote.end_run(run)
         except TransportFault as fault:
-            result.transport_exit_code = 255
-            if s.stopped_by:
-                result.transport_error = (f"could not end the remote run after {s.stopped_by}: {fault} "
-                                          "(looper reap will end it at the next start)")
-            elif ssh_failed:
-                result.transport_error = (f"{self._drop_words(s.log_tail)}; and reconnecting failed: {fault} "
-                                          "(the remote run may still be alive; looper reap will end it)")
-            else:
-                result.transport_error = f"the run finished but its remote process group was not checked: {fault}"
-            return result, None
-        what, status = str(ended.get("what", "GONE")), str(ended.get("status", ""))
-        if s.stopped_by:
-            # what the remote run died of, not what ended the local ssh client
-            result.exit_code = None
-            result.signal = 9 if what == "KILLED" else 15
-            result.log_tail += f"\n[looper] remote process group ended ({what.lower()}) after {s.stopped_by}"
-        elif ssh_failed and status != "255":  # a 255 in the status file is the command's own
-            result.transport_exit_code = 255
-            alive = "; the remote run was still alive and was ended" if not status else ""
-            result.transport_error = f"{self._drop_words(s.log_tail)} during the run{alive}"
-        elif not ssh_failed:
-            code = s.exit_code
-            if code is not None and 128 < code < 128 + 65:
-                result.exit_code, result.signal = None, code - 128  # a signal death is reported as 128+N
-            if code not in (0, None) and "no space left on device" in s.log_tail.lower():
-                result.transport_exit_code = NO_TOOL_CODE
-                result.transport_error = f"remote disk full on {self.host} (the run hit 'No space left on device')"
-        return result, ended
-
-    def _gpu_summary(self, ended: dict[str, Any]) -> dict:
-        data = ended.get("gpu")
-        if not isinstance(data, dict):
-            return {"available": False, "problem": f"the GPU sampler on {self.host} wrote nothing"}
-        if data.get("lost"):
-            data["lost_reason"] = f"on {self.host}: {data.get('lost_reason', 'GPU lost mid-run')}"
-        return data
-
-    def _sample_gpu(self, device: str) -> bool:
-        return self.require_gpu or bool(device and device != "cpu")
+            return _unreachable_after(s, fault, self.link.drop_words(s.log_tail)), None
+        return _settle(s, ended, self.host, self.link.drop_words(s.log_tail)), ended
 
     # -- Executor -------------------------------------------------------------------------------
     def preflight(self, require_gpu: bool) -> Verdict:
@@ -293,9 +275,9 @@ class SshExecutor(DataFolder):
             metrics["connect_seconds"] = round(time.monotonic() - t0, 3)
             if not got.ok:
                 return Verdict.errored(self.describe(got), metrics=metrics)
-            root = self.root()
+            root = self.remote.root()
             metrics["remote_dir"] = root
-            facts = self._ask("facts", what="checking the remote host")
+            facts = self.remote.ask("facts", what="checking the remote host")
         except TransportFault as fault:
             return Verdict.errored(str(fault), metrics=metrics)
         problems: list[str] = []
@@ -316,8 +298,8 @@ class SshExecutor(DataFolder):
     def _remote_gpu(self) -> tuple[dict, str]:
         """One NVML reading on the host, through the synced looper package and pynvml there."""
         try:
-            reading = self._ask("read", "--index", str(self.gpu_index), module="looper.adapters.gpu",
-                                what="the NVML check", timeout=120)
+            reading = self.remote.ask("read", "--index", str(self.gpu_index), module="looper.adapters.gpu",
+                                      what="the NVML check", timeout=120)
         except TransportFault as fault:
             return {}, f"require_gpu is set but the GPU on {self.host} could not be checked: {fault}"
         if not reading.get("ok"):
@@ -325,81 +307,74 @@ class SshExecutor(DataFolder):
                              f"{reading.get('problem', 'unknown')}")
         return reading, ""
 
+    def sync(self, checkout: Path) -> Verdict:
+        """Copy train.py, the fixed files and the package; error when a remote copy differs."""
+        metrics = {"host": self.host}
+        try:
+            problems = self.remote.sync_checked(checkout)
+            metrics["checkout"] = self.remote.checkout
+        except TransportFault as fault:
+            return Verdict.errored(str(fault), metrics=metrics)
+        return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
     def ensure_data(self, prepare_py: Path, data_dir: str, scale: str, seed: int) -> Verdict:
         prepare_py = Path(prepare_py)
         try:
-            data = self.remote_data(data_dir)
-            found = self._ask("data", data, what=f"looking at the data folder {data}")
+            data = self.remote.data_path(data_dir)
+            found = self.remote.data(data)
             if found.get("state") == "missing":
-                self._push([prepare_py])
+                self.remote.push([prepare_py])
                 env = [f"--env={k}={v}" for k, v in self._env().items()]
-                found = self._ask("data", data, "--prepare", prepare_py.name, "--scale", scale,
-                                  "--seed", str(int(seed)), *env, what=f"preparing the data with {prepare_py.name}",
-                                  timeout=3600, retries=1)  # a half-built folder is not retried
+                # a half-built folder must not be built over: not retried
+                found = self.remote.data(data, "--prepare", prepare_py.name, "--scale", scale,
+                                         "--seed", str(int(seed)), *env, retries=1)
         except TransportFault as fault:
             return Verdict.errored(str(fault), metrics={"host": self.host})
-        return self._data_verdict(found, data)
+        return _data_verdict(found, data, self.host)
 
     def data_hash(self, data_dir: str) -> Verdict:
         """The same hash as :func:`looper.datahash.tree_hash`, computed on the host."""
         try:
-            data = self.remote_data(data_dir)
-            found = self._ask("data", data, what=f"hashing the data in {data}", timeout=3600)
+            data = self.remote.data_path(data_dir)
+            found = self.remote.data(data)
         except TransportFault as fault:
             return Verdict.errored(str(fault), metrics={"host": self.host})
-        return self._data_verdict(found, data)
-
-    def _data_verdict(self, found: dict[str, Any], data: str) -> Verdict:
-        state = found.get("state")
-        if state == "dirty":
-            return Verdict.errored(f"data folder {data} on {self.host} exists but has no manifest.json: "
-                                   "move it away or finish preparing it")
-        if state == "missing":
-            return Verdict.errored(f"data missing on {self.host}: {data}/manifest.json does not exist")
-        if state == "prepare failed":
-            return Verdict.errored(f"prepare.py failed on {self.host} (exit {found.get('exit')}): "
-                                   f"{found.get('tail', '')}")
-        return Verdict.passed({"hash": str(found["hash"]), "files": int(found["files"]), "host": self.host,
-                               "path": data})
+        return _data_verdict(found, data, self.host)
 
     def train(self, job: TrainJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
         job.out_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         try:
-            run = self._new_run("train")
-            problems = self._sync_checked(job.checkout, run)
+            run = self.remote.new_run("train")
+            problems = self.remote.sync_checked(job.checkout, run)
             if problems:
                 return fault_result("; ".join(problems), NO_TOOL_CODE, time.monotonic() - t0)
-            env = self._env(**train_vars(job, self.remote_data(self._data_dir), f"{run}/out"))
+            env = self._env(**train_vars(job, self.remote.data_path(self._data_dir), f"{run}/out"))
         except TransportFault as fault:
             return fault_result(str(fault), fault.code, time.monotonic() - t0)
         limits = proc.Limits(budget_seconds=job.budget_seconds + job.grace_seconds,
                              stall_seconds=job.stall_seconds, kill_after=self.kill_after)
-        sample = self._sample_gpu(job.device)
+        sample = self.require_gpu or bool(job.device and job.device != "cpu")
         result, ended = self._supervised(run, self.train_argv(job), env, job, limits, on_line, cancel, sample)
         if ended is None:
             return result  # nothing more can be fetched from a host that does not answer
-        try:
-            # train.py's own scratch (a linked view of the data, Ultralytics' caches) stays there
-            self.link.rsync(["--exclude", "/data/", "--exclude", "*.cache", self.link.spec(f"{run}/out/"),
+        # train.py's own scratch (a linked view of the data, Ultralytics' caches) stays there
+        self._fetch(result, ["--exclude", "/data/", "--exclude", "*.cache", self.link.spec(f"{run}/out/"),
                              str(job.out_dir) + "/"], f"fetching the run output from {run}")
-        except TransportFault as fault:
-            if not result.transport_error:
-                result.transport_exit_code, result.transport_error = fault.code, str(fault)
         weights = job.out_dir / "weights.pt"
         if weights.is_file():
             st = weights.stat()
             self._weights[str(weights.resolve())] = (st.st_size, st.st_mtime_ns, f"{run}/out/weights.pt")
         if sample:
-            result.gpu = self._gpu_summary(ended)
+            result.gpu = _gpu_summary(ended, self.host)
         return result
 
     def evaluate(self, job: EvalJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
         job.metrics_path.unlink(missing_ok=True)  # a result not written by this run does not exist
         t0 = time.monotonic()
         try:
-            run = self._new_run("eval")
-            problems = self._sync_checked(job.checkout)
+            run = self.remote.new_run("eval")
+            problems = self.remote.sync_checked(job.checkout)
             if problems:
                 return fault_result("; ".join(problems), NO_TOOL_CODE, time.monotonic() - t0)
             argv = self.eval_argv(job, self._remote_weights(job.weights, run), f"{run}/out/METRICS.json")
@@ -413,15 +388,21 @@ class SshExecutor(DataFolder):
             return result
         staging = Path(tempfile.mkdtemp(prefix=".metrics-", dir=job.metrics_path.parent))
         try:
-            self.link.rsync([self.link.spec(f"{run}/out/"), str(staging) + "/"], f"fetching METRICS.json from {run}")
+            self._fetch(result, [self.link.spec(f"{run}/out/"), str(staging) + "/"],
+                        f"fetching METRICS.json from {run}")
             if (staging / "METRICS.json").is_file():
                 os.replace(staging / "METRICS.json", job.metrics_path)
-        except TransportFault as fault:
-            if not result.transport_error:
-                result.transport_exit_code, result.transport_error = fault.code, str(fault)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return result
+
+    def _fetch(self, result: RunResult, args: list[str], what: str) -> None:
+        """rsync a run's output back; a failure is the result's transport error (unless it has one)."""
+        try:
+            self.link.rsync(args, what)
+        except TransportFault as fault:
+            if not result.transport_error:
+                result.transport_exit_code, result.transport_error = fault.code, str(fault)
 
     def _remote_weights(self, weights: Path, run: str) -> str:
         """The weights' path on the host: the copy training left there, else an upload."""
@@ -430,9 +411,7 @@ class SshExecutor(DataFolder):
         cached = ""
         if known is not None and (weights.stat().st_size, weights.stat().st_mtime_ns) == known[:2]:
             cached = known[2]
-        made = self._ask("run-dir", run, "--keep", str(KEEP_RUNS), "--cached", cached,
-                         what=f"creating run folder {run}")
-        if cached and made.get("cached"):
+        if self.remote.run_dir(run, cached):
             return cached
         if not weights.is_file():
             # let evaluate.py meet the missing file and say so; the path names what was asked for
@@ -444,10 +423,69 @@ class SshExecutor(DataFolder):
     def reap(self) -> list[str]:
         """End remote runs a previous daemon left behind (live process groups under runs/)."""
         try:
-            root = self.root()
-            got = self._ask("reap", "--kill-after", str(self.kill_after), what="ending runs left behind",
-                            timeout=self.kill_after * 20 + 60)
+            root = self.remote.root()
+            ended = self.remote.reap()
         except TransportFault:
             return []  # preflight reports the unreachable host; nothing could be ended from here
         return [f"ended a run left behind on {self.host}: {root}/runs/{name} (process group {pgid})"
-                for pgid, name in got.get("ended", [])]
+                for pgid, name in ended]
+
+
+# -- what a remote run's end means ------------------------------------------------------------------
+def _unreachable_after(s: proc.Supervised, fault: TransportFault, drop_words: str) -> RunResult:
+    """The run's result when its remote process group could not be ended (or checked) afterwards."""
+    result = run_result(s)
+    result.transport_exit_code = 255
+    if s.stopped_by:
+        result.transport_error = (f"could not end the remote run after {s.stopped_by}: {fault} "
+                                  "(looper reap will end it at the next start)")
+    elif s.exit_code == 255 or s.signal is not None:
+        result.transport_error = (f"{drop_words}; and reconnecting failed: {fault} "
+                                  "(the remote run may still be alive; looper reap will end it)")
+    else:
+        result.transport_error = f"the run finished but its remote process group was not checked: {fault}"
+    return result
+
+
+def _settle(s: proc.Supervised, ended: dict[str, Any], host: str, drop_words: str) -> RunResult:
+    """The run's result once ``looper.remote end`` answered: what the REMOTE run died of."""
+    result = run_result(s)
+    what, status = str(ended.get("what", "GONE")), str(ended.get("status", ""))
+    ssh_failed = not s.stopped_by and (s.exit_code == 255 or s.signal is not None)
+    if s.stopped_by:  # not what ended the local ssh client
+        result.exit_code = None
+        result.signal = 9 if what == "KILLED" else 15
+        result.log_tail += f"\n[looper] remote process group ended ({what.lower()}) after {s.stopped_by}"
+    elif ssh_failed and status != "255":  # a 255 in the status file is the command's own
+        result.transport_exit_code = 255
+        alive = "; the remote run was still alive and was ended" if not status else ""
+        result.transport_error = f"{drop_words} during the run{alive}"
+    elif not ssh_failed:
+        code = s.exit_code
+        if code is not None and 128 < code < 128 + 65:
+            result.exit_code, result.signal = None, code - 128  # a signal death is reported as 128+N
+        if code not in (0, None) and "no space left on device" in s.log_tail.lower():
+            result.transport_exit_code = NO_TOOL_CODE
+            result.transport_error = f"remote disk full on {host} (the run hit 'No space left on device')"
+    return result
+
+
+def _gpu_summary(ended: dict[str, Any], host: str) -> dict:
+    data = ended.get("gpu")
+    if not isinstance(data, dict):
+        return {"available": False, "problem": f"the GPU sampler on {host} wrote nothing"}
+    if data.get("lost"):
+        data["lost_reason"] = f"on {host}: {data.get('lost_reason', 'GPU lost mid-run')}"
+    return data
+
+
+def _data_verdict(found: dict[str, Any], data: str, host: str) -> Verdict:
+    state = found.get("state")
+    if state == "dirty":
+        return Verdict.errored(f"data folder {data} on {host} exists but has no manifest.json: "
+                               "move it away or finish preparing it")
+    if state == "missing":
+        return Verdict.errored(f"data missing on {host}: {data}/manifest.json does not exist")
+    if state == "prepare failed":
+        return Verdict.errored(f"prepare.py failed on {host} (exit {found.get('exit')}): {found.get('tail', '')}")
+    return Verdict.passed({"hash": str(found["hash"]), "files": int(found["files"]), "host": host, "path": data})
