@@ -1,6 +1,6 @@
 """The command line: thin. Each command loads what it needs and calls one function.
 
-Exit codes (CONTRACT section 6): ``looper run`` 0 stop rule or signal, 3 harness error
+Exit codes (docs/REFERENCE.md section 7): ``looper run`` 0 stop rule or signal, 3 harness error
 (paged), 4 stuck (paged), 2 bad usage or configuration; ``looper verify --json`` 0 pass,
 1 fail, 2 error. Every LooperError maps to its code in ``looper.errors.exit_code_for``.
 """

@@ -1,4 +1,4 @@
-"""``looper.toml`` -> a validated, immutable :class:`Config` (CONTRACT section 5).
+"""``looper.toml`` -> a validated, immutable :class:`Config` (docs/REFERENCE.md section 5).
 
 Every section and key is fixed; an unknown key, a value of the wrong type or out of
 range is a :class:`~looper.errors.ConfigError` whose message names the file and the key

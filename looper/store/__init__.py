@@ -1,4 +1,4 @@
-"""The SQLite memory of looper: ``experiments.db`` (CONTRACT section 4).
+"""The SQLite memory of looper: ``experiments.db`` (docs/REFERENCE.md section 4).
 
 Use :class:`Store`; every write method is one transaction. Reads hand out the frozen
 records of :mod:`looper.store.records`; :mod:`looper.store.queries` holds the read-only
