@@ -6,8 +6,8 @@ executor wraps its two commands with the argv built here:
 - :func:`train_argv`: train.py inside ``bwrap``. The whole filesystem read-only; writable
   only ``$LOOPER_OUT`` and a private ``/tmp`` (and ``/dev/shm``), both gone with the run; the
   test pages and their truth (``$LOOPER_DATA/pages/test``) are not mounted (an empty,
-  read-only folder stands in their place); the usual credential folders of ``$HOME`` are
-  hidden; no network unless ``[executor] sandbox_network = true``; its own PID, IPC and UTS
+  read-only folder stands in their place); the usual credential folders of ``$HOME`` and the
+  host's sockets under ``/run`` are hidden; no network unless ``[executor] sandbox_network = true``; its own PID, IPC and UTS
   namespaces; ``--die-with-parent`` and ``--new-session``; every capability dropped; a
   clean environment (no secrets of the daemon). When the run's first process ends, the
   kernel kills everything else in its PID namespace, so no process outlives it, whatever it
@@ -153,6 +153,12 @@ def _base_args(network: bool) -> list[str]:
             "--tmpfs", PRIVATE_TMP, "--tmpfs", "/dev/shm",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    # /run holds the host's sockets (docker, dbus, munge ...): connect() works through a read-only
+    # mount, so the sandbox gets an empty, read-only /run instead (DNS kept when the network is on).
+    args += ["--tmpfs", "/run"]
+    if network:
+        args += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
+    args += ["--remount-ro", "/run"]
     if not network:
         args.append("--unshare-net")
     return args

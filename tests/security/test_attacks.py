@@ -91,7 +91,7 @@ if os.fork() == 0:
             time.sleep(0.1)
     os._exit(0)
 time.sleep(0.3)
-''', "left 1 process(es) running"),
+''', "process(es) running, ended with its sandbox"),
     "looper_package_in_checkout": ('''
 import shutil, looper
 (ROOT / ".git" / "info").mkdir(parents=True, exist_ok=True)

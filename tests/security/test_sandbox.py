@@ -144,16 +144,20 @@ def test_network_only_when_opted_in(ws: dict[str, Path], network: bool) -> None:
 def test_no_process_outlives_the_run(ws: dict[str, Path]) -> None:
     marker = f"{4000 + os.getpid() % 1000}.{int(time.time()) % 997}"
     done = run_in_train_sandbox(ws, f"""
-        import os, subprocess
+        import os, subprocess, time
         if os.fork() == 0:          # double fork, new session: out of every process group
             os.setsid()
             if os.fork() == 0:
                 subprocess.Popen(["sleep", "{marker}"], start_new_session=True)
+                open("/tmp/started", "w").close()
             os._exit(0)
+        while not os.path.exists("/tmp/started"):
+            time.sleep(0.01)
+        time.sleep(0.1)
         print("FORKED")
         """)
     assert done.exit_code == sandbox.LEFT_RUNNING_EXIT, done
-    assert "left 1 process(es) running" in done.stderr and f"sleep {marker}" in done.stderr, done.stderr
+    assert "process(es) running" in done.stderr and f"sleep {marker}" in done.stderr, done.stderr
     time.sleep(0.5)
     left = proc.run(["pgrep", "-f", f"sleep {marker}"], timeout=10)
     assert left.stdout.strip() == "", f"a process outlived the sandbox: {left.stdout}"
@@ -253,3 +257,30 @@ def test_pin_sees_a_changed_scoring_file(tmp_path: Path) -> None:
     assert sandbox.pin_changes(pins, ev) == []
     ev.write_text("print(2)\n")
     assert sandbox.pin_changes(pins, ev)[0].startswith("evaluate.py changed")
+
+
+def test_host_sockets_under_run_are_not_reachable(ws: dict[str, Path]) -> None:
+    path = Path(f"/run/looper-test-{os.getpid()}.sock")
+    if not os.access("/run", os.W_OK):
+        pytest.skip("/run is not writable here: cannot place a host socket to try")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.connect(str(path))  # reachable from outside: the test can fail
+        probe.close()
+        done = run_in_train_sandbox(ws, f"""
+            import socket
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect({str(path)!r})
+                print("CONNECTED")
+            except OSError as exc:
+                print("NO SOCKET", type(exc).__name__)
+            """)
+    finally:
+        server.close()
+        path.unlink(missing_ok=True)
+    assert done.ok, done.stderr
+    assert "NO SOCKET FileNotFoundError" in done.stdout, done.stdout
