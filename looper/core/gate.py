@@ -20,7 +20,10 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    recall is above ``max_class_drop`` vs the best's runs. The test is the exact McNemar
    test on the seed-paired instances (``found`` lists; run j against run j), pooled over
    the paired seeds, one-sided for a loss; without ``found`` it is Fisher's exact test on
-   the pooled found counts (unpaired; the notes say so). A class fails when its test is
+   the pooled found counts (unpaired; the notes say so). When replicate runs show that class
+   recalls swing between seeds more than independent instances would (a run learns a class
+   or misses it as a whole), the counts are deflated by that measured dispersion
+   (:func:`looper.core.stats.dispersion`, pooled over classes). A class fails when its test is
    rejected by Holm **and** its drop in recall is more than ``max_class_drop``; against the
    current best it fails only when, in addition, the candidate's recall fell to 0:
    "recall.exhaust_fan: 10 of 10 found -> 0 of 10 vs baseline, p = 0.00098 < 0.0019
@@ -263,18 +266,24 @@ def _side(runs: list[dict[str, Any]], name: str, who: str) -> tuple[float, list[
     return support, lists, counts
 
 
-def _compare(name: str, ref: list[dict[str, Any]], cand: list[dict[str, Any]], ref_who: str) -> stats.ClassCounts:
-    """One class, reference runs vs candidate runs: paired when every run has ``found``."""
+def _compare(name: str, ref: list[dict[str, Any]], cand: list[dict[str, Any]],
+             ref_who: str) -> tuple[stats.ClassCounts, list[tuple[int, int]], list[tuple[int, int]]]:
+    """One class, reference runs vs candidate runs: paired when every run has ``found``.
+
+    Also returns each side's (found, support) per run, the replicates :func:`stats.dispersion` reads.
+    """
     ref_support, ref_lists, ref_counts = _side(ref, name, ref_who)
     cand_support, cand_lists, cand_counts = _side(cand, name, "candidate")
     if ref_support != cand_support:
         raise _Unusable(f"the support of {name!r} differs: {ref_who} {ref_support:g}, candidate "
                         f"{cand_support:g} (the test set differs)")
+    support = round(ref_support)
+    per_run = ([(f, support) for f in ref_counts], [(f, support) for f in cand_counts])
     ref_found = [f for f in ref_lists if f is not None]
     cand_found = [f for f in cand_lists if f is not None]
     if len(ref_found) == len(ref_lists) and len(cand_found) == len(cand_lists):
-        return stats.paired_counts(ref_found, cand_found)
-    return stats.unpaired_counts(ref_counts, cand_counts, round(ref_support))
+        return stats.paired_counts(ref_found, cand_found), *per_run
+    return stats.unpaired_counts(ref_counts, cand_counts, support), *per_run
 
 
 def _fmt_below(p: float, threshold: float) -> str:
@@ -291,13 +300,13 @@ class _ClassTest:
     name: str
     against: str  # "baseline" | "best"
     counts: stats.ClassCounts
-    p: float
+    p: float = 1.0
 
 
-def _class_words(t: _ClassTest, h: stats.HolmResult, family: int, margin: float) -> str:
+def _class_words(t: _ClassTest, h: stats.HolmResult, family: int, margin: float, phi: float) -> str:
     c = t.counts
     drop, limit = _fmt_over(c.drop, margin)
-    test = MCNEMAR if c.paired else FISHER
+    test = (MCNEMAR if c.paired else FISHER) + (f", counts / {phi:.1f} for seed spread" if phi > 1 else "")
     where = "vs baseline" if t.against == "baseline" else "vs the current best"
     head = f"recall.{t.name}" if t.against == "baseline" else f"recall.{t.name} fell to 0"
     return (f"{head}: {c.ref_found} of {c.ref_total} found -> {c.cand_found} of {c.cand_total} {where}, "
@@ -368,14 +377,22 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
         for name, recall in best_recall.items():
             if recall > 0 and name not in cand_recall:
                 cand_recall[name] = _mean_recall(inp.candidate, name, "candidate")
-        tests = [_ClassTest(c, "baseline", counts, stats.class_p_value(counts))
-                 for c in live for counts in [_compare(c, ref_runs, inp.candidate, "baseline")]]
+        tests: list[_ClassTest] = []
+        replicates: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (source, class) -> runs
+        for c in live:
+            counts, ref_rows, cand_rows = _compare(c, ref_runs, inp.candidate, "baseline")
+            tests.append(_ClassTest(c, "baseline", counts))
+            replicates.update({("baseline", c): ref_rows, ("candidate", c): cand_rows})
         if not best_is_ref:
-            tests += [_ClassTest(c, "best", counts, stats.class_p_value(counts))
-                      for c, r in best_recall.items() if r > cfg.max_class_drop + _EPS
-                      for counts in [_compare(c, list(inp.best), inp.candidate, "current best")]]
+            for c, r in best_recall.items():
+                if r > cfg.max_class_drop + _EPS:
+                    counts, best_rows, cand_rows = _compare(c, list(inp.best), inp.candidate, "current best")
+                    tests.append(_ClassTest(c, "best", counts))
+                    replicates.update({("best", c): best_rows, ("candidate", c): cand_rows})
     except _Unusable as exc:
         return error(str(exc))
+    phi, phi_df = stats.dispersion(list(replicates.values()))
+    tests = [_ClassTest(t.name, t.against, t.counts, stats.class_p_value(t.counts, phi)) for t in tests]
 
     n = len(cand_scores)
     reruns_left = max(0, reruns_left)
@@ -394,7 +411,7 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
         "baseline_scores": base_scores, "candidate_simpler": inp.candidate_simpler,
         "looks": looks, "alpha_per_look": alpha,
         "class_recall": {c: round(v, 6) for c, v in cand_recall.items()},
-        "gated_classes": len(live),
+        "gated_classes": len(live), "class_dispersion": phi, "class_dispersion_df": phi_df,
     })
     if looks > 1:
         facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks (one per seed): "
@@ -408,12 +425,15 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
             t.against == "baseline" or cand_recall[t.name] <= 0)
         class_facts.append(_test_facts(t, h, fails))
         if fails:
-            blocking.append(_class_words(t, h, len(tests), cfg.max_class_drop))
+            blocking.append(_class_words(t, h, len(tests), cfg.max_class_drop, phi))
     facts["class_tests"] = class_facts
     unpaired = [t.name for t in tests if not t.counts.paired]
     facts["notes"].append(f"class gates: one-sided {MCNEMAR} on seed-paired instances (Fisher's exact test "
                           f"where unpaired), Holm over {len(tests)} test(s) at {alpha:.4g}; a class fails "
                           f"only when significant and its recall drops more than {cfg.max_class_drop:g}")
+    if phi > 1:
+        facts["notes"].append(f"class recalls vary between seeds {phi:.1f}x more than independent instances "
+                              f"would (df {phi_df}): each class test counts an instance as 1/{phi:.1f} of one")
     if unpaired:
         facts["notes"].append(f"no per-instance results ('found') for {_listing(sorted(set(unpaired)))}: "
                               "tested unpaired on recall x support counts (weaker)")

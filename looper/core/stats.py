@@ -10,6 +10,8 @@ Everything here answers one question with a stated error rate:
   METRICS.json without ``found``): Fisher's exact test on the pooled found/missed counts, one
   sided. Without pairing it ignores that both sides saw the same instances, so it is the
   weaker test; verdicts say when it was used.
+- :func:`dispersion`: how much more class recalls vary between seeds than independent
+  instances would; the class tests deflate their counts by it.
 - :func:`holm`: Holm's step-down family-wise control over the classes tested together.
 - :func:`score_test`: is the candidate's score better (or worse) than the current best's
   beyond the measured seed noise? A one-sided Student t-test with the seed variance pooled
@@ -27,11 +29,12 @@ estimate (Bouthillier et al., MLSys 2021) needs tens of seeds to be stable. The 
 equal-variance assumption, and the t distribution's heavy tails at 2 to 4 degrees of
 freedom (a wide band with few seeds, which is the honest answer).
 
-Known limit of the per-instance tests: instances of one class in one run are not
-independent (a run that happens to learn a class late misses all of them together). The
-exact tests treat them as independent, so a class whose recall swings from run to run can
-still look significant; pairing by seed (same seed on both sides) and more seeds are what
-reduce this. The A/A calibration bench measures the resulting false-discard rate.
+Instances of one class in one run are not independent: a run that happens to learn a class
+late misses all of its instances together (the issue's A/A: "exhaust_fan 1.00 -> 0" on an
+unchanged train.py). Counted as independent, such a swing looks overwhelmingly significant.
+:func:`dispersion` measures it from replicate runs (pooled over classes, as quasi-binomial
+models do) and the class tests count each instance as ``1/phi`` of one; with a single
+reference run phi cannot be measured and the tests are the plain exact ones.
 
 scipy is used for the exact binomial and hypergeometric tails (``binomtest``,
 ``fisher_exact``), the t distribution and the Wilson interval: well-tested implementations
@@ -45,6 +48,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scipy import special as _special
 from scipy import stats as _st
 
 
@@ -75,19 +79,25 @@ class ClassCounts:
         return ref - cand
 
 
-def mcnemar_exact(lost: int, gained: int) -> float:
+def mcnemar_exact(lost: int, gained: int, dispersion: float = 1.0) -> float:
     """One-sided exact McNemar p-value that losses outnumber gains beyond chance.
 
     Under the null the candidate and the reference are exchangeable on each instance, so a
     discordant pair is a loss with probability 1/2: ``P(X >= lost)``, ``X ~ Bin(lost+gained, 1/2)``.
-    No discordant pair: p = 1.
+    No loss: p = 1. With ``dispersion`` phi > 1 (see :func:`dispersion`) each pair counts as
+    1/phi of an independent one: the same tail at ``lost/phi`` of ``(lost+gained)/phi``, through
+    its continuous form ``I_1/2(lost/phi, gained/phi + 1)`` (equal to the binomial tail at whole
+    counts; phi = 1 is the exact test).
     """
     if lost < 0 or gained < 0:
         raise ValueError(f"counts must be >= 0, got lost={lost}, gained={gained}")
-    n = lost + gained
-    if n == 0:
+    if not (math.isfinite(dispersion) and dispersion >= 1.0):
+        raise ValueError(f"dispersion must be >= 1, got {dispersion!r}")
+    if lost == 0:
         return 1.0
-    return float(_st.binomtest(lost, n, 0.5, alternative="greater").pvalue)
+    if dispersion == 1.0:
+        return float(_st.binomtest(lost, lost + gained, 0.5, alternative="greater").pvalue)
+    return float(_special.betainc(lost / dispersion, gained / dispersion + 1.0, 0.5))
 
 
 def lost_found_unpaired(ref_found: int, ref_total: int, cand_found: int, cand_total: int) -> float:
@@ -104,11 +114,48 @@ def lost_found_unpaired(ref_found: int, ref_total: int, cand_found: int, cand_to
     return float(_st.fisher_exact(table, alternative="greater").pvalue)
 
 
-def class_p_value(counts: ClassCounts) -> float:
-    """The p-value of ``counts``' loss: exact McNemar when paired, else Fisher's exact test."""
+def class_p_value(counts: ClassCounts, dispersion: float = 1.0) -> float:
+    """The p-value of ``counts``' loss: exact McNemar when paired, else Fisher's exact test.
+
+    ``dispersion`` phi > 1 deflates the counts (McNemar: continuously; Fisher: counts / phi,
+    rounded), so that a class whose recall swings between seeds is not condemned on instances
+    that were lost together.
+    """
     if counts.paired:
-        return mcnemar_exact(counts.lost, counts.gained)
-    return lost_found_unpaired(counts.ref_found, counts.ref_total, counts.cand_found, counts.cand_total)
+        return mcnemar_exact(counts.lost, counts.gained, dispersion)
+    if not (math.isfinite(dispersion) and dispersion >= 1.0):
+        raise ValueError(f"dispersion must be >= 1, got {dispersion!r}")
+    c = [round(x / dispersion) for x in (counts.ref_found, counts.ref_total, counts.cand_found, counts.cand_total)]
+    return lost_found_unpaired(*c)
+
+
+def dispersion(samples: Sequence[Sequence[tuple[int, int]]]) -> tuple[float, int]:
+    """How much more a class's recall varies between seeds than instance sampling explains.
+
+    Each sample is one class of one source: ``(found, support)`` per run (different seeds).
+    phi = sum over samples of ``(k-1) * s^2`` / sum of ``(k-1) * p(1-p)/n`` (s^2: the variance
+    of the runs' recalls, p their pooled recall, n the support, k the runs): the quasi-binomial
+    dispersion, pooled over classes. 1 when instances are independent; large when a run
+    learns a class or misses it as a whole. Returns (max(phi, 1), degrees of freedom); (1, 0)
+    when nothing was replicated.
+    """
+    observed = expected = 0.0
+    df = 0
+    for runs in samples:
+        k = len(runs)
+        if k < 2 or any(n <= 0 for _, n in runs):
+            continue
+        recalls = [f / n for f, n in runs]
+        pooled = sum(f for f, _ in runs) / sum(n for _, n in runs)
+        if pooled in (0.0, 1.0):
+            continue  # every run found all or none: no spread to measure
+        mean_n = sum(n for _, n in runs) / k
+        observed += statistics.variance(recalls) * (k - 1)
+        expected += pooled * (1 - pooled) / mean_n * (k - 1)
+        df += k - 1
+    if not df:
+        return 1.0, 0
+    return max(1.0, observed / expected), df
 
 
 def paired_counts(reference: Sequence[Sequence[int]], candidate: Sequence[Sequence[int]]) -> ClassCounts:

@@ -598,3 +598,31 @@ def test_the_documented_example_verdict() -> None:
     assert d.verdict.blocking == [
         "recall.exhaust_fan: 10 of 10 found -> 0 of 10 vs baseline, p = 0.00098 < 0.0019 "
         "(exact McNemar, Holm over 26); drop 1.00 > 0.05"]
+
+
+def test_a_class_that_swings_between_seeds_is_not_condemned_by_one_run() -> None:
+    # The A/A: the baseline's seeds learn exhaust_fan in two runs of three; an unchanged
+    # candidate whose one run missed it "drops 1.00". Counted as 10 independent instances that
+    # is p = 0.001; the seeds show the class moves as a whole, so it is not significant.
+    seeds = [run(0.39 + i / 100, BASE, found={"exhaust_fan": hits(10, f)}) for i, f in enumerate((10, 0, 10))]
+    cand = run(0.40, BASE, found={"exhaust_fan": hits(10, 0)})
+    d = gate(cand, baseline=seeds[0], base_runs=seeds, reruns_left=0)
+    m = d.verdict.metrics
+    assert m["class_dispersion"] > 3 and m["class_dispersion_df"] == 10  # 5 classes x (3 seeds - 1)
+    row = next(t for t in m["class_tests"] if t["class"] == "exhaust_fan")
+    assert row["lost"] == 10 and row["significant"] is False and d.outcome is not Outcome.DISCARD
+    assert any("vary between seeds" in n for n in m["notes"])
+    # with a steady baseline (three seeds found all ten) the same loss is a real one
+    steady = [run(0.39 + i / 100, BASE, found={"exhaust_fan": hits(10, 10)}) for i in range(3)]
+    assert gate(cand, baseline=steady[0], base_runs=steady, reruns_left=0).outcome is Outcome.DISCARD
+
+
+def test_a_loss_beyond_the_seed_spread_names_the_deflation() -> None:
+    seeds = [run(0.39 + i / 100, BASE, found={"k0": hits(20, f), "k1": hits(20, f), "exhaust_fan": hits(40, 40)})
+             for i, f in enumerate((20, 10, 20))]  # k0 and k1 swing between seeds
+    cand = run(0.40, BASE, found={"k0": hits(20, 20), "k1": hits(20, 20), "exhaust_fan": hits(40, 0)})
+    d = gate(cand, baseline=seeds[0], base_runs=seeds, reruns_left=0)
+    phi = d.verdict.metrics["class_dispersion"]
+    assert phi > 1 and d.outcome is Outcome.DISCARD
+    assert d.verdict.blocking[0].startswith("recall.exhaust_fan: 40 of 40 found -> 0 of 40 vs baseline")
+    assert f"(exact McNemar, counts / {phi:.1f} for seed spread, Holm over 7)" in d.verdict.blocking[0]

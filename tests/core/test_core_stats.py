@@ -252,3 +252,41 @@ def test_more_seeds_of_the_same_result_never_widen_a_recall_interval(
     lo1, hi1 = stats.recall_interval(found * seeds, n * seeds, confidence)
     lo2, hi2 = stats.recall_interval(found * (seeds + more), n * (seeds + more), confidence)
     assert hi2 - lo2 <= hi1 - lo1 + 1e-12
+
+
+# -- seed overdispersion --------------------------------------------------------------------------
+
+
+def test_dispersion_of_independent_looking_runs_is_one() -> None:
+    assert stats.dispersion([]) == (1.0, 0)
+    assert stats.dispersion([[(5, 10)]]) == (1.0, 0)  # one run: nothing replicated
+    assert stats.dispersion([[(10, 10), (10, 10)], [(0, 10), (0, 10)]]) == (1.0, 0)  # all or none: no spread
+    assert stats.dispersion([[(5, 10), (5, 10), (5, 10)]]) == (1.0, 2)  # less spread than chance: floored at 1
+    assert stats.dispersion([[(5, 0), (5, 0)]]) == (1.0, 0)
+
+
+def test_dispersion_of_a_class_learned_or_missed_as_a_whole() -> None:
+    phi, df = stats.dispersion([[(10, 10), (0, 10), (10, 10)]])
+    # recalls 1, 0, 1: variance 1/3; pooled p = 2/3: binomial variance (2/9)/10
+    assert df == 2 and phi == pytest.approx((1 / 3) / ((2 / 9) / 10))
+    phi2, df2 = stats.dispersion([[(10, 10), (0, 10), (10, 10)], [(5, 10), (6, 10), (4, 10)]])
+    assert df2 == 4 and phi2 == pytest.approx((2 * (1 / 3) + 2 * 0.01) / (2 * (2 / 9) / 10 + 2 * 0.025))
+
+
+@given(st.integers(0, 40), st.integers(0, 40), st.sampled_from([1.0, 1.5, 2.0, 4.0, 10.0]))
+def test_overdispersion_never_makes_a_loss_more_significant(lost: int, gained: int, phi: float) -> None:
+    # deflating moves p towards 1/2: a loss looks less certain (p above 1/2 is never a loss anyway)
+    assert min(stats.mcnemar_exact(lost, gained, phi), 0.5) >= min(stats.mcnemar_exact(lost, gained), 0.5) - 1e-12
+    if phi == 2.0 and lost % 2 == 0 and gained % 2 == 0:  # whole counts: the binomial tail itself
+        assert stats.mcnemar_exact(lost, gained, phi) == pytest.approx(
+            stats.mcnemar_exact(lost // 2, gained // 2), rel=1e-9)
+
+
+def test_overdispersion_deflates_the_fisher_fallback_too() -> None:
+    c = ClassCounts(20, 20, 0, 20, False)
+    assert stats.class_p_value(c, 4.0) == stats.lost_found_unpaired(5, 5, 0, 5) > stats.class_p_value(c)
+    for bad in (0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="dispersion must be >= 1"):
+            stats.class_p_value(c, bad)
+        with pytest.raises(ValueError, match="dispersion must be >= 1"):
+            stats.mcnemar_exact(3, 1, bad)
