@@ -249,7 +249,9 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: dict, role: str) ->
                 return ended(r, "rerun")
             runs.append(r.metrics)
     if d.outcome is Outcome.ERROR:
-        return Result(Outcome.ERROR, d.verdict, halt="gate: " + "; ".join(d.verdict.blocking), advice=GATE_ADVICE)
+        baseline_cannot_gate = any(b.startswith("the baseline cannot gate") for b in d.verdict.blocking)
+        return Result(Outcome.ERROR, d.verdict, halt="gate: " + "; ".join(d.verdict.blocking),
+                      advice=GATE_ADVICE if baseline_cannot_gate else None)
     return Result(d.outcome, d.verdict, score=d.score, metrics=mean_metrics(runs))
 
 

@@ -127,6 +127,9 @@ class Loop:
                               fixed_hashes=row["fixed_hashes"], data_hash=data_hash, noise=None)
             ctx.pinned = ctx.store.get_tag(ctx.tag)
             message += f" (data re-pinned: hash {data_hash[:12]})"
+        elif any(c.startswith("data.") for c in changed):  # prepare.py builds the data only when it is missing
+            message += (f" (the data in {ctx.cfg.data.dir} is unchanged: move it away to prepare it for the "
+                        "new settings)")
         ctx.event("baseline", message, ref["id"], {"changed": changed})
         ctx.display.note(message)
         return changed

@@ -5,6 +5,7 @@ executor. Each test asserts what settle() did: the one outcome row, the branch, 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -75,12 +76,12 @@ def test_keep_commits_on_the_branch_and_writes_one_scored_outcome(ws):
 def test_discard_resets_to_the_parent_and_keeps_the_commit_reachable(ws):
     loop = ready(ws)
     base = tip(ws)
-    ws.enqueue("QUALITY up but vav_box down", knobs={"QUALITY": 0.8, "WEAK_CLASS": "vav_box", "WEAK_RECALL": 0.3})
+    ws.enqueue("QUALITY 0.5 -> 0.2", knobs={"QUALITY": 0.2})
     r = run_candidate(loop.ctx, loop.ctx.workers[0])
     assert r.outcome is Outcome.DISCARD
     (row,) = outcome_rows(ws)
     assert row["status"] == "discard" and row["score"] is not None  # a measured result keeps its score
-    assert any("vav_box" in b for b in json.loads(row["blocking_json"]))
+    assert json.loads(row["blocking_json"]) == r.verdict.blocking != []
     assert tip(ws) == base and ws.git("status", "--porcelain", cwd=ws.worktree) == ""
     assert ws.git("rev-parse", f"refs/looper/discarded/{row['id']}") == row["commit"]
 
@@ -159,15 +160,19 @@ def test_a_changed_budget_starts_a_new_baseline_and_says_so(ws):
     assert loop.ctx.store.best_experiment("t")["id"] == second["id"]  # candidates now compare with the new one
 
 
-def test_a_changed_data_seed_repins_the_data_and_starts_a_new_baseline(ws):
+def test_a_changed_data_seed_starts_a_new_baseline_and_repins_rebuilt_data(ws):
     ready(ws)
     pinned = Store(ws.root / "experiments.db").get_tag("t")["data_hash"]
-    loop = ready(ws, **{"data.seed": 3})
+    ready(ws, **{"data.seed": 3})  # the data folder stays as it was: prepare.py builds only missing data
     assert len(baselines(ws)) == 2
     (said,) = [e["message"] for e in ws.events("baseline") if "data.seed" in e["message"]]
-    assert said.startswith("data.seed 0 -> 3 since baseline #")
+    assert said.startswith("data.seed 0 -> 3 since baseline #") and "data in data is unchanged" in said
+    shutil.rmtree(ws.root / "data")  # the person moves it away, as the event says
+    loop = ready(ws, **{"data.seed": 4})
+    assert len(baselines(ws)) == 3
     now = loop.ctx.store.get_tag("t")["data_hash"]
-    assert now != pinned and f"data re-pinned: hash {now[:12]}" in said  # the fixture data depend on the seed
+    said = [e["message"] for e in ws.events("baseline") if "data.seed 3 -> 4" in e["message"]]
+    assert now != pinned and said and f"data re-pinned: hash {now[:12]}" in said[0]  # the fixture data follow the seed
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
     assert run_candidate(loop.ctx, loop.ctx.workers[0]).outcome is Outcome.KEEP
 
@@ -194,16 +199,19 @@ def test_the_advice_of_a_cannot_gate_halt_does_not_lead_back_into_it(ws, pages):
 
 # ---------------------------------------------------------------- a halt page shows only its own failure
 def test_a_halt_page_shows_only_the_facts_of_its_own_failure(ws, pages):
-    ws.enqueue("QUALITY up but vav_box down", knobs={"QUALITY": 0.8, "WEAK_CLASS": "vav_box", "WEAK_RECALL": 0.3})
+    ws.enqueue("QUALITY 0.5 -> 0.2", knobs={"QUALITY": 0.2})
     assert night(ws, pages).run(max_experiments=1) == 0
-    assert [r["status"] for r in ws.rows()] == ["discard"]
+    (discarded,) = ws.rows()
+    assert discarded["status"] == "discard"
+    stale = json.loads(discarded["blocking_json"])
+    assert stale
     broken = night(ws, pages, **{"agent.command": str(ws.root / "no-such-agent")})
     assert broken.run(max_experiments=1) == 3
     (page,) = pages.pages
     body = json.dumps(page)
     assert "agent command not found" in body
-    for stale in ("vav_box", "locking reasons", "Last lines", "Experiments this run", "{}"):
-        assert stale not in body, (stale, body)
+    for text in (*stale, "locking reasons", "Last lines", "Experiments this run", "{}", f"#{discarded['id']}"):
+        assert json.dumps(text)[1:-1] not in body, (text, body)
     assert "No experiment finished this run." in body
     (halt,) = ws.events("halt")
     assert halt["experiment_id"] is None
