@@ -4,6 +4,7 @@ executor. Each test asserts what settle() did: the one outcome row, the branch, 
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from looper.adapters.agents import make_agent
 from looper.adapters.executors import make_executor
 from looper.adapters.notify import AppriseNotifier
 from looper.config import config_from_dict, load_config
+from looper.context import baseline_drift
 from looper.core.verdict import Outcome, Status
 from looper.display import Display
 from looper.errors import HarnessError
@@ -23,7 +25,7 @@ from looper.program import parse_program
 from looper.store import Store
 
 
-def night(ws, pages=None, **over: object) -> Loop:
+def night(ws, pages=None, display: Display | None = None, **over: object) -> Loop:
     """A Loop on the workspace, as `looper run` builds it; ``over``: "section.key" -> value."""
     cfg = load_config(ws.root / "looper.toml")
     if over:
@@ -35,7 +37,7 @@ def night(ws, pages=None, **over: object) -> Loop:
     text = (ws.root / "program.md").read_text()
     return Loop(ws.root, cfg, Store(ws.root / "experiments.db"), make_executor(ws.root, cfg.executor),
                 make_agent(cfg.agent, parse_program(text)), AppriseNotifier([pages.url] if pages else []),
-                display=Display(), program_md=text)
+                display=display or Display(), program_md=text)
 
 
 @pytest.fixture
@@ -46,8 +48,8 @@ def ws(make_ws, monkeypatch):
     return w
 
 
-def ready(ws, pages=None, **over: object) -> Loop:
-    loop = night(ws, pages, **over)
+def ready(ws, pages=None, display: Display | None = None, **over: object) -> Loop:
+    loop = night(ws, pages, display, **over)
     assert loop.setup() is None  # the baseline is measured and kept
     return loop
 
@@ -152,12 +154,28 @@ def test_a_changed_budget_starts_a_new_baseline_and_says_so(ws):
     assert len(baselines(ws)) == 1
     ready(ws)  # nothing changed: the baseline stands
     assert len(baselines(ws)) == 1
-    loop = ready(ws, **{"loop.budget_seconds": 7})
+    shown = io.StringIO()
+    loop = ready(ws, display=Display(shown), **{"loop.budget_seconds": 7})
     first, second = baselines(ws)
     assert json.loads(second["config_json"])["loop"]["budget_seconds"] == 7
     said = [e["message"] for e in ws.events("baseline")]
-    assert f"loop.budget_seconds 6 -> 7 since baseline #{first['id']} was measured: measuring a new baseline" in said
+    line = f"loop.budget_seconds 6 -> 7 since baseline #{first['id']} was measured: measuring a new baseline"
+    assert line in said and line in shown.getvalue()
     assert loop.ctx.store.best_experiment("t")["id"] == second["id"]  # candidates now compare with the new one
+
+
+def test_what_a_baseline_depends_on_budget_data_scale_and_seed_executor_kind():
+    then = {"loop": {"budget_seconds": 20, "tag": "a"}, "data": {"scale": "tiny", "seed": 0},
+            "executor": {"kind": "local"}, "agent": {"kind": "planner"}}
+    now = json.loads(json.dumps(then))
+    assert baseline_drift(then, now) == []
+    now["loop"]["tag"], now["agent"]["kind"] = "b", "command"  # not what a baseline measures
+    assert baseline_drift(then, now) == []
+    now["loop"]["budget_seconds"], now["data"]["scale"], now["data"]["seed"] = 90, "demo", 1
+    now["executor"]["kind"] = "ssh"
+    assert baseline_drift(then, now) == ["loop.budget_seconds 20 -> 90", "data.scale tiny -> demo",
+                                         "data.seed 0 -> 1", "executor.kind local -> ssh"]
+    assert baseline_drift(None, now) == [] and baseline_drift({"loop": {}}, now) == []  # unknown: unchanged
 
 
 def test_a_changed_data_seed_starts_a_new_baseline_and_repins_rebuilt_data(ws):
