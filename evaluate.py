@@ -5,9 +5,10 @@
 Each page is cut into overlapping tiles; tiles go through the network in batches (no
 per-tile predict call); boxes cut by an inner tile edge are dropped and the rest merged
 across tiles class by class; predictions are matched to the page's truth per class at
-IoU >= 0.5 at one pinned confidence (looper.core.metrics). The METRICS.json format is in
-docs/INTERFACES.md. Same weights, same data -> same bytes. On any failure it exits
-non-zero, says why, and writes nothing.
+IoU >= 0.5 (looper.core.metrics). Precision, recall, F1 and the per-instance ``found``
+flags count boxes scored >= the pinned confidence 0.25; AP50 ranks every merged box
+scored above 0.001. The METRICS.json format is in docs/INTERFACES.md. Same weights, same
+data -> same bytes. On any failure it exits non-zero, says why, and writes nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from looper.core.metrics import (
     CONFIDENCE,
     IOU,
+    STREAM_CONFIDENCE,
     Detection,
     drop_seam_boxes,
     evaluate_pages,
@@ -156,16 +158,34 @@ def read_pages(data: Path, split: str) -> list[tuple[Path, dict]]:
     return pages
 
 
-def detect_page(model, image: Path, device: str, nc: int) -> list[tuple[int, tuple[float, float, float, float], float]]:  # type: ignore[no-untyped-def]
-    """All merged detections on one page: (class index, page box, score), score >= CONFIDENCE."""
+def nms_threshold(min_score: float) -> float:
+    """The float32 just below ``min_score``: Ultralytics' NMS keeps only scores strictly above
+    its threshold (compared in float32), so this keeps every score >= ``min_score``."""
     import numpy as np
-    import torch
-    from PIL import Image
 
+    return float(np.nextafter(np.float32(min_score), np.float32(0.0)))
+
+
+def tile_nms(out, nc: int, min_score: float):  # type: ignore[no-untyped-def]
+    """Within-tile NMS of one batch of raw network outputs: per tile, an (n, 6+) tensor of
+    x1, y1, x2, y2, score, class, every score >= ``min_score`` (at most 300 per tile)."""
     try:
         from ultralytics.utils.nms import non_max_suppression
     except ImportError:  # older Ultralytics
         from ultralytics.utils.ops import non_max_suppression
+
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    results = non_max_suppression(out, conf_thres=nms_threshold(min_score), iou_thres=NMS_IOU, nc=nc,
+                                  max_det=300, max_time_img=1e6)
+    return [r[r[:, 4] >= min_score] for r in results]
+
+
+def detect_page(model, image: Path, device: str, nc: int,  # type: ignore[no-untyped-def]
+                min_score: float = CONFIDENCE) -> list[tuple[int, tuple[float, float, float, float], float]]:
+    """All merged detections on one page: (class index, page box, score), score >= ``min_score``."""
+    import numpy as np
+    import torch
+    from PIL import Image
 
     page = np.asarray(Image.open(image).convert("L"), dtype=np.uint8)
     h, w = page.shape
@@ -181,15 +201,12 @@ def detect_page(model, image: Path, device: str, nc: int) -> list[tuple[int, tup
         x = torch.from_numpy(tiles).float().div_(255.0).unsqueeze(1).expand(-1, 3, -1, -1).contiguous().to(device)
         with torch.inference_mode():
             out = model(x)
-        out = out[0] if isinstance(out, (list, tuple)) else out
-        results = non_max_suppression(out, conf_thres=CONFIDENCE, iou_thres=NMS_IOU, nc=nc,
-                                      max_det=300, max_time_img=1e6)
-        for (x0, y0), res in zip(chunk, results, strict=True):
+        for (x0, y0), res in zip(chunk, tile_nms(out, nc, min_score), strict=True):
             dets = [Detection(str(int(c)), (float(a) + x0, float(b) + y0, float(cc) + x0, float(d) + y0), float(s))
                     for a, b, cc, d, s, c in res[:, :6].cpu().tolist()]
             found += drop_seam_boxes(dets, (x0, y0), TILE, (w, h))
     merged = merge_detections(found)
-    return [(int(d.cls), d.box, d.score) for d in merged if d.score >= CONFIDENCE]
+    return [(int(d.cls), d.box, d.score) for d in merged if d.score >= min_score]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
 
     evaluated = []
     for image, truth in pages:
-        preds = [Detection(classes[c], box, score) for c, box, score in detect_page(model, image, device, len(classes))]
+        preds = [Detection(classes[c], box, score)
+                 for c, box, score in detect_page(model, image, device, len(classes), STREAM_CONFIDENCE)]
         gt = [Detection(str(b["class"]), tuple(float(v) for v in b["box"])) for b in truth["boxes"]]  # type: ignore[misc]
         evaluated.append((preds, gt))
     metrics = evaluate_pages(evaluated, classes, IOU, CONFIDENCE)
@@ -236,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(text)
     tmp.replace(args.out)
     print(f"evaluate.py: {metrics['pages']} pages, {metrics['predictions']} predictions, {metrics['truth']} truth, "
-          f"macro_f1={metrics['macro_f1']} weighted_f1={metrics['weighted_f1']} -> {args.out}")
+          f"macro_f1={metrics['macro_f1']} weighted_f1={metrics['weighted_f1']} map50={metrics.get('map50')} -> {args.out}")
     return 0
 
 

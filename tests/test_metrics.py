@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -81,7 +82,10 @@ def test_confidence_threshold_is_applied() -> None:
     r = match_page([D("thermostat", 0, 0, 30, 30, CONFIDENCE - 0.01)], t)
     assert r.predictions == 0 and r.counts["thermostat"].fn == 1
     r = match_page([D("thermostat", 0, 0, 30, 30, CONFIDENCE)], t)
-    assert r.counts["thermostat"].tp == 1
+    assert r.counts["thermostat"].tp == 1 and r.found["thermostat"] == [True]
+    r = match_page([D("thermostat", 0, 0, 30, 30, math.nextafter(CONFIDENCE, 0))], t)
+    assert r.predictions == 0 and r.counts["thermostat"].tp == 0 and r.found["thermostat"] == [False]
+    assert r.ranked["thermostat"] == [(math.nextafter(CONFIDENCE, 0), True)]  # still ranked for AP50
 
 
 def test_iou_threshold_boundary() -> None:
@@ -91,23 +95,62 @@ def test_iou_threshold_boundary() -> None:
     assert match_page([D("thermostat", 0, 0, 30, 14)], t).counts["thermostat"].tp == 0
 
 
-def test_symbol_split_across_two_tiles_is_merged_back() -> None:
+def test_symbol_cut_by_a_seam_is_scored_from_the_tile_that_sees_it_whole() -> None:
     truth = [D("exhaust_grille", 230, 100, 270, 140)]
     # overlapping tiles: tile A (0..256) sees a piece, tile B (160..416) sees all of it
     piece = D("exhaust_grille", 230, 100, 256, 140, 0.7)
     whole = D("exhaust_grille", 231, 100, 270, 140, 0.6)
     assert drop_seam_boxes([piece], (0, 0), 256, (1024, 1024)) == []  # cut by tile A's inner edge
     assert drop_seam_boxes([whole], (160, 0), 256, (1024, 1024)) == [whole]
-    merged = merge_detections([piece, whole])
-    assert len(merged) == 1 and merged[0].box == (230, 100, 270, 140)
-    # two halves abutting on a seam join into their union and match the truth
-    halves = [D("exhaust_grille", 230, 100, 256, 140, 0.7), D("exhaust_grille", 256, 101, 270, 140, 0.5)]
-    merged = merge_detections(halves)
-    assert len(merged) == 1 and merged[0].box == (230, 100, 270, 140)
-    merged_counts = match_page(merged, truth).counts["exhaust_grille"]
-    assert (merged_counts.tp, merged_counts.fp) == (1, 0)
-    unmerged = match_page(halves, truth).counts["exhaust_grille"]
-    assert (unmerged.tp, unmerged.fp) == (1, 1)  # unmerged, the second half is a false positive
+    kept = drop_seam_boxes([piece], (0, 0), 256, (1024, 1024)) + drop_seam_boxes([whole], (160, 0), 256, (1024, 1024))
+    assert merge_detections(kept) == [whole]
+    counts = match_page(merge_detections(kept), truth).counts["exhaust_grille"]
+    assert (counts.tp, counts.fp) == (1, 0)
+
+
+def test_a_piece_is_suppressed_and_the_confident_box_keeps_its_own_extent() -> None:
+    piece = D("exhaust_grille", 230, 100, 256, 140, 0.7)  # more confident, 26 of the 39 px inside `whole`
+    whole = D("exhaust_grille", 231, 100, 270, 140, 0.6)
+    assert iou(piece.box, whole.box) < 0.7 and merge_detections([piece, whole]) == [piece]  # never the union
+    assert merge_detections([whole, D("exhaust_grille", 240, 105, 260, 135, 0.5)]) == [whole]  # a piece inside
+
+
+def test_a_confident_box_never_grows_to_the_union_of_lower_scored_boxes() -> None:
+    """The thermostat of issue 14: a tight confident box (IoU 0.93 to its truth) beside lower-
+    scored overlapping boxes; growing to their union took it to IoU 0.59 and wrecked AP50."""
+    truth = D("thermostat", 200, 200, 230, 230)
+    tight = D("thermostat", 200, 200, 230, 228, 0.91)
+    assert iou(tight.box, truth.box) == pytest.approx(0.9333, abs=1e-4)
+    lower = [D("thermostat", 206, 204, 246, 234, 0.30),  # a wide box: the tight one lies 0.6+ inside it
+             D("thermostat", 190, 196, 222, 226, 0.12),  # another, shifted up-left
+             D("thermostat", 229, 200, 250, 228, 0.05)]  # abutting on the right
+    union = (190, 196, 250, 234)
+    assert iou(union, truth.box) < 0.6  # what absorbing them by union would have matched with
+    merged = merge_detections([tight, *lower])
+    assert merged[0] == tight and tight in merged  # returned exactly as it came in
+    assert all(m.score < tight.score for m in merged[1:])
+    assert match_page(merged, [truth]).counts["thermostat"].tp == 1
+    m = evaluate_pages([(merged, [truth])], CLASSES)
+    assert m["classes"]["thermostat"]["ap50"] == 1.0  # the confident box ranks first and matches
+
+
+boxes_st = st.tuples(st.integers(0, 120), st.integers(0, 120), st.integers(4, 50), st.integers(4, 50))
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.lists(st.tuples(st.sampled_from(CLASSES[:2]), boxes_st, st.integers(1, 999)), max_size=25),
+       cut=st.integers(1, 999))
+def test_merge_never_changes_a_box_and_is_decided_from_the_top(raw: list, cut: int) -> None:
+    dets = [D(c, x, y, x + w, y + h, s / 1000) for c, (x, y, w, h), s in raw]
+    merged = merge_detections(dets)
+    assert all(m in dets for m in merged)  # kept boxes are input boxes, untouched
+    assert sorted(merged, key=lambda d: (-d.score, d.cls, d.box)) == merged
+    for i, a in enumerate(merged):  # no kept box is a duplicate or a piece of another
+        for b in merged[i + 1:]:
+            if a.cls == b.cls:
+                assert iou(a.box, b.box) < 0.5
+    t = cut / 1000  # what is kept at or above a score does not depend on lower-scored boxes
+    assert [m for m in merged if m.score >= t] == merge_detections([d for d in dets if d.score >= t])
 
 
 def test_merge_keeps_distinct_classes_and_distant_boxes() -> None:
@@ -243,3 +286,117 @@ def test_metrics_from_counts_rounds_and_is_stable() -> None:
     m2 = metrics_from_counts({"thermostat": Counts(1, 2, 0)}, CLASSES, 1, 3, 1)
     assert m1 == m2 and m1["classes"]["thermostat"]["precision"] == 0.333333
     assert m1["iou"] == IOU and m1["confidence"] == CONFIDENCE
+
+
+# -- per-instance "found" flags ----------------------------------------------------------
+def test_found_lists_one_flag_per_instance_page_by_page_in_truth_order() -> None:
+    page1 = [D("supply_grille", 100, 10, 140, 40), D("thermostat", 0, 0, 30, 30), D("supply_grille", 10, 10, 50, 40)]
+    page2 = [D("supply_grille", 300, 300, 340, 330), D("supply_grille", 400, 10, 440, 40)]
+    preds1 = [D("supply_grille", 10, 10, 50, 40, 0.9),  # finds page 1's SECOND supply grille
+              D("thermostat", 0, 0, 30, 30, 0.2)]  # below the pinned confidence: not found
+    preds2 = [D("supply_grille", 400, 10, 440, 40, 0.25)]  # exactly at it: found
+    m = evaluate_pages([(preds1, page1), (preds2, page2)], CLASSES)
+    sg = m["classes"]["supply_grille"]
+    assert sg["found"] == [0, 1, 0, 1] and all(type(f) is int for f in sg["found"])
+    assert m["classes"]["thermostat"]["found"] == [0]
+    assert m["classes"]["exhaust_grille"]["found"] == []  # no instances, still a list
+    for row in m["classes"].values():
+        assert len(row["found"]) == row["support"] and sum(row["found"]) == row["tp"]
+    # page order is the caller's (evaluate.py: sorted page names); swapping pages swaps the blocks
+    swapped = evaluate_pages([(preds2, page2), (preds1, page1)], CLASSES)
+    assert swapped["classes"]["supply_grille"]["found"] == [0, 1, 0, 1][2:] + [0, 1, 0, 1][:2]
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n_pages=st.integers(1, 4))
+def test_found_agrees_with_counts_and_the_bytes_are_stable(seed: int, n_pages: int) -> None:
+    import json
+
+    pages = random_pages(random.Random(seed), n_pages)
+    m = evaluate_pages(pages, CLASSES)
+    for c, row in m["classes"].items():
+        assert len(row["found"]) == row["support"] and sum(row["found"]) == row["tp"], c
+    again = evaluate_pages([(list(reversed(p)), t) for p, t in pages], CLASSES)  # prediction order is irrelevant
+    assert json.dumps(m, sort_keys=True) == json.dumps(again, sort_keys=True)
+
+
+# -- AP50 --------------------------------------------------------------------------------
+def test_average_precision_by_hand() -> None:
+    from looper.core.metrics import average_precision
+
+    assert average_precision([], 0) is None and average_precision([(0.9, False)], 0) is None
+    assert average_precision([], 3) == 0.0
+    assert average_precision([(0.9, True), (0.8, True)], 2) == 1.0
+    # ranked hit, miss, hit over 2 instances: precision 1 up to recall 0.5 (51 of 101 levels), then 2/3
+    assert average_precision([(0.5, True), (0.9, True), (0.7, False)], 2) == pytest.approx((51 + 50 * 2 / 3) / 101)
+    # one of two instances never found: precision 1 up to recall 0.5, 0 beyond
+    assert average_precision([(0.9, True)], 2) == pytest.approx(51 / 101)
+    # low-scored hits still count: a 0.01 hit after a 0.9 miss
+    assert average_precision([(0.9, False), (0.01, True)], 1) == pytest.approx(0.5)
+
+
+def test_ap50_and_map50_in_metrics() -> None:
+    truth = [D("thermostat", 0, 0, 30, 30), D("supply_grille", 100, 0, 140, 30)]
+    preds = [D("thermostat", 0, 0, 30, 30, 0.9), D("supply_grille", 100, 0, 140, 30, 0.1),  # found below 0.25
+             D("return_grille", 200, 0, 240, 30, 0.05)]  # a class without support: no AP, still a row
+    m = evaluate_pages([(preds, truth)], CLASSES)
+    assert m["classes"]["thermostat"]["ap50"] == 1.0
+    assert m["classes"]["supply_grille"]["ap50"] == 1.0 and m["classes"]["supply_grille"]["recall"] == 0.0
+    assert m["classes"]["return_grille"]["ap50"] is None and m["classes"]["return_grille"]["fp"] == 0
+    assert m["classes"]["exhaust_grille"]["ap50"] is None
+    assert m["map50"] == 1.0 and m["ap_confidence"] == 0.001
+    assert m["predictions"] == 1  # P/R side: only the box at >= 0.25
+
+
+def _coco_ap50(pages: list[tuple[list[Detection], list[Detection]]], classes: list[str]) -> dict[str, float]:
+    """Per-class AP at IoU 0.5 from faster-coco-eval (COCO's evaluator), every detection kept."""
+    from faster_coco_eval import COCO, COCOeval_faster
+
+    def xywh(b: tuple) -> list[float]:
+        return [b[0], b[1], b[2] - b[0], b[3] - b[1]]
+
+    cat = {c: i + 1 for i, c in enumerate(classes)}
+    images, anns, dets = [], [], []
+    for i, (preds, truth) in enumerate(pages, 1):
+        images.append({"id": i, "width": 1000, "height": 1000, "file_name": f"page_{i:03d}.png"})
+        for t in truth:
+            w = xywh(t.box)
+            anns.append({"id": len(anns) + 1, "image_id": i, "category_id": cat[t.cls], "bbox": w,
+                         "area": w[2] * w[3], "iscrowd": 0})
+        dets += [{"image_id": i, "category_id": cat[p.cls], "bbox": xywh(p.box), "score": p.score} for p in preds]
+    gt = COCO()
+    gt.dataset = {"images": images, "annotations": anns, "categories": [{"id": v, "name": k} for k, v in cat.items()]}
+    gt.createIndex()
+    ev = COCOeval_faster(gt, gt.loadRes(dets), "bbox")
+    ev.params.iouThrs = np.array([0.5])
+    ev.params.maxDets = [1, 10, 10_000]  # COCO's default keeps 100 per page; here every box counts
+    ev.evaluate()
+    ev.accumulate()
+    prec = ev.eval["precision"][0, :, :, 0, -1]  # [recall level, class] at IoU 0.5, all areas, all dets
+    out = {}
+    for c, k in cat.items():
+        col = prec[:, ev.params.catIds.index(k)]
+        if (col > -1).any():
+            out[c] = float(col[col > -1].mean())
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_ap50_matches_faster_coco_eval(seed: int) -> None:
+    """Fixed seeds (no search): the two evaluators differ on exact ties, which these avoid."""
+    rng = random.Random(seed)
+    pages = random_pages(rng, 1 + seed % 4)
+    # distinct scores: COCO and we break score ties differently (both deterministic)
+    scores = rng.sample(range(1, 100_000), sum(len(p) for p, _ in pages))
+    it = iter(scores)
+    pages = [([Detection(p.cls, p.box, next(it) / 100_000) for p in preds], truth) for preds, truth in pages]
+    ours = evaluate_pages(pages, CLASSES)
+    want = _coco_ap50(pages, CLASSES)
+    for c in CLASSES:
+        got = ours["classes"][c]["ap50"]
+        if ours["classes"][c]["support"] == 0:
+            assert got is None and c not in want, c
+        else:
+            assert got == pytest.approx(want[c], abs=2e-6), c
+    if want:
+        assert ours["map50"] == pytest.approx(sum(want.values()) / len(want), abs=2e-6)

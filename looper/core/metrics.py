@@ -1,19 +1,25 @@
 """Page-level matching and per-class metrics (pure: no files, no processes).
 
 What the user sees of a model: whole drawing pages, detected tile by tile, boxes merged
-across tile seams, then matched to the truth per class at IoU >= ``IOU`` at ONE pinned
-confidence ``CONFIDENCE``. The output is the METRICS.json object of docs/INTERFACES.md.
+across tile seams, then matched to the truth per class at IoU >= ``IOU``. Precision,
+recall and F1 are read at ONE pinned confidence ``CONFIDENCE`` (scores >= it count);
+AP50 is read from the whole low-confidence stream (every box scored above
+``STREAM_CONFIDENCE``) through the same merge and matching. The output is the
+METRICS.json object of docs/INTERFACES.md.
 
 Pipeline (evaluate.py drives it):
 
 1. ``tile_grid`` cuts a page into overlapping tiles.
 2. ``drop_seam_boxes`` removes, per tile, boxes cut by an inner tile edge: with an overlap
    larger than the biggest symbol, such a symbol is seen whole in a neighbouring tile.
-3. ``merge_detections`` merges, class by class, boxes seen by several tiles: duplicates
-   (IoU >= ``MERGE_IOU``) collapse to the most confident one; pieces of one symbol (one
-   box mostly inside another, or two boxes abutting along a seam) join into their union.
+3. ``merge_detections`` merges, class by class, boxes seen by several tiles: greedy, most
+   confident first, a kept box suppresses every lower-scored box that duplicates it
+   (IoU >= ``MERGE_IOU``) or is a piece of the same symbol (one box mostly inside the
+   other). A kept box keeps its own extent: it never grows by absorbing another, so what
+   survives at a confidence depends only on the boxes scored at least that much.
 4. ``match_page`` greedily matches predictions (most confident first) to truth per class.
-5. ``metrics_from_counts`` turns the summed counts into per-class and overall figures.
+5. ``metrics_from_counts`` turns the summed counts into per-class and overall figures;
+   ``average_precision`` turns the ranked matches into COCO-style AP50.
 """
 
 from __future__ import annotations
@@ -22,11 +28,15 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 SCHEMA = 1
 IOU = 0.5  # a prediction matches a truth box of its class at IoU >= this
-CONFIDENCE = 0.25  # the ONE pinned confidence threshold; recorded in METRICS.json
-MERGE_IOU = 0.5  # same-class boxes from neighbouring tiles with IoU >= this are one symbol
-MERGE_CONTAIN = 0.6  # ... and so is a box this much inside another (a piece of it)
+CONFIDENCE = 0.25  # the ONE pinned confidence: a box scored >= this counts for P/R/F1 and "found"
+STREAM_CONFIDENCE = 0.001  # AP50 ranks every merged box scored above this (evaluate.py's NMS threshold)
+RECALL_POINTS = 101  # AP50 is COCO's: precision interpolated at 0, 0.01, ..., 1.0 recall, averaged
+MERGE_IOU = 0.5  # a same-class box with IoU >= this to a more confident kept box is its duplicate
+MERGE_CONTAIN = 0.6  # ... and so is one whose smaller box lies this much inside the other (a piece)
 SEAM_TOL = 2.0  # px: a box edge this close to an inner tile edge was cut by that edge
 DIGITS = 6  # floats in METRICS.json are rounded to this many decimals
 
@@ -65,9 +75,13 @@ class Counts:
 
 @dataclass
 class PageResult:
-    """Counts per class for one page, and how many predictions and truth boxes it had."""
+    """One page, per class: counts at the pinned confidence, which truth boxes were found
+    there (truth order), and every prediction ranked with whether it matched (for AP50);
+    plus how many predictions (at the pinned confidence) and truth boxes it had."""
 
     counts: dict[str, Counts] = field(default_factory=dict)
+    found: dict[str, list[bool]] = field(default_factory=dict)
+    ranked: dict[str, list[tuple[float, bool]]] = field(default_factory=dict)
     predictions: int = 0
     truth: int = 0
 
@@ -89,29 +103,6 @@ def iou(a: BoxT, b: BoxT) -> float:
     inter = intersection(a, b)
     union = area(a) + area(b) - inter
     return inter / union if union > 0 else 0.0
-
-
-def _contained(a: BoxT, b: BoxT) -> float:
-    """Intersection over the smaller box's area: 1.0 when one box lies inside the other."""
-    smaller = min(area(a), area(b))
-    return intersection(a, b) / smaller if smaller > 0 else 0.0
-
-
-def _abutting(a: BoxT, b: BoxT, tol: float = SEAM_TOL, overlap: float = MERGE_CONTAIN) -> bool:
-    """Two pieces of one box cut along a seam: edges meet, and they overlap across it."""
-    def span_overlap(lo1: float, hi1: float, lo2: float, hi2: float) -> float:
-        inter = min(hi1, hi2) - max(lo1, lo2)
-        shorter = min(hi1 - lo1, hi2 - lo2)
-        return inter / shorter if shorter > 0 else 0.0
-
-    meet_x = abs(a[2] - b[0]) <= tol or abs(b[2] - a[0]) <= tol
-    meet_y = abs(a[3] - b[1]) <= tol or abs(b[3] - a[1]) <= tol
-    return ((meet_x and span_overlap(a[1], a[3], b[1], b[3]) >= overlap)
-            or (meet_y and span_overlap(a[0], a[2], b[0], b[2]) >= overlap))
-
-
-def _union(a: BoxT, b: BoxT) -> BoxT:
-    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
 
 
 # --------------------------------------------------------------------------------------
@@ -160,37 +151,44 @@ def _order(dets: Iterable[Detection]) -> list[Detection]:
     return sorted(dets, key=lambda d: (-d.score, d.cls, d.box))
 
 
+def _suppressed_by(box: BoxT, rest: np.ndarray, iou_thr: float, contain_thr: float) -> np.ndarray:
+    """Which boxes of ``rest`` (n x 4) duplicate ``box`` (IoU) or are pieces of one symbol with it."""
+    iw = np.minimum(rest[:, 2], box[2]) - np.maximum(rest[:, 0], box[0])
+    ih = np.minimum(rest[:, 3], box[3]) - np.maximum(rest[:, 1], box[1])
+    inter = np.where((iw > 0) & (ih > 0), iw * ih, 0.0)
+    a_box = area(box)
+    a_rest = np.clip(rest[:, 2] - rest[:, 0], 0, None) * np.clip(rest[:, 3] - rest[:, 1], 0, None)
+    union = a_box + a_rest - inter
+    smaller = np.minimum(a_box, a_rest)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ious = np.where(union > 0, inter / union, 0.0)
+        contained = np.where(smaller > 0, inter / smaller, 0.0)
+    return (ious >= iou_thr) | (contained >= contain_thr)
+
+
 def merge_detections(dets: Sequence[Detection], iou_thr: float = MERGE_IOU,
                      contain_thr: float = MERGE_CONTAIN) -> list[Detection]:
     """Merge one page's boxes from overlapping tiles, class by class.
 
-    Greedy, most confident first: a kept box swallows every remaining same-class box
-    that is a piece of the same symbol (one mostly inside the other, or abutting along a
-    seam: the kept box grows to their union) or otherwise duplicates it (IoU >= ``iou_thr``:
-    the duplicate vanishes). The kept box keeps its score. Repeats until nothing more merges.
+    Greedy, most confident first: a kept box suppresses every lower-scored same-class box
+    that duplicates it (IoU >= ``iou_thr``) or is a piece of the same symbol (the smaller
+    of the two at least ``contain_thr`` inside the other). Kept boxes are returned exactly
+    as they came in, extent and score: nothing grows by absorbing a lower-scored box, so
+    the boxes kept at or above any score are the boxes kept when merging only those.
     """
-    pending = _order(dets)
+    by_class: dict[str, list[Detection]] = {}
+    for d in _order(dets):
+        by_class.setdefault(d.cls, []).append(d)
     out: list[Detection] = []
-    while pending:
-        head, rest = pending[0], pending[1:]
-        box = head.box
-        changed = True
-        while changed:
-            changed = False
-            remaining = []
-            for d in rest:
-                if d.cls != head.cls:
-                    remaining.append(d)
-                elif _contained(box, d.box) >= contain_thr or _abutting(box, d.box):
-                    box = _union(box, d.box)
-                    changed = True
-                elif iou(box, d.box) >= iou_thr:
-                    changed = True
-                else:
-                    remaining.append(d)
-            rest = remaining
-        out.append(Detection(head.cls, box, head.score))
-        pending = rest
+    for group in by_class.values():
+        boxes = np.array([d.box for d in group], dtype=np.float64).reshape(-1, 4)
+        alive = np.ones(len(group), dtype=bool)
+        for i, d in enumerate(group):
+            if not alive[i]:
+                continue
+            out.append(d)
+            if i + 1 < len(group):
+                alive[i + 1:] &= ~_suppressed_by(d.box, boxes[i + 1:], iou_thr, contain_thr)
     return _order(out)
 
 
@@ -201,35 +199,68 @@ def match_page(preds: Iterable[Detection], truth: Iterable[Detection], iou_thr: 
                confidence: float = CONFIDENCE) -> PageResult:
     """Greedy per-class matching on one page.
 
-    Predictions below ``confidence`` are ignored. Most confident first, each prediction
-    takes the unmatched truth box of its class with the highest IoU, if that IoU is at
-    least ``iou_thr`` (ties: the earlier truth box); else it is a false positive. Truth
-    left unmatched are false negatives.
+    Most confident first, each prediction takes the unmatched truth box of its class with
+    the highest IoU, if that IoU is at least ``iou_thr`` (ties: the earlier truth box);
+    else it is a false positive. Counts, ``found`` and ``predictions`` use only predictions
+    scored >= ``confidence`` (truth left unmatched by them are false negatives); ``ranked``
+    keeps every prediction. Matching in score order makes the two agree: the predictions
+    at or above ``confidence`` match exactly as they would alone.
     """
-    kept = [p for p in _order(preds) if p.score >= confidence]
+    ordered = _order(preds)
     truth_l = list(truth)
-    res = PageResult(predictions=len(kept), truth=len(truth_l))
+    res = PageResult(truth=len(truth_l))
     by_class: dict[str, list[BoxT]] = {}
     for t in truth_l:
         by_class.setdefault(t.cls, []).append(t.box)
-    used: dict[str, list[bool]] = {c: [False] * len(b) for c, b in by_class.items()}
-    for p in kept:
+    matched_at: dict[str, list[float | None]] = {c: [None] * len(b) for c, b in by_class.items()}
+    for p in ordered:
+        counted = p.score >= confidence
+        if counted:
+            res.predictions += 1
         c = res.counts.setdefault(p.cls, Counts())
         best, best_iou = -1, iou_thr
+        taken = matched_at.get(p.cls, [])
         for j, tb in enumerate(by_class.get(p.cls, [])):
-            if used[p.cls][j]:
+            if taken[j] is not None:
                 continue
             v = iou(p.box, tb)
             if v >= best_iou and (best < 0 or v > best_iou):
                 best, best_iou = j, v
         if best >= 0:
-            used[p.cls][best] = True
-            c.tp += 1
-        else:
-            c.fp += 1
-    for cls, flags in used.items():
-        res.counts.setdefault(cls, Counts()).fn += sum(1 for f in flags if not f)
+            taken[best] = p.score
+        if counted:
+            if best >= 0:
+                c.tp += 1
+            else:
+                c.fp += 1
+        res.ranked.setdefault(p.cls, []).append((p.score, best >= 0))
+    for cls, scores in matched_at.items():
+        found = [s is not None and s >= confidence for s in scores]
+        res.found[cls] = found
+        res.counts.setdefault(cls, Counts()).fn += found.count(False)
     return res
+
+
+def average_precision(ranked: Sequence[tuple[float, bool]], support: int) -> float | None:
+    """COCO's AP at one IoU: ``ranked`` is (score, matched) for every prediction of one class.
+
+    Predictions are ranked by score (a stable sort: ties keep their order); precision is
+    made non-increasing from the right and read at ``RECALL_POINTS`` recall levels 0, 0.01,
+    ..., 1 (0 past the highest recall reached); AP is their mean. None without support.
+    """
+    if support <= 0:
+        return None
+    if not ranked:
+        return 0.0
+    scores = np.array([s for s, _ in ranked], dtype=np.float64)
+    hits = np.array([m for _, m in ranked], dtype=bool)[np.argsort(-scores, kind="mergesort")]
+    tp = np.cumsum(hits, dtype=np.float64)
+    fp = np.cumsum(~hits, dtype=np.float64)
+    recall = tp / support
+    precision = np.maximum.accumulate((tp / (tp + fp))[::-1])[::-1]
+    levels = np.linspace(0.0, 1.0, RECALL_POINTS)
+    at = np.searchsorted(recall, levels, side="left")
+    return float(np.where(at < len(precision), precision[np.minimum(at, len(precision) - 1)], 0.0).mean())
 
 
 def _r(x: float | None) -> float | None:
@@ -245,19 +276,25 @@ def class_weights(support: dict[str, int]) -> dict[str, float]:
 
 def metrics_from_counts(counts: dict[str, Counts], classes: Sequence[str], pages: int,
                         predictions: int, truth: int, iou_thr: float = IOU,
-                        confidence: float = CONFIDENCE) -> dict[str, object]:
+                        confidence: float = CONFIDENCE, *,
+                        ranked: dict[str, list[tuple[float, bool]]] | None = None,
+                        found: dict[str, list[bool]] | None = None) -> dict[str, object]:
     """The METRICS.json object: every class in ``classes``, rounded floats.
 
-    Raises ValueError when ``counts`` names a class not in ``classes`` (a model trained
-    on another class list must not be scored silently).
+    With ``ranked`` (every prediction per class as (score, matched)), each class gets its
+    ``ap50`` and the object ``map50`` (their mean over classes with support) and
+    ``ap_confidence``; with ``found`` (per class, one flag per truth instance), each class
+    gets ``found`` as 0/1 ints. Raises ValueError when ``counts`` names a class not in
+    ``classes`` (a model trained on another class list must not be scored silently).
     """
-    unknown = sorted(set(counts) - set(classes))
+    unknown = sorted((set(counts) | set(ranked or {}) | set(found or {})) - set(classes))
     if unknown:
         raise ValueError(f"counts name classes outside the data set's class list: {unknown}")
     support = {c: counts.get(c, Counts()).support for c in classes}
     weights = class_weights(support)
     per_class: dict[str, dict[str, object]] = {}
     f1s: dict[str, float] = {}
+    aps: dict[str, float] = {}
     for c in classes:
         k = counts.get(c, Counts())
         s = k.support
@@ -270,25 +307,48 @@ def metrics_from_counts(counts: dict[str, Counts], classes: Sequence[str], pages
         else:
             precision = 0.0 if k.fp > 0 else None
             recall = f1 = None
-        per_class[c] = {
+        row: dict[str, object] = {
             "tp": k.tp, "fp": k.fp, "fn": k.fn, "support": s,
             "precision": _r(precision), "recall": _r(recall), "f1": _r(f1),
             "count_error": _r((k.predicted - s) / max(s, 1)), "weight": _r(weights[c]),
         }
+        if ranked is not None:
+            ap = average_precision(ranked.get(c, []), s)
+            if ap is not None:
+                aps[c] = ap
+            row["ap50"] = _r(ap)
+        if found is not None:
+            flags = found.get(c, [])
+            if len(flags) != s or sum(flags) != k.tp:
+                raise ValueError(f"class {c}: {len(flags)} found flags ({sum(flags)} set) for support {s}, tp {k.tp}")
+            row["found"] = [int(f) for f in flags]
+        per_class[c] = row
     macro = sum(f1s.values()) / len(f1s) if f1s else None
     weighted = sum(weights[c] * f for c, f in f1s.items()) if f1s else None
-    return {
+    out: dict[str, object] = {
         "schema": SCHEMA, "iou": iou_thr, "confidence": confidence,
         "pages": pages, "predictions": predictions, "truth": truth,
         "macro_f1": _r(macro), "weighted_f1": _r(weighted), "classes": per_class,
     }
+    if ranked is not None:
+        out["map50"] = _r(sum(aps.values()) / len(aps)) if aps else None
+        out["ap_confidence"] = STREAM_CONFIDENCE
+    return out
 
 
 def evaluate_pages(pages: Sequence[tuple[Sequence[Detection], Sequence[Detection]]],
                    classes: Sequence[str], iou_thr: float = IOU,
                    confidence: float = CONFIDENCE) -> dict[str, object]:
-    """Match every (predictions, truth) page and return the METRICS.json object."""
+    """Match every (predictions, truth) page and return the METRICS.json object.
+
+    ``pages`` come in a fixed order (evaluate.py: by page file name) and each page's truth
+    in its file's order: a class's ``found`` list follows that order, page by page. AP50
+    ranks every prediction given, so feed the low-confidence stream (scores above
+    ``STREAM_CONFIDENCE``): P/R/F1 and ``found`` still count only scores >= ``confidence``.
+    """
     total: dict[str, Counts] = {}
+    ranked: dict[str, list[tuple[float, bool]]] = {}
+    found: dict[str, list[bool]] = {}
     n_pred = n_truth = 0
     for preds, truth in pages:
         res = match_page(preds, truth, iou_thr, confidence)
@@ -297,4 +357,9 @@ def evaluate_pages(pages: Sequence[tuple[Sequence[Detection], Sequence[Detection
         for c, k in res.counts.items():
             total.setdefault(c, Counts())
             total[c] += k
-    return metrics_from_counts(total, classes, len(pages), n_pred, n_truth, iou_thr, confidence)
+        for c, r in res.ranked.items():
+            ranked.setdefault(c, []).extend(r)
+        for c, f in res.found.items():
+            found.setdefault(c, []).extend(f)
+    return metrics_from_counts(total, classes, len(pages), n_pred, n_truth, iou_thr, confidence,
+                               ranked=ranked, found=found)

@@ -1,0 +1,62 @@
+"""evaluate.py's confidence boundary: a box scored exactly at the pinned confidence counts.
+
+Ultralytics' NMS keeps only scores strictly above its threshold, compared in float32;
+evaluate.py feeds it the float32 just below and keeps scores >= the threshold itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from looper.core.metrics import CONFIDENCE, STREAM_CONFIDENCE, Detection, evaluate_pages
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+import evaluate  # noqa: E402
+
+sys.path.remove(str(REPO))
+
+AT = float(np.float32(CONFIDENCE))  # 0.25 exactly
+BELOW = float(np.nextafter(np.float32(CONFIDENCE), np.float32(0)))  # the next float32 down
+
+
+def raw_output(scores: list[float], nc: int = 2) -> torch.Tensor:
+    """A detection head's raw output for one tile: (1, 4 + nc, anchors), boxes as centre x, y, w, h;
+    anchor i is a 20 px box at (40 + 60 i, 40), class 0 scored ``scores[i]``."""
+    out = torch.zeros(1, 4 + nc, len(scores), dtype=torch.float32)
+    for i, s in enumerate(scores):
+        out[0, :4, i] = torch.tensor([40.0 + 60 * i, 40.0, 20.0, 20.0])
+        out[0, 4, i] = s
+    return out
+
+
+def test_nms_keeps_a_score_exactly_at_the_pinned_confidence() -> None:
+    out = raw_output([AT, BELOW, 0.9])
+    assert AT == CONFIDENCE and BELOW < CONFIDENCE
+    kept = evaluate.tile_nms(out, 2, CONFIDENCE)[0]
+    assert sorted(kept[:, 4].tolist()) == [AT, pytest.approx(0.9)]  # 0.25 in, the float just below out
+    # the trap this avoids: Ultralytics' own threshold is strict
+    try:
+        from ultralytics.utils.nms import non_max_suppression
+    except ImportError:  # older Ultralytics
+        from ultralytics.utils.ops import non_max_suppression
+    strict = non_max_suppression(out, conf_thres=CONFIDENCE, iou_thres=0.7, nc=2)[0]
+    assert strict[:, 4].tolist() == [pytest.approx(0.9)]
+
+
+def test_the_stream_keeps_low_scores_and_the_boundary_box_counts() -> None:
+    out = raw_output([AT, BELOW, 0.002, 0.0005])
+    stream = evaluate.tile_nms(out, 2, STREAM_CONFIDENCE)[0]
+    assert sorted(stream[:, 4].tolist(), reverse=True) == [AT, BELOW, pytest.approx(0.002)]
+    preds = [Detection("a", tuple(r[:4]), r[4]) for r in stream[:, :6].tolist()]
+    truth = [Detection("a", (30.0 + 60 * i, 30.0, 50.0 + 60 * i, 50.0)) for i in range(4)]
+    m = evaluate_pages([(preds, truth)], ["a", "b"])
+    a = m["classes"]["a"]
+    assert (a["tp"], a["fp"], a["fn"]) == (1, 0, 3) and a["found"] == [1, 0, 0, 0]  # only the box at 0.25
+    assert m["predictions"] == 1
+    assert a["ap50"] == pytest.approx(76 / 101, abs=1e-6)  # 3 ranked hits of 4: precision 1 up to recall 0.75
