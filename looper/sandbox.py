@@ -75,6 +75,9 @@ WATCH = (
     "    print(f'looper sandbox: train.py exited (status {rc}) but left {len(left)} process(es) running, '\n"
     "          'ended with its sandbox: ' + '; '.join(left[:5]), file=sys.stderr, flush=True)\n"
     f"    sys.exit({LEFT_RUNNING_EXIT})\n"
+    "if rc != 0:\n"
+    "    print(f'looper sandbox: train.py exited {rc}; writable were only '\n"
+    "          f'{os.environ.get(\"LOOPER_OUT\", \"?\")} and the private /tmp', file=sys.stderr, flush=True)\n"
     "sys.exit(rc if rc >= 0 else 128 - rc)\n"
 )
 

@@ -8,7 +8,10 @@ what a failed run left behind, in this order:
 2. a path the harness needs is missing (``missing_paths``) -> error;
 3. the run was stopped from outside: over budget or hung (log silent) -> crash, unless the
    log shows a harness cause (below), which makes it an error;
-4. a Python exception in the log:
+4. the training sandbox's own lines (looper/sandbox.py) -> crash: train.py tried what the
+   sandbox forbids: a write outside ``$LOOPER_OUT`` (read-only file system), a read of the
+   test pages (not mounted), processes left running after it exited;
+5. a Python exception in the log:
    - harness causes in its message -> error: "CUDA error: unknown error", device lost /
      fallen off the bus, NVML errors, no CUDA device, disk full (ENOSPC, "No space left"),
      read-only file system, connection refused, FileNotFoundError under the data dir;
@@ -21,10 +24,10 @@ what a failed run left behind, in this order:
    - otherwise the innermost *relevant* frame decides (library frames in site-packages,
      the standard library and ``<frozen ...>`` are not relevant): ``train.py`` -> crash;
      looper's own code -> error; anything else -> unknown;
-5. no exception: harness causes anywhere in the log -> error; OOM text or "Killed" ->
+6. no exception: harness causes anywhere in the log -> error; OOM text or "Killed" ->
    crash; killed by SIGKILL (signal 9, exit -9 or 137) -> crash (the kernel's OOM killer);
-6. a run that exited 0 and was not stopped is not a failed run -> error (caller bug);
-7. anything else is unknown: ``needs_canary=True`` and a provisional crash. The caller
+7. a run that exited 0 and was not stopped is not a failed run -> error (caller bug);
+8. anything else is unknown: ``needs_canary=True`` and a provisional crash. The caller
    reruns the last kept train.py (the canary) and asks again with ``canary_failed``:
    True -> error (the known-good code fails too), False -> crash.
 
@@ -242,6 +245,40 @@ def _harness_cause(text: str, *, in_exception: bool = False) -> str | None:
     return None
 
 
+# The training sandbox's own lines (looper/sandbox.py WATCH): a write outside $LOOPER_OUT, a
+# read of the test pages and a process left running are the change's doing there, never the harness's.
+_SANDBOX_EXIT = re.compile(r"^looper sandbox: train\.py exited -?\d+; writable were only (?P<out>\S+) and",
+                           re.MULTILINE)
+_SANDBOX_LEFT = re.compile(r"^looper sandbox: train\.py exited \(status -?\d+\) but left (?P<n>\d+) process",
+                           re.MULTILINE)
+_READ_ONLY = re.compile(r"Read-only file system|\[Errno 30\]")
+_READ_ONLY_PATH = re.compile(r"Read-only file system: '(?P<path>[^']*)'")
+
+
+def _sandboxed(tail: str, exc: _Exc | None, sig: str) -> Classification | None:
+    """What the training sandbox's lines say about a failed run; None when they decide nothing."""
+    left = _SANDBOX_LEFT.search(tail)
+    if left:
+        return _crash(f"train.py left {left.group('n')} process(es) running after it exited; its sandbox "
+                      "ended them", "left processes running", "sandbox-survivor")
+    ran = _SANDBOX_EXIT.search(tail)
+    if ran is None or exc is None:
+        return None
+    text = f"{exc.type}: {exc.message}"
+    if _READ_ONLY.search(text):
+        out = ran.group("out").rstrip("/")
+        named = _READ_ONLY_PATH.search(text)
+        path = named.group("path") if named else ""
+        if path and (path == out or path.startswith(out + "/")):
+            return None  # its own output folder is read-only: not the change's doing
+        return _crash(f"train.py tried to write outside $LOOPER_OUT, which its sandbox does not allow "
+                      f"({_short(text)})", sig, "sandbox-write")
+    if exc.short_type == "FileNotFoundError" and "/pages/test" in exc.message:
+        return _crash(f"train.py tried to read the test pages, which its sandbox does not mount ({_short(text)})",
+                      sig, "sandbox-read")
+    return None
+
+
 def _missing_data(exc: _Exc, data_dir: str | None) -> bool:
     if not data_dir or exc.short_type not in ("FileNotFoundError", "OSError", "IOError"):
         return False
@@ -355,6 +392,9 @@ def _classify(ev: FailureEvidence) -> Classification:
                       "hung", "hung")
     exc = _last_exception(tail)
     sig = signature_of(tail)
+    sandboxed = _sandboxed(tail, exc, sig)
+    if sandboxed is not None:
+        return sandboxed
     if exc is not None:
         decided = _from_exception(exc, ev, sig)
         if decided is not None:
