@@ -208,6 +208,9 @@ def test_the_advice_of_a_cannot_gate_halt_does_not_lead_back_into_it(ws, pages):
     (page,) = pages.pages
     text = json.dumps(page)
     assert "cannot gate" in text and "budget_seconds" in text and "measures a new baseline" in text
+    (halted,) = ws.rows()
+    assert f"Experiment #{halted['id']} (error); blocking reasons:" in text  # the facts of this failure
+    assert "No experiment finished this run." not in text and "Experiments finished this run: 1 (1 error)" in text
     ws.enqueue("QUALITY 0.5 -> 0.8 again", knobs={"QUALITY": 0.8})
     assert night(ws, pages, **{"loop.budget_seconds": 8}).run(max_experiments=1) == 0
     assert len(pages.pages) == 1
