@@ -2,7 +2,10 @@
 
 The harness pins these when a tag starts and compares them before and after every run:
 train.py is untrusted code, and a change to evaluate.py, prepare.py or the data is
-detected rather than trusted.
+detected rather than trusted. The fixed files import the matching rules and the class
+list from the installed looper package (``SCORING_MODULES``): those decide a score as
+much as evaluate.py does, so they are pinned with the fixed files, and upgrading looper
+in the middle of a tag is a harness error that names the changed module.
 """
 
 from __future__ import annotations
@@ -41,10 +44,21 @@ def tree_hash(root: Path, ignore: tuple[str, ...] = IGNORED) -> tuple[str, int]:
     return h.hexdigest(), len(entries)
 
 
-def fixed_hashes(folder: Path, names: tuple[str, ...]) -> dict[str, str | None]:
-    """sha256 of each fixed file in ``folder``; None for a file that is missing."""
+# The looper modules that evaluate.py and prepare.py import (with their packages' __init__):
+# page matching and metrics, and the class list. Paths relative to the folder holding the
+# installed ``looper`` package; the ONE list of what, besides the fixed files, decides a score.
+SCORING_MODULES = ("looper/__init__.py", "looper/core/__init__.py", "looper/core/metrics.py",
+                   "looper/core/classes.py")
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent  # the folder that holds this ``looper`` package
+
+
+def fixed_hashes(folder: Path, names: tuple[str, ...], modules: tuple[str, ...] = SCORING_MODULES,
+                 package_parent: Path = PACKAGE_PARENT) -> dict[str, str | None]:
+    """sha256 of each fixed file in ``folder`` and of each scoring module of the installed
+    looper package (keyed by its path, e.g. ``looper/core/metrics.py``); None for a missing file."""
     out: dict[str, str | None] = {}
-    for name in names:
-        p = Path(folder) / name
-        out[name] = file_sha256(p) if p.is_file() else None
+    for base, rels in ((Path(folder), names), (Path(package_parent), modules)):
+        for name in rels:
+            p = base / name
+            out[name] = file_sha256(p) if p.is_file() else None
     return out

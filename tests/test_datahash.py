@@ -39,5 +39,5 @@ def test_label_caches_written_by_ultralytics_are_not_data(tmp_path: Path):
 
 def test_fixed_hashes_report_a_missing_file_as_none(tmp_path: Path):
     (tmp_path / "evaluate.py").write_text("print(1)\n")
-    got = fixed_hashes(tmp_path, ("evaluate.py", "prepare.py"))
+    got = fixed_hashes(tmp_path, ("evaluate.py", "prepare.py"), modules=())
     assert got == {"evaluate.py": file_sha256(tmp_path / "evaluate.py"), "prepare.py": None}
