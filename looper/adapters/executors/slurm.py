@@ -239,6 +239,70 @@ def _pump(at: _Attempt, log: Any, tail: deque[str], on_line: LineSink | None, fi
     proc.emit_lines(lines, log, tail, on_line)
 
 
+class SlurmClient:
+    """The SLURM client tools (sbatch, squeue, scontrol, scancel) with a timeout, faults in words."""
+
+    def __init__(self, tool_timeout: float = 30.0) -> None:
+        self.tool_timeout = tool_timeout
+
+    def tool(self, argv: Sequence[str], what: str, cwd: Path | None = None) -> proc.Completed:
+        """Run a SLURM client command; a connection failure or timeout is a :class:`_Fault`."""
+        try:
+            got = proc.run(list(argv), cwd=cwd, timeout=self.tool_timeout)
+        except OSError as exc:
+            raise _Fault(f"slurm: {what}: {argv[0]} could not be started ({exc})", NO_TOOL_CODE, False) from exc
+        if got.timed_out:
+            raise _Fault(f"slurm: {what}: {argv[0]} did not answer within {self.tool_timeout:.0f} s "
+                         "(controller unreachable?)", NO_TOOL_CODE)
+        if got.exit_code != 0 and _UNREACHABLE.search(got.stderr + got.stdout):
+            raise _Fault(f"slurm: {what}: controller unreachable ({last_lines(got.stderr or got.stdout, 2)})",
+                         got.exit_code if got.exit_code is not None else NO_TOOL_CODE)
+        return got
+
+    def submit(self, script: Path, cwd: Path) -> str:
+        got = self.tool(["sbatch", "--parsable", str(script)], "submitting the job", cwd=cwd)
+        if got.exit_code != 0:
+            raise _Fault(f"slurm: sbatch refused the job (exit {got.exit_code}): "
+                         f"{last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE, retry=False)
+        job_id = got.stdout.strip().split(";")[0].strip()
+        if not job_id.isdigit():
+            raise _Fault(f"slurm: sbatch printed no job id: {got.stdout.strip()!r}", NO_TOOL_CODE, retry=False)
+        return job_id
+
+    def state(self, job_id: str) -> str:
+        """The job's state from squeue ('' when squeue no longer lists it)."""
+        got = self.tool(["squeue", "-h", "-j", job_id, "-o", "%T"], f"watching job {job_id}")
+        if got.exit_code != 0:
+            if "Invalid job id" in got.stderr:
+                return ""
+            raise _Fault(f"slurm: squeue failed for job {job_id} (exit {got.exit_code}): "
+                         f"{last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE)
+        return got.stdout.strip().splitlines()[0].strip() if got.stdout.strip() else ""
+
+    def details(self, job_id: str) -> dict[str, str]:
+        got = self.tool(["scontrol", "show", "job", "-o", job_id], f"reading job {job_id}")
+        if got.exit_code != 0:
+            raise _Fault(f"slurm: job {job_id} is gone from the controller: {last_lines(got.stderr or got.stdout)}",
+                         got.exit_code or NO_TOOL_CODE)
+        return parse_scontrol(got.stdout)
+
+    def scancel(self, job_id: str, *extra: str) -> bool:
+        try:
+            return self.tool(["scancel", *extra, job_id], f"cancelling job {job_id}").exit_code == 0
+        except _Fault:
+            return False
+
+    def wait_gone(self, job_id: str, seconds: float = 30.0) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                if self.state(job_id) not in ACTIVE_STATES:
+                    return
+            except _Fault:
+                return
+            time.sleep(0.5)
+
+
 class SlurmExecutor(DataFolder):
     """The :class:`~looper.adapters.executors.base.Executor` for ``[executor] kind = "slurm"``.
 
@@ -270,7 +334,7 @@ class SlurmExecutor(DataFolder):
         self.poll = poll
         self.kill_after = kill_after
         self.unreachable_seconds = unreachable_seconds
-        self.tool_timeout = tool_timeout
+        self.cluster = SlurmClient(tool_timeout)
         digest = hashlib.sha1(str(self.workspace.resolve()).encode()).hexdigest()
         self.comment = f"looper:{digest[:16]}"
         self.name_prefix = f"looper-{digest[:8]}-"
@@ -305,21 +369,6 @@ class SlurmExecutor(DataFolder):
     def data_hash(self, data_dir: str) -> Verdict:
         return hash_local_data(self._data_path(data_dir), data_dir)
 
-    # -- talking to the cluster ----------------------------------------------------------------
-    def _tool(self, argv: Sequence[str], what: str, cwd: Path | None = None) -> proc.Completed:
-        """Run a SLURM client command; a connection failure or timeout is a :class:`_Fault`."""
-        try:
-            got = proc.run(list(argv), cwd=cwd, timeout=self.tool_timeout)
-        except OSError as exc:
-            raise _Fault(f"slurm: {what}: {argv[0]} could not be started ({exc})", NO_TOOL_CODE, False) from exc
-        if got.timed_out:
-            raise _Fault(f"slurm: {what}: {argv[0]} did not answer within {self.tool_timeout:.0f} s "
-                         "(controller unreachable?)", NO_TOOL_CODE)
-        if got.exit_code != 0 and _UNREACHABLE.search(got.stderr + got.stdout):
-            raise _Fault(f"slurm: {what}: controller unreachable ({last_lines(got.stderr or got.stdout, 2)})",
-                         got.exit_code if got.exit_code is not None else NO_TOOL_CODE)
-        return got
-
     def script_for(self, name: str, output: Path, cwd: Path, argv: Sequence[str], env: dict[str, str],
                    seconds: float) -> str:
         """The batch script (``#SBATCH`` directives, environment, cd, exec)."""
@@ -342,39 +391,6 @@ class SlurmExecutor(DataFolder):
                   "exit 97; }",
                   "exec " + " ".join(shlex.quote(a) for a in argv), ""]
         return "\n".join(lines)
-
-    def _submit(self, script: Path, cwd: Path) -> str:
-        got = self._tool(["sbatch", "--parsable", str(script)], "submitting the job", cwd=cwd)
-        if got.exit_code != 0:
-            raise _Fault(f"slurm: sbatch refused the job (exit {got.exit_code}): "
-                         f"{last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE, retry=False)
-        job_id = got.stdout.strip().split(";")[0].strip()
-        if not job_id.isdigit():
-            raise _Fault(f"slurm: sbatch printed no job id: {got.stdout.strip()!r}", NO_TOOL_CODE, retry=False)
-        return job_id
-
-    def _state(self, job_id: str) -> str:
-        """The job's state from squeue ('' when squeue no longer lists it)."""
-        got = self._tool(["squeue", "-h", "-j", job_id, "-o", "%T"], f"watching job {job_id}")
-        if got.exit_code != 0:
-            if "Invalid job id" in got.stderr:
-                return ""
-            raise _Fault(f"slurm: squeue failed for job {job_id} (exit {got.exit_code}): "
-                         f"{last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE)
-        return got.stdout.strip().splitlines()[0].strip() if got.stdout.strip() else ""
-
-    def _details(self, job_id: str) -> dict[str, str]:
-        got = self._tool(["scontrol", "show", "job", "-o", job_id], f"reading job {job_id}")
-        if got.exit_code != 0:
-            raise _Fault(f"slurm: job {job_id} is gone from the controller: {last_lines(got.stderr or got.stdout)}",
-                         got.exit_code or NO_TOOL_CODE)
-        return parse_scontrol(got.stdout)
-
-    def _scancel(self, job_id: str, *extra: str) -> bool:
-        try:
-            return self._tool(["scancel", *extra, job_id], f"cancelling job {job_id}").exit_code == 0
-        except _Fault:
-            return False
 
     # -- one supervised run, with requeues ---------------------------------------------------------
     def _run(self, kind: str, argv: list[str], cwd: Path, env: dict[str, str], log_path: Path,
@@ -404,7 +420,7 @@ class SlurmExecutor(DataFolder):
                 script.write_text(self.script_for(name, output, cwd, argv, env, limit_seconds + self.kill_after))
                 tail.clear()
                 try:
-                    job_id = self._submit(script, cwd)
+                    job_id = self.cluster.submit(script, cwd)
                     note(f"slurm: submitted job {job_id} ({name}, attempt {attempt + 1})")
                     result = self._watch(job_id, output, limit_seconds, stall_seconds, log, tail, on_line, cancel)
                 except _Fault as fault:
@@ -437,12 +453,12 @@ class SlurmExecutor(DataFolder):
             if now >= next_poll:
                 next_poll = now + self.poll
                 try:
-                    state = self._state(job_id)
+                    state = self.cluster.state(job_id)
                     unreachable_since = None
                 except _Fault as fault:
                     unreachable_since = unreachable_since or now
                     if now - unreachable_since >= self.unreachable_seconds:
-                        self._scancel(job_id)  # best effort: the controller may be back
+                        self.cluster.scancel(job_id)  # best effort: the controller may be back
                         raise _Fault(f"{fault} for {now - unreachable_since:.0f} s while job {job_id} was "
                                      "in flight", fault.code) from None
                     time.sleep(0.2)
@@ -456,8 +472,8 @@ class SlurmExecutor(DataFolder):
                 if cancel is not None and cancel.is_set():
                     at.stopped_by = "cancel"
                 elif at.started is None and state in WAITING_STATES and now - at.submitted > self.start_timeout:
-                    self._scancel(job_id)
-                    self._wait_gone(job_id)
+                    self.cluster.scancel(job_id)
+                    self.cluster.wait_gone(job_id)
                     raise _Fault(f"slurm: job {job_id} did not start within start_timeout "
                                  f"({self.start_timeout:.0f} s; still {state})")
                 elif at.started is not None and now - at.started > limit_seconds:
@@ -465,18 +481,18 @@ class SlurmExecutor(DataFolder):
                 elif at.started is not None and stall_seconds and now - at.last_growth > stall_seconds:
                     at.stopped_by = "stall"
                 if at.stopped_by:
-                    self._scancel(job_id)
+                    self.cluster.scancel(job_id)
                     at.stop_at = now
             elif not at.killed and at.stop_at is not None and now - at.stop_at > self.kill_after:
-                self._scancel(job_id, "--signal=KILL", "--full")
-                self._scancel(job_id)
+                self.cluster.scancel(job_id, "--signal=KILL", "--full")
+                self.cluster.scancel(job_id)
                 at.killed = True
             elif at.stop_at is not None and now - at.stop_at > self.kill_after * 3 + 30:
                 break  # it would not end: report how looper stopped it
             time.sleep(0.2)
         _pump(at, log, tail, on_line, final=True)
         try:
-            fields = self._details(job_id)
+            fields = self.cluster.details(job_id)
         except _Fault:
             if at.stopped_by:
                 fields = {"JobState": "CANCELLED"}
@@ -495,16 +511,6 @@ class SlurmExecutor(DataFolder):
                          stalled=at.stopped_by == "stall", cancelled=at.stopped_by == "cancel",
                          log_tail="\n".join(tail))
 
-    def _wait_gone(self, job_id: str, seconds: float = 30.0) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            try:
-                if self._state(job_id) not in ACTIVE_STATES:
-                    return
-            except _Fault:
-                return
-            time.sleep(0.5)
-
     # -- Executor --------------------------------------------------------------------------------
     def preflight(self, require_gpu: bool) -> Verdict:
         metrics, problems = local_preflight(self.name, self.workspace, self.python)  # the shared workspace
@@ -513,11 +519,11 @@ class SlurmExecutor(DataFolder):
             return Verdict.errored(f"SLURM client tools not found on this machine: {', '.join(missing)}",
                                    metrics=metrics)
         try:
-            ping = self._tool(["scontrol", "ping"], "pinging the controller")
+            ping = self.cluster.tool(["scontrol", "ping"], "pinging the controller")
             if ping.exit_code != 0 or "UP" not in ping.stdout:
                 return Verdict.errored(f"slurm: controller not up: {last_lines(ping.stdout + ping.stderr)}",
                                        metrics=metrics)
-            parts = self._tool(["sinfo", "-h", "-o", "%P %a %G"], "listing partitions")
+            parts = self.cluster.tool(["sinfo", "-h", "-o", "%P %a %G"], "listing partitions")
         except _Fault as fault:
             return Verdict.errored(str(fault), metrics=metrics)
         if parts.exit_code != 0:
@@ -553,7 +559,7 @@ class SlurmExecutor(DataFolder):
     def reap(self) -> list[str]:
         """Cancel this workspace's jobs a previous daemon left in the queue."""
         try:
-            got = self._tool(["squeue", "-h", "-o", "%i|%j|%k|%T"], "listing jobs")
+            got = self.cluster.tool(["squeue", "-h", "-o", "%i|%j|%k|%T"], "listing jobs")
         except _Fault:
             return []  # preflight reports the unreachable controller
         if got.exit_code != 0:
@@ -566,6 +572,6 @@ class SlurmExecutor(DataFolder):
             job_id, name, comment, state = bits[0], bits[1], bits[2], bits[3]
             if comment.strip() != self.comment and not name.startswith(self.name_prefix):
                 continue
-            if self._scancel(job_id):
+            if self.cluster.scancel(job_id):
                 ended.append(f"cancelled SLURM job {job_id} ({name}, {state}) left behind by a previous daemon")
         return ended
