@@ -151,6 +151,12 @@ def gpu_device_nodes(dev: Path = Path("/dev")) -> list[str]:
     return sorted(str(p) for p in dev.glob("nvidia*") if p.exists())
 
 
+# Where the sandbox runs on another machine (a SLURM node), the nodes there are not known when
+# the argv is built: every usual NVIDIA node is offered, bound only where it exists (--dev-bind-try).
+NODE_GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+                    "/dev/nvidia-caps", *(f"/dev/nvidia{i}" for i in range(16)))
+
+
 def _base_args(network: bool) -> list[str]:
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", PRIVATE_TMP, "--tmpfs", "/dev/shm",
@@ -217,21 +223,23 @@ def _python_roots(python: str) -> list[Path]:
 def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_dir: Path,
                env: Mapping[str, str], policy: SandboxPolicy = SandboxPolicy(),
                python: str = "", devices: Sequence[str] | None = None,
-               home: Path | None = None) -> list[str]:
+               home: Path | None = None, bwrap: str | None = None) -> list[str]:
     """``command`` (``[python, "train.py"]``) wrapped in the training sandbox.
 
     Writable: ``out_dir`` and the private tmp. Hidden: ``data_dir/pages/test`` and the
     credential folders of ``home``. ``devices``: device nodes to bind (default: the NVIDIA
-    nodes present). The policy must be enabled: with ``sandbox = "none"`` there is no argv to build.
+    nodes present here; :data:`NODE_GPU_DEVICES` where the argv runs on another machine). ``bwrap``:
+    the bwrap to call (default: the one on this machine's PATH). The policy must be enabled: with
+    ``sandbox = "none"`` there is no argv to build.
     """
     if not policy.enabled:
         raise ValueError('train_argv: the sandbox is off (sandbox = "none"); run the command as it is')
     checkout, out_dir, data_dir = (Path(os.path.realpath(p)) for p in (checkout, out_dir, data_dir))
     python = python or command[0]
-    args = [shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
+    args = [bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
     args += _readable_again([checkout, data_dir, *_python_roots(python)])
     for node in gpu_device_nodes() if devices is None else devices:
-        args += ["--dev-bind", node, node]
+        args += ["--dev-bind-try", node, node]
     args += ["--bind", str(out_dir), str(out_dir)]
     args += _hide(data_dir / TEST_PAGES)
     home = Path(home or os.path.expanduser("~"))
@@ -244,7 +252,7 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
 
 def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, out_dir: Path,
               env: Mapping[str, str], device: str = "", policy: SandboxPolicy = SandboxPolicy(),
-              devices: Sequence[str] | None = None) -> list[str]:
+              devices: Sequence[str] | None = None, bwrap: str | None = None) -> list[str]:
     """``python -I evaluate.py`` from the harness's copy, writable only ``out_dir``, no network.
 
     METRICS.json is written to ``out_dir/METRICS.json``. With the sandbox off the same
@@ -257,10 +265,10 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
         cmd += ["--device", device]
     if not policy.enabled:
         return cmd
-    args = [shutil.which(policy.bwrap) or policy.bwrap, *_base_args(network=False)]
+    args = [bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(network=False)]
     args += _readable_again([evaluator.parent, weights, data_dir, *_python_roots(python)])
     for node in gpu_device_nodes() if devices is None else devices:
-        args += ["--dev-bind", node, node]
+        args += ["--dev-bind-try", node, node]
     args += ["--bind", str(out_dir), str(out_dir), "--chdir", str(out_dir)]
     args += _env_args(env)
     return [*args, "--", *cmd]

@@ -284,3 +284,21 @@ def test_host_sockets_under_run_are_not_reachable(ws: dict[str, Path]) -> None:
         path.unlink(missing_ok=True)
     assert done.ok, done.stderr
     assert "NO SOCKET FileNotFoundError" in done.stdout, done.stdout
+
+
+def test_device_nodes_are_bound_where_they_exist(ws: dict[str, Path]) -> None:
+    """GPU nodes are bound like this (``--dev-bind-try``): present ones appear, absent ones are skipped."""
+    present = next((d for d in ("/dev/fuse", "/dev/kvm", "/dev/hwrng") if Path(d).exists()), None)
+    if present is None:
+        pytest.skip("no spare device node here to bind")
+    script = ws["checkout"] / "train.py"
+    script.write_text(f"import os\nprint('SEEN', os.path.exists({present!r}), os.path.exists('/dev/nvidia-absent'))\n")
+    argv = sandbox.train_argv([sys.executable, "train.py"], checkout=ws["checkout"], out_dir=ws["out"],
+                              data_dir=ws["data"], env={}, home=ws["home"], devices=[present, "/dev/nvidia-absent"])
+    done = proc.run(argv, timeout=60)
+    assert done.ok, done.stderr
+    assert "SEEN True False" in done.stdout
+    bare = proc.run(sandbox.train_argv([sys.executable, "train.py"], checkout=ws["checkout"], out_dir=ws["out"],
+                                       data_dir=ws["data"], env={}, home=ws["home"], devices=[]), timeout=60)
+    assert "SEEN False False" in bare.stdout  # not there unless bound
+    assert set(sandbox.NODE_GPU_DEVICES) >= {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"}
