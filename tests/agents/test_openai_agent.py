@@ -208,3 +208,16 @@ def test_config_accepts_an_empty_api_key_env_for_openai() -> None:
     cfg = AgentConfig(kind="openai", base_url="http://127.0.0.1:9/v1", model="m", api_key_env="")
     a = make_agent(cfg)
     assert isinstance(a, OpenAIAgent) and a.api_key_env == "" and a._key() is None
+
+
+@pytest.mark.parametrize("body,words", [
+    ("not json", "not JSON"),
+    ('{"choices": []}', "no choices[0].message.content"),
+    ('{"choices": [{"message": {"role": "assistant", "content": null}}]}', "content is not text"),
+])
+def test_a_malformed_answer_is_retried_then_a_harness_error(serve, ctx: AgentContext, body: str, words: str) -> None:
+    s = serve(lambda _: (200, body))
+    a = agent(s.url, max_tries=2)
+    with pytest.raises(HarnessError, match="failed 2 times") as info:
+        a.propose(ctx)
+    assert words in str(info.value) and len(s.requests) == 2 and a.tries_used == 2

@@ -152,6 +152,8 @@ class OpenAIAgent:
         except (openai.APIConnectionError, openai.APIResponseValidationError) as exc:  # timeouts included
             cause = f" ({exc.__cause__})" if exc.__cause__ else ""
             raise _Retryable(f"{type(exc).__name__}: {exc}{cause}") from exc
+        except ValueError as exc:  # a body that is not JSON
+            raise _Retryable("malformed chat-completions response (not JSON)") from exc
         try:
             content = reply.choices[0].message.content
         except (AttributeError, IndexError, TypeError) as exc:
