@@ -35,7 +35,13 @@ def test_train_then_evaluate_twice(tiny_data: Path, tiny_weights: Path, tmp_path
     assert m["pages"] == 2 and m["truth"] == sum(c["support"] for c in m["classes"].values()) > 0
     assert m["predictions"] == sum(c["tp"] + c["fp"] for c in m["classes"].values())
     for name, c in m["classes"].items():
-        assert set(c) == {"tp", "fp", "fn", "support", "precision", "recall", "f1", "count_error", "weight"}, name
+        assert set(c) == {"tp", "fp", "fn", "support", "precision", "recall", "f1", "count_error", "weight",
+                          "ap50", "found"}, name
+        assert len(c["found"]) == c["support"] and sum(c["found"]) == c["tp"] and set(c["found"]) <= {0, 1}, name
+        assert (c["ap50"] is None) == (c["support"] == 0) and (c["ap50"] is None or 0.0 <= c["ap50"] <= 1.0), name
+    assert m["confidence"] == 0.25 and m["ap_confidence"] == 0.001
+    aps = [c["ap50"] for c in m["classes"].values() if c["support"]]
+    assert m["map50"] == pytest.approx(sum(aps) / len(aps), abs=1e-5)
 
 
 def test_evaluate_refuses_missing_inputs(tiny_data: Path, tmp_path: Path) -> None:
