@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 
 from looper import proc, sandbox
+from looper.core.failure import FailureEvidence, classify_failure
+from looper.core.verdict import Outcome
 from looper.sandbox import SandboxPolicy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,6 +220,9 @@ def test_attack_ends_as_a_crash_that_names_it_and_changes_nothing(row: str, work
     else:
         assert run.exit_code not in (0, None), log
         assert "LOOPER_SUMMARY steps=3" in log  # it trained first
+        c = classify_failure(FailureEvidence(exit_code=run.exit_code, signal=run.signal, log_tail=log,
+                                             data_dir=str(data)))
+        assert c.outcome is Outcome.CRASH and not c.needs_canary, c  # the change's doing, not the harness's
     assert expected in log, f"the crash does not name the attempt ({expected!r}):\n{log[-2000:]}"
 
     time.sleep(0.3)
