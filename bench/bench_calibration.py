@@ -33,7 +33,9 @@ import json
 import re
 import statistics
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,9 @@ sys.path.insert(1, str(HERE.parent))
 from bench_noise import REPO, Run, ensure_data, load, run_once  # noqa: E402
 
 from looper.core import gate as core_gate  # noqa: E402
+
+STEPS = {"tiny": 200, "demo": 400, "full": 3000}  # where the baseline finds classes (bench/RESULTS.md)
+BUDGET = {"tiny": 300.0, "demo": 300.0, "full": 900.0}  # the outer wall-clock limit of a step-budget run, s
 
 NOOP = '''
 
@@ -79,12 +84,25 @@ class Bench:
         self.args = args
         self.data = ensure_data(args.scale, 0, args.out, args.data)
         self.cache: dict[tuple[str, int], Run] = {}
+        self.running: dict[tuple[str, int], threading.Event] = {}
+        self.lock = threading.Lock()
         self.cfg = build(core_gate.GateConfig, score=args.score, max_class_drop=args.max_class_drop,
                          noise_sigmas=args.noise_sigmas, alpha=args.alpha)
 
     def run(self, label: str, source: str, seed: int) -> Run:
+        """One real run per (label, seed), shared by every judgement that needs it."""
         key = (label, seed)
-        if key not in self.cache:
+        with self.lock:
+            done = self.running.get(key)
+            mine = done is None
+            if mine:
+                done = self.running[key] = threading.Event()
+        if not mine:
+            done.wait()
+            if key not in self.cache:
+                raise SystemExit(f"bench_calibration: a real run failed ({label} seed {seed})")
+            return self.cache[key]
+        try:
             r = run_once(source, label, self.data, self.args.out, seed, self.args.budget,
                          self.args.steps or None, self.args.device, self.args.score)
             print(f"    run {label} seed={seed}: steps={r.steps} ({r.stopped_by}) {self.args.score}={r.score} "
@@ -93,11 +111,20 @@ class Bench:
             if not r.ok:
                 raise SystemExit(f"bench_calibration: a real run failed ({label} seed {seed}): {r.why}")
             self.cache[key] = r
+        finally:
+            done.set()
         return self.cache[key]
 
-    def reference(self, label: str, source: str) -> dict[str, Any]:
+    def many(self, jobs: list[tuple]) -> list[Any]:
+        """Run ``(function, *args)`` jobs ``--jobs`` at a time; results in order."""
+        with ThreadPoolExecutor(max_workers=max(1, self.args.jobs)) as pool:
+            return list(pool.map(lambda job: job[0](*job[1:]), jobs))
+
+    def reference(self, label: str, source: str, parallel: bool = True) -> dict[str, Any]:
         """The loop's baseline measurement: seeds 0..reruns of ``source``."""
-        runs = [self.run(label, source, s) for s in range(self.args.reruns + 1)]
+        seeds = range(self.args.reruns + 1)
+        runs = (self.many([(self.run, label, source, s) for s in seeds]) if parallel
+                else [self.run(label, source, s) for s in seeds])
         scores = [float(r.score) for r in runs]  # type: ignore[arg-type]
         return {"label": label, "runs": runs, "metrics": [r.metrics for r in runs], "scores": scores,
                 "mean": mean_metrics([r.metrics for r in runs]),  # type: ignore[misc]
@@ -140,10 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", default="demo", choices=("tiny", "demo", "full"))
     ap.add_argument("--data", type=Path, default=None, help="a prepared data folder (default: built under --out)")
-    ap.add_argument("--steps", type=int, default=400, help="step budget per run (0: wall clock only)")
-    ap.add_argument("--budget", type=float, default=150.0, help="wall-clock budget per run, s (enforced outside)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="step budget per run (0: wall clock only; default per scale: " + str(STEPS) + ")")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="wall-clock budget per run, s, enforced outside (default per scale: " + str(BUDGET) + ")")
     ap.add_argument("--aa", type=int, default=10, help="A/A judgements (fresh seeds each)")
+    ap.add_argument("--aa-pool", type=int, default=0,
+                    help="draw the A/A judgements' seeds in rotation from this many fresh seeds (0: every "
+                         "judgement its own seeds); cheaper, but judgements that share a seed are correlated")
     ap.add_argument("--paired", action="store_true", help="one more A/A judgement on the baseline's own seeds")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (step-budget runs do not depend on load)")
     ap.add_argument("--planted", type=int, default=3, help="judgements of the degraded and of the repair each")
     ap.add_argument("--lr-factor", type=float, default=6.0, help="the planted effect: LR0 divided by this")
     ap.add_argument("--reruns", type=int, default=2, help="the loop's noise_reruns (baseline: reruns + 1 seeds)")
@@ -155,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--require-gpu", action="store_true", help="refuse to run without a CUDA GPU")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "calibration")
     args = ap.parse_args(argv)
+    args.steps = STEPS[args.scale] if args.steps is None else args.steps
+    args.budget = BUDGET[args.scale] if args.budget is None else args.budget
     if args.require_gpu:
         import torch
 
@@ -180,27 +215,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  baseline {args.score} {[round(s, 4) for s in base['scores']]} sigma "
           f"{base['sigma'] if base['sigma'] is None else round(base['sigma'], 4)}", flush=True)
 
-    aa = []
-    print("A/A (no-op, fresh seeds):", flush=True)
-    for j in range(args.aa):
-        aa.append(b.judge(f"aa{j}", noop, [1000 + 100 * j + r for r in range(n)], base, base))
-    paired = None
-    if args.paired:
-        print("A/A on the baseline's own seeds:", flush=True)
-        paired = b.judge("aa-paired", noop, list(range(n)), base, base)
+    print(f"A/A (no-op, fresh seeds), planted (LR0 / {args.lr_factor:g} vs the baseline) and the degraded "
+          "train.py's own baseline, all at once:", flush=True)
+    if args.aa_pool:
+        pool = [1000 + i for i in range(args.aa_pool)]
+        aa_jobs = [(b.judge, "aa", noop, [pool[(j + r) % len(pool)] for r in range(n)], base, base)
+                   for j in range(args.aa)]
+    else:
+        aa_jobs = [(b.judge, f"aa{j}", noop, [1000 + 100 * j + r for r in range(n)], base, base)
+                   for j in range(args.aa)]
+    worse_jobs = [(b.judge, f"degraded{j}", degraded, [2000 + 100 * j + r for r in range(n)], base, base)
+                  for j in range(args.planted)]
+    ref_jobs = [(b.reference, "degraded", degraded, False)] if args.planted else []
+    paired_jobs = [(b.judge, "aa-paired", noop, list(range(n)), base, base)] if args.paired else []
+    done = b.many(aa_jobs + worse_jobs + paired_jobs + ref_jobs)
+    aa, worse = done[:len(aa_jobs)], done[len(aa_jobs):len(aa_jobs) + len(worse_jobs)]
+    paired = done[len(aa_jobs) + len(worse_jobs)] if args.paired else None
+    deg = done[-1] if args.planted else None
+    if paired is not None:
         paired["same_weights_as_baseline"] = [
             b.cache[("aa-paired", s)].digest == b.cache[("baseline", s)].digest for s in paired["seeds"]]
 
-    worse, better = [], []
-    if args.planted:
-        print(f"planted: LR0 / {args.lr_factor:g} judged against the baseline:", flush=True)
-        for j in range(args.planted):
-            worse.append(b.judge(f"degraded{j}", degraded, [2000 + 100 * j + r for r in range(n)], base, base))
-        print("planted: the repair judged against the degraded train.py (its 3 seeds as best and baseline):",
+    better: list[dict[str, Any]] = []
+    if deg is not None:
+        print(f"planted: the repair judged against the degraded train.py (its {n} seeds as best and baseline):",
               flush=True)
-        deg = b.reference("degraded", degraded)
-        for j in range(args.planted):
-            better.append(b.judge(f"repair{j}", source, [3000 + 100 * j + r for r in range(n)], deg, deg))
+        better = b.many([(b.judge, f"repair{j}", source, [3000 + 100 * j + r for r in range(n)], deg, deg)
+                         for j in range(args.planted)])
 
     result = {
         "config": {k: str(v) for k, v in vars(args).items()}, "gate_config": str(b.cfg),
@@ -230,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if paired:
         print(f"paired A/A: same weights as the baseline per seed: {paired['same_weights_as_baseline']}; "
               f"verdict {paired['outcome']}")
-    spread = [r.score for r in b.cache.values() if r.label == "baseline" or r.label.startswith("aa")]
+    spread = [r.score for r in b.cache.values() if r.label == "baseline" or (r.label.startswith("aa") and r.label != "aa-paired")]
     if len(spread) > 1:
         print(f"A/A spread of {args.score} over every run of the unchanged code (baseline + no-ops, "
               f"{len(spread)} runs): sd {statistics.stdev(spread):.4f}, range [{min(spread):.4f}, {max(spread):.4f}]")

@@ -48,6 +48,8 @@ COMMANDS: dict[str, Command] = {
     "bench_baseline.py": Command(("--data", "data", "--budget", "180", "--out", "bench/out/baseline"), slow=True),
     "bench_eval.py": Command(("--weights", "bench/out/baseline/budget180_seed0/weights.pt", "--data", "data",
                               "--pages", "6"), slow=True),
+    "bench_noise.py": Command(("--scale", "tiny", "--steps", "200", "--clock-budget", "70"), slow=True),
+    "bench_calibration.py": Command(("--scale", "demo", "--aa", "10", "--planted", "3", "--paired"), slow=True),
 }
 # Run order: listed ones first (bench_eval needs bench_baseline's weights), then the rest by name.
 ORDER = ["bench_overhead.py", "bench_report.py", "bench_fault_to_page.py", "bench_baseline.py", "bench_eval.py"]
