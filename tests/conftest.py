@@ -70,5 +70,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.section("skipped tiers", sep="=", yellow=True, bold=True)
     for tier in dict.fromkeys([*opted, *counts]):
         terminalreporter.write_line(f"SKIPPED TIER {tier}: {counts.get(tier, 0)} tests not run "
-                                    f"({tiers.SKIP_ENV}={','.join(opted)}); install with: {tiers.apt_line(tier)}",
+                                    f"({tiers.SKIP_ENV}={','.join(opted)}); to run them, leave it out of "
+                                    f"{tiers.SKIP_ENV} (its system packages: {tiers.apt_line(tier)})",
                                     yellow=True)
