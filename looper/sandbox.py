@@ -58,6 +58,7 @@ SANDBOX_ENV = {
 }
 TEST_PAGES = Path("pages") / "test"  # relative to the data folder: what training must never read
 LEFT_RUNNING_EXIT = 86  # train.py exited but left processes in its sandbox (they die with it)
+WEIGHTS_REFUSED_EXIT = 65  # evaluate.py (WEIGHTS_REFUSED) refused weights that are not data: a crash of the change
 # Runs train.py inside the sandbox, then names any process it left behind before the sandbox (and
 # with it every such process) ends: a run that tried to outlive itself is a crash that says so.
 WATCH = (
