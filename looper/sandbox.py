@@ -224,13 +224,15 @@ def _python_roots(python: str) -> list[Path]:
 def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_dir: Path,
                env: Mapping[str, str], policy: SandboxPolicy = SandboxPolicy(),
                python: str = "", devices: Sequence[str] | None = None,
-               home: Path | None = None, bwrap: str | None = None) -> list[str]:
+               home: Path | None = None, bwrap: str | None = None,
+               readable: Sequence[Path] = ()) -> list[str]:
     """``command`` (``[python, "train.py"]``) wrapped in the training sandbox.
 
     Writable: ``out_dir`` and the private tmp. Hidden: ``data_dir/pages/test`` and the
     credential folders of ``home``. ``devices``: device nodes to bind (default: the NVIDIA
     nodes present here; :data:`NODE_GPU_DEVICES` where the argv runs on another machine). ``bwrap``:
-    the bwrap to call (default: the one on this machine's PATH). The policy must be enabled: with
+    the bwrap to call (default: the one on this machine's PATH). ``readable``: more folders to
+    keep visible (read-only) when they lie under the private /tmp, e.g. the workspace. The policy must be enabled: with
     ``sandbox = "none"`` there is no argv to build.
     """
     if not policy.enabled:
@@ -238,7 +240,7 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
     checkout, out_dir, data_dir = (Path(os.path.realpath(p)) for p in (checkout, out_dir, data_dir))
     python = python or command[0]
     args = [bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
-    args += _readable_again([checkout, data_dir, *_python_roots(python)])
+    args += _readable_again([checkout, data_dir, *readable, *_python_roots(python)])
     for node in gpu_device_nodes() if devices is None else devices:
         args += ["--dev-bind-try", node, node]
     args += ["--bind", str(out_dir), str(out_dir)]
