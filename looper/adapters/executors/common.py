@@ -55,6 +55,12 @@ def train_vars(job: TrainJob, data: str, out: str) -> dict[str, str]:
     }
 
 
+def eval_command(python: str, evaluate_py: str, weights: str, data: str, out: str, device: str) -> list[str]:
+    """evaluate.py's command line (docs: the workspace contract), whichever machine it runs on."""
+    argv = [python, evaluate_py, "--weights", weights, "--data", data, "--out", out]
+    return argv + ["--device", device] if device else argv
+
+
 def run_result(s: proc.Supervised) -> RunResult:
     """A supervised child's end as a :class:`RunResult`."""
     return RunResult(exit_code=s.exit_code, signal=s.signal, timed_out=s.timed_out, stalled=s.stalled,

@@ -11,6 +11,7 @@ from looper.adapters.executors.base import EvalJob, LineSink, RunResult, TrainJo
 from looper.adapters.executors.common import (
     DataFolder,
     child_env,
+    eval_command,
     hash_local_data,
     local_preflight,
     prepare_local_data,
@@ -47,9 +48,8 @@ class LocalExecutor(DataFolder):
 
     def eval_argv(self, job: EvalJob) -> list[str]:
         """The evaluation command, run in ``job.checkout``."""
-        argv = [self.python, str(job.checkout / "evaluate.py"), "--weights", str(job.weights),
-                "--data", str(self._data_path(self._data_dir)), "--out", str(job.metrics_path)]
-        return argv + ["--device", job.device] if job.device else argv
+        return eval_command(self.python, str(job.checkout / "evaluate.py"), str(job.weights),
+                            str(self._data_path(self._data_dir)), str(job.metrics_path), job.device)
 
     def train_env(self, job: TrainJob) -> dict[str, str]:
         """The train.py interface as environment variables."""

@@ -50,6 +50,7 @@ from looper.adapters.executors.common import (
     NO_TOOL_CODE,
     DataFolder,
     child_env,
+    eval_command,
     get,
     hash_local_data,
     last_lines,
@@ -358,9 +359,8 @@ class SlurmExecutor(DataFolder):
 
     def eval_argv(self, job: EvalJob) -> list[str]:
         """The evaluation command, run in ``job.checkout`` on the compute node."""
-        argv = [self.python, str(job.checkout / "evaluate.py"), "--weights", str(job.weights),
-                "--data", str(self._data_path(self._data_dir)), "--out", str(job.metrics_path)]
-        return argv + ["--device", job.device] if job.device else argv
+        return eval_command(self.python, str(job.checkout / "evaluate.py"), str(job.weights),
+                            str(self._data_path(self._data_dir)), str(job.metrics_path), job.device)
 
     def ensure_data(self, prepare_py: Path, data_dir: str, scale: str, seed: int) -> Verdict:
         return prepare_local_data(self.python, prepare_py, self._data_path(data_dir), data_dir, scale, seed,

@@ -40,6 +40,7 @@ from looper.adapters.executors.common import (
     NO_TOOL_CODE,
     DataFolder,
     child_env,
+    eval_command,
     fault_result,
     get,
     last_lines,
@@ -237,9 +238,8 @@ class SshExecutor(DataFolder):
 
     def eval_argv(self, job: EvalJob, weights: str, out: str) -> list[str]:
         """The evaluation command on the host (``weights`` and ``out`` are remote paths)."""
-        argv = [self.python, "evaluate.py", "--weights", weights,
-                "--data", self.remote.data_path(self._data_dir), "--out", out]
-        return argv + ["--device", job.device] if job.device else argv
+        return eval_command(self.python, "evaluate.py", weights, self.remote.data_path(self._data_dir), out,
+                            job.device)
 
     def _env(self, **values: str) -> dict[str, str]:
         return child_env(f"{self.remote.root()}/.ultralytics", {"PYTHONPATH": self.remote.checkout}, **values)
