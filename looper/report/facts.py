@@ -2,8 +2,13 @@
 
 Everything here only reads, through the store's records and queries
 (:mod:`looper.store.queries`). Free text is redacted on its way in, so the pages can show
-it as it is. The helpers at the bottom (:func:`class_rows`, :func:`gpu_line`,
-:func:`worker_lines`) derive what both the text and the HTML page show.
+it as it is. The helpers at the bottom (:func:`class_rows`, :func:`class_intervals`,
+:func:`nothing_kept`, :func:`gpu_line`, :func:`worker_lines`) derive what both the text and the
+HTML page show.
+
+The gate's statistics come from each verdict's metrics (:mod:`looper.core.gate`): the noise
+band, the score test and the class tests. A verdict from before them (no ``noise_band`` and no
+``noise_measured``) has no :class:`Judgement`: the report then shows what it always showed.
 """
 
 from __future__ import annotations
@@ -20,15 +25,43 @@ from looper.core.classes import CLASSES
 from looper.core.verdict import Outcome
 from looper.report.fmt import MAX_ATTENTION, clean, id_list, num
 from looper.store import TIME_PARTS, EventRecord, ExperimentRecord, ExperimentRow, Store
-from looper.store.queries import kept_texts, latest_start, lean_experiments, running_best, tag_baseline
+from looper.store.queries import (
+    json_fields,
+    kept_texts,
+    latest_start,
+    lean_experiments,
+    running_best,
+    tag_baseline,
+)
 
 __all__ = [
-    "Attention", "CrashGroup", "KeptChange", "NearMiss", "Night", "class_rows", "gather", "gpu_line",
-    "rare_classes", "worker_lines",
+    "Attention", "CrashGroup", "Judgement", "KeptChange", "NearMiss", "Night", "SeedBar", "class_intervals",
+    "class_rows", "gather", "gpu_line", "nothing_kept", "rare_classes", "seed_bars", "worker_lines",
 ]
 
 DEFAULT_SCORE = "weighted_f1"
 DEFAULT_MAX_CLASS_DROP = 0.05
+DEFAULT_ALPHA = 0.05
+#: What a person is told when the noise could not be measured (issue 15's wording).
+UNMEASURED = "noise unmeasured: no keep or discard on the score alone"
+#: The figures each experiment's verdict, configuration and metrics are read for (one query).
+_FIGURES: dict[str, tuple[str, str]] = {
+    "band": ("verdict", "$.metrics.noise_band"),
+    "measured": ("verdict", "$.metrics.noise_measured"),
+    "diff": ("verdict", "$.metrics.diff"),
+    "alpha": ("verdict", "$.metrics.alpha"),
+    "alpha_look": ("verdict", "$.metrics.alpha_per_look"),
+    "looks": ("verdict", "$.metrics.looks"),
+    "sigma": ("verdict", "$.metrics.noise_sigma"),
+    "df": ("verdict", "$.metrics.noise_df"),
+    "test": ("verdict", "$.metrics.score_test"),
+    "cand": ("verdict", "$.metrics.candidate_scores"),
+    "best": ("verdict", "$.metrics.best_scores"),
+    "simpler": ("verdict", "$.metrics.candidate_simpler"),
+    "seed_scores": ("metrics", "$.seed_scores"),
+    "sandbox": ("config", "$.executor.sandbox"),
+    "network": ("config", "$.executor.sandbox_network"),
+}
 
 
 @dataclass(frozen=True)
@@ -79,6 +112,89 @@ class CrashGroup:
     ids: tuple[int, ...]
     example_reason: str
     descriptions: tuple[str, ...]
+
+
+def _digits(value: float | None, band: float | None = None) -> int:
+    """Decimals to show a score difference with: 3 when the band (else the value) is >= 0.01."""
+    ref = band if band is not None else value
+    return 3 if ref is not None and abs(ref) >= 0.01 else 4
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the gate measured for one judged experiment, read from its verdict's metrics.
+
+    ``diff``: mean candidate score minus the current best's; ``band``: the smallest difference
+    the score test calls significant at this look (None when the noise is unmeasured);
+    ``alpha``: the configured ``[gate] alpha``, ``alpha_look`` the share of it this look used
+    (it is split over the planned seeds); ``p_better``/``p_worse``: the one-sided p-values.
+    """
+
+    id: int
+    outcome: str
+    diff: float | None
+    band: float | None
+    measured: bool
+    alpha: float
+    alpha_look: float
+    looks: int
+    candidate_scores: tuple[float, ...]
+    n_best: int
+    df: int | None
+    p_better: float | None
+    p_worse: float | None
+    simpler: bool
+    class_failures: tuple[str, ...]
+
+    @property
+    def n_candidate(self) -> int:
+        return len(self.candidate_scores)
+
+    @property
+    def where(self) -> str:
+        """``beyond the noise`` | ``below the noise`` | ``inside the noise`` | ``unmeasured``."""
+        if not self.measured or self.band is None or self.diff is None:
+            return "unmeasured"
+        if self.p_better is not None and self.p_worse is not None:
+            if self.p_better <= self.alpha_look:
+                return "beyond the noise"
+            return "below the noise" if self.p_worse <= self.alpha_look else "inside the noise"
+        if abs(self.diff) < self.band:
+            return "inside the noise"
+        return "beyond the noise" if self.diff > 0 else "below the noise"
+
+    @property
+    def words(self) -> str:
+        """The score test in words: ``+0.031 vs best, band 0.062 at alpha 0.05 (one-sided t-test,
+        1 candidate + 3 best seeds, df 2): inside the noise``."""
+        diff = "-" if self.diff is None else f"{self.diff:+.{_digits(self.diff, self.band)}f}"
+        if self.where == "unmeasured":
+            return f"{diff} vs best: {UNMEASURED}"
+        assert self.band is not None
+        alpha = (f"alpha {self.alpha:g}" if self.looks <= 1 or abs(self.alpha_look - self.alpha) < 1e-12
+                 else f"alpha {self.alpha_look:.3g} ({self.alpha:g} split over {self.looks} seeds)")
+        seeds = f"{self.n_candidate} candidate + {self.n_best} best seed{'s' if self.n_best != 1 else ''}"
+        dof = f", df {self.df}" if self.df is not None else ""
+        where = self.where
+        if where == "beyond the noise" and self.p_better is not None:
+            where += f" (p = {self.p_better:.2g} better)"
+        elif where == "below the noise" and self.p_worse is not None:
+            where += f" (p = {self.p_worse:.2g} worse)"
+        elif where == "inside the noise" and self.outcome == "keep" and self.simpler:
+            where += "; simpler, so kept (simpler wins a tie)"
+        return (f"{diff} vs best, band {self.band:.{_digits(self.band)}f} at {alpha} "
+                f"(one-sided t-test, {seeds}{dof}): {where}")
+
+
+@dataclass(frozen=True)
+class SeedBar:
+    """An experiment measured with more than one seed: its mean score +- a band (score plot)."""
+
+    id: int
+    mean: float
+    band: float
+    scores: tuple[float, ...]
+    what: str  # how the band was found, in words
 
 
 @dataclass(frozen=True)
@@ -138,6 +254,13 @@ class Night:
     gpu: dict[str, Any]
     best_before: dict[int, tuple[float | None, int | None]] = field(default_factory=dict)
     running_best: list[tuple[int, float]] = field(default_factory=list)  # (keep id, score) for the tag
+    judgements: dict[int, Judgement] = field(default_factory=dict)   # judged experiments by id
+    figures: dict[int, dict[str, Any]] = field(default_factory=dict)  # _FIGURES of each experiment
+    sandbox_off: list[int] = field(default_factory=list)   # experiments run with [executor] sandbox = "none"
+    network_on: list[int] = field(default_factory=list)    # ... with sandbox_network = true
+    sandbox_config: str | None = None   # the workspace's [executor] sandbox when no experiment recorded it
+    baseline_seeds: int = 1             # how many seeds measured the tag-start baseline
+    reference_seeds: int = 1            # ... and the compared baseline (approved or tag-start)
 
     @property
     def scored(self) -> list[ExperimentRow]:
@@ -176,6 +299,9 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
     best_classes = {c: m.figures() for c, m in store.class_scores(best.id).items()} if best else {}
     kinds = _sort(store, experiments, best_before)
     time, time_ids = _time(experiments)
+    figures = json_fields(store, _FIGURES, tag=start_tag, since=since)
+    figures = {e.id: figures.get(e.id, {}) for e in experiments}
+    off, net, workspace_sandbox = _sandbox(figures, Path(root))
     night = Night(
         since=since, tag=tag, score_name=score_name, experiments=experiments, events=events, counts=counts,
         baseline=baseline, baseline_source=ref.source, baseline_score=ref.score, baseline_id=ref.id,
@@ -186,6 +312,9 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
         dead_gates=_dead_gates(ref.metrics, baseline, events), attention=[], time=time, time_ids=time_ids,
         gpu=_gpu_summary(experiments), best_before=best_before,
         running_best=keeps_by_tag.get(tag, []) if tag else [],
+        judgements=_judgements(experiments, figures), figures=figures, sandbox_off=off, network_on=net,
+        sandbox_config=workspace_sandbox, baseline_seeds=_seeds(baseline.metrics if baseline else None),
+        reference_seeds=_seeds(ref.metrics),
     )
     night.attention = attention(night, ref.approved)
     return night
@@ -234,6 +363,65 @@ def _reference(store: Store, root: Path, baseline: ExperimentRecord | None, scor
                          metrics=baseline.metrics or {}, approved=False,
                          classes={c: m.figures() for c, m in store.class_scores(baseline.id).items()})
     return Reference(source="none", score=None, id=None, metrics={}, classes={}, approved=False)
+
+
+def _seeds(metrics: dict[str, Any] | None) -> int:
+    """How many seeds measured an experiment (its metrics' ``seed_scores`` or ``runs``; else 1)."""
+    metrics = metrics if isinstance(metrics, dict) else {}
+    scores = metrics.get("seed_scores")
+    if isinstance(scores, list) and scores:
+        return len(scores)
+    runs = num(metrics.get("runs"))
+    return int(runs) if runs is not None and runs >= 1 else 1
+
+
+def _floats(value: Any) -> tuple[float, ...]:
+    if not isinstance(value, list):
+        return ()
+    out = tuple(v for v in (num(x) for x in value) if v is not None)
+    return out if len(out) == len(value) else ()
+
+
+def _judgements(experiments: list[ExperimentRow], figures: dict[int, dict[str, Any]]) -> dict[int, Judgement]:
+    """The judged experiments (a gate verdict with the noise figures) by id."""
+    out: dict[int, Judgement] = {}
+    judged = (Outcome.KEEP, Outcome.DISCARD, Outcome.INCONCLUSIVE)
+    for e in experiments:
+        f = figures.get(e.id) or {}
+        if e.status not in judged or e.kind == "baseline" or (f.get("band") is None and f.get("measured") is None):
+            continue
+        band = num(f.get("band"))
+        alpha = num(f.get("alpha")) or DEFAULT_ALPHA
+        test = f.get("test") if isinstance(f.get("test"), dict) else {}
+        cand = _floats(f.get("cand")) or ((float(e.score),) if e.score is not None else ())
+        df = num(f.get("df"))
+        out[e.id] = Judgement(
+            id=e.id, outcome=e.status.value, diff=num(f.get("diff")), band=band,
+            measured=bool(f.get("measured")) and band is not None, alpha=alpha,
+            alpha_look=num(f.get("alpha_look")) or alpha, looks=int(num(f.get("looks")) or 1),
+            candidate_scores=cand, n_best=len(_floats(f.get("best"))) or 1,
+            df=int(df) if df is not None and df >= 1 else None,
+            p_better=num(test.get("p_better")), p_worse=num(test.get("p_worse")), simpler=f.get("simpler") is True,
+            class_failures=tuple(r for r in e.blocking if r.startswith("recall.")))
+    return out
+
+
+def _sandbox(figures: dict[int, dict[str, Any]], root: Path) -> tuple[list[int], list[int], str | None]:
+    """(experiments run without the training sandbox, experiments whose sandbox let train.py reach
+    the network, the workspace's own ``[executor] sandbox`` when no experiment recorded one)."""
+    off = [i for i, f in figures.items() if f.get("sandbox") == "none"]
+    net = [i for i, f in figures.items() if f.get("network") is True and f.get("sandbox") != "none"]
+    if any(f.get("sandbox") is not None for f in figures.values()):
+        return off, net, None
+    toml = root / "looper.toml"
+    if not toml.is_file():
+        return off, net, None
+    try:
+        from looper.config import load_config
+
+        return off, net, load_config(toml).executor.sandbox
+    except Exception:  # noqa: BLE001 - an unreadable config is `looper check`'s to report, not the report's
+        return off, net, None
 
 
 def _class_reasons(blocking: Iterable[str]) -> list[str]:
@@ -392,8 +580,26 @@ def _halts(n: Night) -> list[Attention]:
     return out
 
 
-def _warnings(n: Night) -> list[Attention]:
+def _sandbox_warnings(n: Night) -> list[Attention]:
     out: list[Attention] = []
+    if n.sandbox_off:
+        out.append(Attention(
+            "warn", f'training ran WITHOUT its sandbox ([executor] sandbox = "none") in {len(n.sandbox_off)} '
+                    f"experiment(s): {id_list(n.sandbox_off)}; train.py could write the database, the checkout and "
+                    "the venv and read the test pages (docs/SECURITY.md)", n.sandbox_off[-1]))
+    elif n.sandbox_config == "none":
+        out.append(Attention(
+            "warn", 'the workspace\'s looper.toml sets [executor] sandbox = "none": training runs WITHOUT its '
+                    "sandbox (train.py can write the database, the checkout and the venv and read the test pages; "
+                    "docs/SECURITY.md)"))
+    if n.network_on:
+        out.append(Attention("note", f"train.py could reach the network ([executor] sandbox_network = true) in "
+                                     f"{id_list(n.network_on)}", n.network_on[-1]))
+    return out
+
+
+def _warnings(n: Night) -> list[Attention]:
+    out: list[Attention] = _sandbox_warnings(n)
     starts = [ev for ev in n.events if ev.kind == "start"]
     if starts:
         after = [ev for ev in n.events if ev.id > starts[-1].id and ev.kind in ("stop", "halt", "stuck")]
@@ -496,3 +702,135 @@ def gpu_line(n: Night) -> str:
     if g["ecc"]:
         parts.append("new uncorrected ECC errors in " + " ".join(f"#{i}" for i in g["ecc"]))
     return "  " + ("; ".join(parts) if parts else "no GPU figures recorded")
+
+
+def nothing_kept(n: Night) -> list[str]:
+    """Why the window kept no candidate, in numbers; [] when something was kept or nothing judged.
+
+    "no change beat the noise band 0.040 (alpha 0.05): ..." over the judged experiments whose
+    noise was measured, and "noise unmeasured: no keep or discard on the score alone" for
+    those whose noise was not.
+    """
+    if n.kept:
+        return []
+    cands = [e for e in n.experiments if e.kind == "candidate"]
+    judged = [n.judgements[e.id] for e in cands if e.id in n.judgements]
+    lines: list[str] = []
+    measured = [j for j in judged if j.where != "unmeasured"]
+    if measured:
+        bands = sorted(j.band for j in measured if j.band is not None)
+        d = _digits(bands[0])
+        band = f"{bands[0]:.{d}f}" if bands[-1] - bands[0] < 0.5 * 10 ** -d else f"{bands[0]:.{d}f} to {bands[-1]:.{d}f}"
+        alphas = sorted({j.alpha for j in measured})
+        alpha = ", ".join(f"{a:g}" for a in alphas)
+        counts = {w: sum(1 for j in measured if j.where == w) for w in ("inside the noise", "below the noise",
+                                                                        "beyond the noise")}
+        classes = sum(1 for j in measured if j.class_failures)
+        close = max((j for j in measured if j.diff is not None), key=lambda j: j.diff or 0.0, default=None)
+        parts = [f"{counts['inside the noise']} inside the noise", f"{counts['below the noise']} worse beyond it"]
+        if counts["beyond the noise"]:
+            parts.append(f"{counts['beyond the noise']} better beyond it but failed a class gate")
+        line = (f"no change beat the noise band {band} (alpha {alpha}): of {len(measured)} judged, "
+                + ", ".join(parts) + f"; {classes} failed a class gate")
+        if close is not None and close.diff is not None and close.band is not None:
+            dd = _digits(close.diff, close.band)
+            line += f"; closest #{close.id} at {close.diff:+.{dd}f} vs its band {close.band:.{dd}f}"
+        lines.append(line)
+    unmeasured = [j for j in judged if j.where == "unmeasured"]
+    if unmeasured:
+        src = f"#{n.baseline.id}" if n.baseline is not None else n.baseline_source
+        lines.append(f"{UNMEASURED} ({len(unmeasured)} judged: {id_list(j.id for j in unmeasured)}; the baseline "
+                     f"{src} was measured with {n.baseline_seeds} seed(s), at least 2 are needed)")
+    if not lines and cands:
+        scored = [e for e in cands if e.score is not None]
+        lines.append(f"no candidate was kept: {len(cands)} tried, {len(scored)} scored; their verdicts carry no "
+                     "noise figures (judged before the statistical gate)")
+    return lines
+
+
+def seed_bars(n: Night) -> list[SeedBar]:
+    """Scored experiments measured with more than one seed: mean +- the band their verdict used.
+
+    A candidate's band is its verdict's noise band (the smallest difference from the best its
+    score test calls significant). The baseline has no verdict: its band is the one a
+    one-seed candidate would have to beat, from the spread of its own seeds (one-sided t at
+    the night's alpha).
+    """
+    from looper.core import stats
+
+    out: list[SeedBar] = []
+    alpha = next((j.alpha for j in n.judgements.values()), DEFAULT_ALPHA)
+    for e in n.scored:
+        j = n.judgements.get(e.id)
+        if j is not None and j.n_candidate > 1 and j.band is not None:
+            mean = statistics.fmean(j.candidate_scores)
+            out.append(SeedBar(e.id, mean, j.band, j.candidate_scores,
+                               f"noise band of its verdict at alpha {j.alpha_look:.3g}"))
+            continue
+        scores = _floats(n.figures.get(e.id, {}).get("seed_scores"))
+        if e.kind == "baseline" and len(scores) > 1:
+            sigma = statistics.stdev(scores)
+            band = stats.score_band(sigma, len(scores) - 1, 1, len(scores), alpha)
+            out.append(SeedBar(e.id, statistics.fmean(scores), band, scores,
+                               f"the band a one-seed candidate must beat, alpha {alpha:g} (sigma {sigma:.4f})"))
+    return out
+
+
+def _interval(found: int, total: int) -> tuple[float, float]:
+    from looper.core.stats import recall_interval
+
+    return recall_interval(found, total)
+
+
+def _pooled(row: dict[str, Any], runs: int) -> tuple[int, int] | None:
+    """(found, total) instance-runs of a class from its mean recall, support and seed count."""
+    recall, support = num(row.get("recall")), num(row.get("support"))
+    if recall is None or support is None or support <= 0:
+        return None
+    total = int(round(support)) * runs
+    return min(total, max(0, round(recall * total))), total
+
+
+def class_intervals(n: Night) -> list[dict[str, Any]]:
+    """Per class with truth: the baseline's and the best's recall with 95 % Wilson intervals.
+
+    From the best's verdict when it carries the gate's class tests against the baseline (the
+    counts pooled over the seeds it compared), else from the recalls, supports and seed
+    counts of the two experiments. ``fails``: the gate failed the class (a discard reason).
+    """
+    best = n.best
+    tests: dict[str, dict[str, Any]] = {}
+    metrics = (best.verdict or {}).get("metrics") if best is not None and isinstance(best.verdict, dict) else None
+    for t in (metrics or {}).get("class_tests") or []:
+        if isinstance(t, dict) and t.get("against") == "baseline" and isinstance(t.get("class"), str):
+            tests[t["class"]] = t
+    base_runs = n.reference_seeds
+    best_runs = _seeds(best.metrics if best is not None else None)
+    rare = n.rare_classes
+    rows = []
+    for r in class_rows(n):
+        c = r["class"]
+        t = tests.get(c)
+        if t is not None and all(isinstance(t.get(k), int) for k in ("ref_found", "ref_total", "cand_found",
+                                                                      "cand_total")):
+            base, top, source = (t["ref_found"], t["ref_total"]), (t["cand_found"], t["cand_total"]), "gate"
+        else:
+            base = _pooled(n.baseline_classes.get(c, {}), base_runs)
+            top = _pooled(n.best_classes.get(c, {}), best_runs)
+            source = "recall x support x seeds"
+        if base is None and top is None:
+            continue
+        row: dict[str, Any] = {"class": c, "support": r["support"], "rare": c in rare, "source": source,
+                               "fails": bool(t and t.get("fails")),
+                               "p": num(t.get("p")) if t else None, "test": t.get("test") if t else None}
+        for side, counts in (("base", base), ("best", top)):
+            if counts is None:
+                row.update({f"{side}_found": None, f"{side}_total": None, f"{side}_recall": None,
+                            f"{side}_lo": None, f"{side}_hi": None})
+                continue
+            lo, hi = _interval(*counts)
+            row.update({f"{side}_found": counts[0], f"{side}_total": counts[1],
+                        f"{side}_recall": counts[0] / counts[1] if counts[1] else None, f"{side}_lo": lo,
+                        f"{side}_hi": hi})
+        rows.append(row)
+    return rows

@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from looper.report.facts import Night, class_rows, gather, gpu_line, worker_lines
+from looper.report.facts import (
+    Night,
+    class_intervals,
+    class_rows,
+    gather,
+    gpu_line,
+    nothing_kept,
+    worker_lines,
+)
 from looper.report.fmt import (
     MAX_TEXT_ROWS,
     OUTCOME_ORDER,
@@ -34,7 +42,8 @@ def render_text(n: Night, console_width: int = 100) -> str:
     window = f"since {n.since[:19]}" if n.since else "all history"
     con.print(Text(f"looper morning report: tag {n.tag or '-'}, {window}", style="bold"))
     con.print()
-    for part in (_attention, _glance, _kept, _near_misses, _crashes, _inconclusive, _exclusions, _classes):
+    for part in (_attention, _glance, _kept, _near_misses, _verdicts, _crashes, _inconclusive, _exclusions,
+                 _classes):
         part(con, n)
     _time(con, n)
     return con.file.getvalue()  # type: ignore[no-any-return]
@@ -79,6 +88,8 @@ def _glance(con: Any, n: Night) -> None:
             best_line += (f" vs baseline {fmt(n.baseline_score)} ({n.baseline_source}): "
                           f"{signed((n.best.score or 0.0) - n.baseline_score)}")
     con.print(Text(best_line))
+    for line in nothing_kept(n):
+        con.print(Text(f"kept nothing: {line}"))
     halts = [a for a in n.attention if a.level == "halt"]
     con.print(Text(f"halts and undelivered pages: {len(halts)}"))
     con.print()
@@ -112,6 +123,24 @@ def _near_misses(con: Any, n: Night) -> None:
     con.print(t)
     if len(n.near_misses) > MAX_TEXT_ROWS:
         con.print(Text(f"  ({len(n.near_misses) - MAX_TEXT_ROWS} more: the HTML report lists them all)"))
+    con.print()
+
+
+def _verdicts(con: Any, n: Night) -> None:
+    """Each judged experiment: its score test in words (band, alpha, seeds) and its class failures."""
+    from rich.text import Text
+
+    if not n.judgements:
+        return
+    judged = sorted(n.judgements.values(), key=lambda j: j.id)
+    con.print(Text("Verdicts against the noise (score: one-sided t-test on seeds; classes: the test in each reason)",
+                   style="bold"))
+    for j in judged[-MAX_TEXT_ROWS:]:
+        con.print(Text(f"  #{j.id} {j.outcome}: {j.words}"))
+        for reason in j.class_failures:
+            con.print(Text(f"      class gate: {reason}"))
+    if len(judged) > MAX_TEXT_ROWS:
+        con.print(Text(f"  ({len(judged) - MAX_TEXT_ROWS} earlier: the HTML report lists them all)"))
     con.print()
 
 
@@ -166,12 +195,33 @@ def _classes(con: Any, n: Night) -> None:
     best_id = f"#{n.best.id}" if n.best else "-"
     t = _table(f"Per class: baseline {n.baseline_source} vs best {best_id} (biggest recall changes)",
                ("class", "support", "P base", "P best", "dP", "R base", "R best", "dR"))
-    for r in sorted(rows, key=lambda r: -abs(r["d_recall"] or 0.0))[:12]:
+    shown = sorted(rows, key=lambda r: -abs(r["d_recall"] or 0.0))[:12]
+    for r in shown:
         name = r["class"] + (" (rare)" if r["rare"] else "")
         t.add_row(name, str(r["support"]), fmt(r["p_base"], 2), fmt(r["p_best"], 2), signed(r["d_precision"], 2),
                   fmt(r["r_base"], 2), fmt(r["r_best"], 2), signed(r["d_recall"], 2))
     con.print(t)
     con.print()
+    cis = {r["class"]: r for r in class_intervals(n)}
+    t = _table("The same classes' recall with 95% Wilson intervals (instances pooled over seeds)",
+               ("class", "base found", "R base 95%", "best found", "R best 95%", "gate vs baseline"))
+    for r in shown:
+        ci = cis.get(r["class"])
+        if ci is None:
+            continue
+        gate = "-" if ci["p"] is None else (f"p = {ci['p']:.2g}" + (": FAILS" if ci["fails"] else ""))
+        t.add_row(r["class"], _of(ci["base_found"], ci["base_total"]), _ci(ci["base_lo"], ci["base_hi"]),
+                  _of(ci["best_found"], ci["best_total"]), _ci(ci["best_lo"], ci["best_hi"]), gate)
+    con.print(t)
+    con.print()
+
+
+def _of(found: int | None, total: int | None) -> str:
+    return "-" if found is None or total is None else f"{found} of {total}"
+
+
+def _ci(lo: float | None, hi: float | None) -> str:
+    return "-" if lo is None or hi is None else f"{lo:.2f}-{hi:.2f}"
 
 
 def _time(con: Any, n: Night) -> None:
