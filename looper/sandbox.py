@@ -199,13 +199,16 @@ def _hide(path: Path) -> list[str]:
     return []
 
 
-def _env_args(env: Mapping[str, str], extra: Mapping[str, str] | None = None) -> list[str]:
-    merged: dict[str, str] = {k: os.environ[k] for k in PASS_ENV if os.environ.get(k)}
-    merged.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+def _env_args(env: Mapping[str, str], clear: bool = True) -> list[str]:
+    """``--setenv`` for ``env`` and the sandbox's own variables; with ``clear``, nothing else (and a
+    few harmless variables of this process: PATH, locale, CUDA). Never put a secret in ``env``: an
+    argv is readable by every user of the machine."""
+    merged: dict[str, str] = {k: os.environ[k] for k in PASS_ENV if os.environ.get(k)} if clear else {}
+    if clear:
+        merged.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     merged.update({k: str(v) for k, v in env.items()})
     merged.update(SANDBOX_ENV)
-    merged.update(extra or {})
-    args = ["--clearenv"]
+    args = ["--clearenv"] if clear else []
     for k, v in sorted(merged.items()):
         args += ["--setenv", k, v]
     return args
@@ -258,6 +261,9 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
               devices: Sequence[str] | None = None, bwrap: str | None = None) -> list[str]:
     """``python -I evaluate.py`` from the harness's copy, writable only ``out_dir``, no network.
 
+    It keeps the environment bwrap is started with (``python -I`` ignores ``PYTHON*``), plus
+    ``env`` and the sandbox's home and cache folders.
+
     METRICS.json is written to ``out_dir/METRICS.json``. With the sandbox off the same
     ``python -I`` command is returned without ``bwrap``.
     """
@@ -273,7 +279,7 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
     for node in gpu_device_nodes() if devices is None else devices:
         args += ["--dev-bind-try", node, node]
     args += ["--bind", str(out_dir), str(out_dir), "--chdir", str(out_dir)]
-    args += _env_args(env)
+    args += _env_args(env, clear=False)  # the harness's own code keeps the environment it is started with
     return [*args, "--", *cmd]
 
 

@@ -302,3 +302,16 @@ def test_device_nodes_are_bound_where_they_exist(ws: dict[str, Path]) -> None:
                                        data_dir=ws["data"], env={}, home=ws["home"], devices=[]), timeout=60)
     assert "SEEN False False" in bare.stdout  # not there unless bound
     assert set(sandbox.NODE_GPU_DEVICES) >= {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"}
+
+
+def test_no_secret_of_the_daemon_is_written_into_an_argv(ws: dict[str, Path], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An argv is readable by every user (ps): the daemon's environment never goes into one."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-in-the-daemon-only")
+    train = sandbox.train_argv([sys.executable, "train.py"], checkout=ws["checkout"], out_dir=ws["out"],
+                               data_dir=ws["data"], env={"LOOPER_OUT": str(ws["out"])}, home=ws["home"])
+    copy, eval_out = sandbox.prepare_evaluator(Path(sandbox.__file__), tmp_path / "eval")
+    ev = sandbox.eval_argv(sys.executable, copy, weights=ws["out"], data_dir=ws["data"], out_dir=eval_out,
+                           env={"LOOPER_DEVICE": "cpu"})
+    assert "sk-in-the-daemon-only" not in " ".join(train + ev)
+    assert "--clearenv" in train and "--clearenv" not in ev  # the evaluator inherits; train.py does not
