@@ -260,14 +260,18 @@ def gate(ctx: Context, runs: list[dict], simpler: bool, best: dict, reruns_left:
     from looper.baselines import newest_baseline
 
     approved = newest_baseline(ctx.root / "baselines")
-    if approved:
-        source, baseline = f"approved:{approved[0]}", approved[1]["metrics"]
-    else:
-        source, baseline = "tag-start", ctx.kept_baselines()[-1]["metrics"]
-    best_runs = [r["metrics"] for r in ctx.store.runs(best["id"]) if r.get("metrics")] or [best["metrics"]]
+    def runs_of(exp: dict) -> list[dict]:
+        return [r["metrics"] for r in ctx.store.runs(exp["id"]) if r.get("metrics")]
+
+    if approved:  # an approved baseline is one METRICS.json: the class reference without seeds
+        source, baseline, baseline_runs = f"approved:{approved[0]}", approved[1]["metrics"], []
+    else:  # the tag's own baseline: every seed it ran (the class reference and the seed noise)
+        base = ctx.kept_baselines()[-1]
+        source, baseline, baseline_runs = "tag-start", base["metrics"], runs_of(base)
     noise = (ctx.pinned or {}).get("noise") or {}
-    inp = core_gate.GateInput(candidate=runs, best=best_runs, baseline=baseline, baseline_source=source,
-                              noise_sigma=noise.get("sigma"), candidate_simpler=simpler)
+    inp = core_gate.GateInput(candidate=runs, best=runs_of(best) or [best["metrics"]], baseline=baseline,
+                              baseline_source=source, noise_sigma=noise.get("sigma"), candidate_simpler=simpler,
+                              baseline_runs=baseline_runs)
     gcfg = core_gate.GateConfig(score=ctx.cfg.gate.score, max_class_drop=ctx.cfg.gate.max_class_drop,
                                 noise_sigmas=ctx.cfg.gate.noise_sigmas)
     return core_gate.decide(inp, gcfg, reruns_left)
