@@ -30,7 +30,7 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -256,26 +256,35 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
     return [*args, "--", python, "-I", "-c", WATCH, *command]
 
 
+# ``python -I -c BOOT PACKAGE EVALUATOR ARGS...``: evaluate.py with PACKAGE (the harness's copy of
+# the looper package) first on sys.path, where looper is not installed (an ssh host).
+BOOT = "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; " \
+       "runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
 def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, out_dir: Path,
               env: Mapping[str, str], device: str = "", policy: SandboxPolicy = SandboxPolicy(),
-              devices: Sequence[str] | None = None, bwrap: str | None = None) -> list[str]:
+              devices: Sequence[str] | None = None, bwrap: str | None = None,
+              package: Path | None = None) -> list[str]:
     """``python -I evaluate.py`` from the harness's copy, writable only ``out_dir``, no network.
 
     It keeps the environment bwrap is started with (``python -I`` ignores ``PYTHON*``), plus
-    ``env`` and the sandbox's home and cache folders.
+    ``env`` and the sandbox's home and cache folders. ``package``: a folder holding the harness's
+    copy of the looper package, put first on ``sys.path`` (where looper is not installed).
 
     METRICS.json is written to ``out_dir/METRICS.json``. With the sandbox off the same
     ``python -I`` command is returned without ``bwrap``.
     """
     evaluator, weights, data_dir, out_dir = (Path(os.path.realpath(p)) for p in (evaluator, weights, data_dir, out_dir))
-    cmd = [python, "-I", str(evaluator), "--weights", str(weights), "--data", str(data_dir),
+    boot = ["-c", BOOT, os.path.realpath(package)] if package is not None else []
+    cmd = [python, "-I", *boot, str(evaluator), "--weights", str(weights), "--data", str(data_dir),
            "--out", str(out_dir / "METRICS.json")]
     if device:
         cmd += ["--device", device]
     if not policy.enabled:
         return cmd
     args = [bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(network=False)]
-    args += _readable_again([evaluator.parent, weights, data_dir, *_python_roots(python)])
+    args += _readable_again([evaluator.parent, weights, data_dir, *_python_roots(python)])  # package: in evaluator.parent
     for node in gpu_device_nodes() if devices is None else devices:
         args += ["--dev-bind-try", node, node]
     args += ["--bind", str(out_dir), str(out_dir), "--chdir", str(out_dir)]
@@ -357,3 +366,40 @@ def collect_metrics(out_dir: Path, metrics_path: Path) -> bool:
         return False
     os.replace(src, metrics_path)
     return True
+
+
+# ---------------------------------------------------------------------------- on an ssh host
+def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[list[str], Callable[[], None]]:
+    """``python -m looper.remote run``'s side: ARGV inside the sandbox the executor asked for.
+
+    The executor asks through ``env``: ``LOOPER_SANDBOX`` = ``train`` | ``eval`` (absent: no
+    sandbox), ``LOOPER_SANDBOX_NETWORK=1``; both are taken out of ``env``. The working
+    directory is the host's checkout (train.py, evaluate.py and the synced looper package).
+    For ``eval``, ARGV is evaluate.py's command line; the harness's copies of evaluate.py and of
+    the looper package go to ``run/eval/``, and the returned callable (run after the command)
+    moves METRICS.json to the ``--out`` ARGV named.
+    """
+    kind = env.pop("LOOPER_SANDBOX", "")
+    network = env.pop("LOOPER_SANDBOX_NETWORK", "") == "1"
+    argv = list(argv)
+    if not kind:
+        return argv, lambda: None
+    checkout = Path.cwd()
+    if kind == "train":
+        return train_argv(argv, checkout=checkout, out_dir=run / "out",
+                          data_dir=Path(env.get("LOOPER_DATA", "data")), env=env,
+                          policy=SandboxPolicy(network=network), readable=[checkout.parent]), lambda: None
+    if kind != "eval":
+        raise ValueError(f"LOOPER_SANDBOX must be train or eval, got {kind!r}")
+    opts = dict(zip(argv[2::2], argv[3::2], strict=False))  # python evaluate.py --weights W --data D --out O ...
+    copy, out = prepare_evaluator(checkout / "evaluate.py", run / "eval")
+    package = run / "eval" / "pkg"
+    shutil.copytree(checkout / "looper", package / "looper", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    wrapped = eval_argv(argv[0], copy, weights=Path(opts["--weights"]), data_dir=Path(opts["--data"]), out_dir=out,
+                        env=env, device=opts.get("--device", ""), package=package)
+    target = Path(opts["--out"])
+
+    def collect() -> None:
+        collect_metrics(out, target)
+
+    return wrapped, collect

@@ -7,6 +7,7 @@ the real filesystem, network and process table (no mocks).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 import textwrap
@@ -315,3 +316,41 @@ def test_no_secret_of_the_daemon_is_written_into_an_argv(ws: dict[str, Path], tm
                            env={"LOOPER_DEVICE": "cpu"})
     assert "sk-in-the-daemon-only" not in " ".join(train + ev)
     assert "--clearenv" in train and "--clearenv" not in ev  # the evaluator inherits; train.py does not
+
+
+def test_on_an_ssh_host_the_evaluator_runs_from_copies_with_the_looper_package(
+        ws: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """looper.remote's side (wrap_on_host): evaluate.py and the synced looper package, both copied."""
+    import looper
+
+    shutil.copytree(Path(looper.__file__).parent, ws["checkout"] / "looper",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (ws["checkout"] / "evaluate.py").write_text(textwrap.dedent("""
+        import argparse, json, pathlib
+        import looper.core.metrics
+        ap = argparse.ArgumentParser()
+        for a in ("--weights", "--data", "--out"):
+            ap.add_argument(a)
+        args = ap.parse_args()
+        pathlib.Path(args.out).write_text(json.dumps({"looper": looper.__file__}))
+        """))
+    (ws["out"] / "weights.pt").write_text("w")
+    run = ws["out"].parent
+    monkeypatch.chdir(ws["checkout"])
+    env = {"LOOPER_SANDBOX": "eval", "LOOPER_DEVICE": "cpu"}
+    argv, after = sandbox.wrap_on_host([sys.executable, "evaluate.py", "--weights", str(ws["out"] / "weights.pt"),
+                                        "--data", str(ws["data"]), "--out", str(run / "out" / "METRICS.json")],
+                                       run, env)
+    assert "LOOPER_SANDBOX" not in env and argv[0].endswith("bwrap") and "-I" in argv
+    done = proc.run(argv, timeout=60, env={"PYTHONPATH": str(ws["checkout"])})
+    assert done.ok, done.stderr
+    after()
+    import json
+
+    got = json.loads((run / "out" / "METRICS.json").read_text())["looper"]
+    assert got.startswith(str((run / "eval" / "pkg").resolve())), got
+    train, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {"LOOPER_SANDBOX": "train",
+                                                                         "LOOPER_DATA": str(ws["data"])})
+    assert train[0].endswith("bwrap") and "--unshare-net" in train
+    plain, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {})
+    assert plain == [sys.executable, "train.py"]
