@@ -13,9 +13,25 @@ import re
 from pathlib import Path
 from typing import Any
 
-from looper.report.facts import Night, class_rows, gather, gpu_line, worker_lines
+from looper.report.facts import (
+    Night,
+    class_intervals,
+    class_rows,
+    gather,
+    gpu_line,
+    nothing_kept,
+    worker_lines,
+)
 from looper.report.fmt import OUTCOME_ORDER, clean, fmt, secs, signed
-from looper.report.svg import COLORS, TIME_COLORS, heatmap_svg, outcome_svg, score_svg, time_svg
+from looper.report.svg import (
+    COLORS,
+    TIME_COLORS,
+    class_interval_svg,
+    heatmap_svg,
+    outcome_svg,
+    score_svg,
+    time_svg,
+)
 from looper.store import TIME_PARTS, Store
 
 __all__ = ["CSS", "render_html", "write_html"]
@@ -41,6 +57,7 @@ pre.diff .a{color:#1a7f37} pre.diff .d{color:#cf222e} pre.diff .h{color:#6e7781}
 svg text{font:11px system-ui,sans-serif;fill:#424a53}
 .legend span{display:inline-block;margin-right:14px} .sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px}
 details summary{cursor:pointer;color:#0969da}
+.why{border-left:4px solid #d4a72c;padding-left:8px} .fails{color:#cf222e;font-weight:600}
 """
 
 
@@ -128,14 +145,18 @@ def _glance_html(n: Night) -> str:
     table = "".join(f'<tr><td><i class="sw" style="background:{COLORS[s]}"></i>{s}</td>'
                     f'<td class="n" data-outcome="{s}">{n.counts[s]}</td></tr>'
                     for s in OUTCOME_ORDER if n.counts.get(s))
+    why = "".join(f"<li>{html.escape(line)}</li>" for line in nothing_kept(n))
+    why_html = f'<div id="why-nothing-kept" class="why"><b>Kept nothing:</b><ul>{why}</ul></div>' if why else ""
     return (f'<section id="glance"><h2>The night at a glance</h2><div class="kpis">{cards}</div>'
-            f'<p>{counts or "no experiments"}</p>{outcome_svg(n)}'
+            f'<p>{counts or "no experiments"}</p>{why_html}{outcome_svg(n)}'
             f'<table id="outcomes"><tr><th>outcome</th><th>experiments</th></tr>{table}</table></section>')
 
 
 def _kept_html(n: Night) -> str:
     if not n.kept:
-        return '<section id="kept"><h2>Kept changes</h2><p class="sub">Nothing was kept.</p></section>'
+        why = "; ".join(nothing_kept(n))
+        return ('<section id="kept"><h2>Kept changes</h2><p class="sub">Nothing was kept'
+                + (f": {html.escape(why)}" if why else ".") + "</p></section>")
     parts = []
     for k in n.kept:
         before = f" vs {_exp(k.best_before_id)} {fmt(k.best_before)}" if k.best_before_id is not None else ""
@@ -144,7 +165,8 @@ def _kept_html(n: Night) -> str:
             f'<div class="kept" id="exp-{k.id}" data-id="{k.id}"><h3>#{k.id}{commit}: {html.escape(k.description)}</h3>'
             f'<p>{html.escape(n.score_name)} <b>{fmt(k.score)}</b> '
             f'<span class="{_num_class(k.delta)}">{signed(k.delta)}</span>{before}</p>'
-            f'<p class="rationale">{html.escape(k.rationale) or "<i>no rationale recorded</i>"}</p>'
+            + (f'<p class="noise">{html.escape(n.judgements[k.id].words)}</p>' if k.id in n.judgements else "")
+            + f'<p class="rationale">{html.escape(k.rationale) or "<i>no rationale recorded</i>"}</p>'
             f'<details><summary>diff of train.py</summary><pre class="diff">{_diff_html(k.diff)}</pre></details></div>')
     return f'<section id="kept"><h2>Kept changes ({len(n.kept)})</h2>{"".join(parts)}</section>'
 
@@ -163,6 +185,27 @@ def _near_html(n: Night) -> str:
             f'but failed a class gate. A person may accept the trade by approving it as the new baseline.</p>'
             f'<table><tr><th>id</th><th>description</th><th>{html.escape(n.score_name)}</th><th>vs best</th>'
             f'<th>failed</th><th>approve with</th></tr>{rows}</table></section>')
+
+
+def _verdicts_html(n: Night) -> str:
+    """Each judged experiment: the score test in words (band, alpha, seeds) and its class failures."""
+    if not n.judgements:
+        return ""
+    rows = []
+    for j in sorted(n.judgements.values(), key=lambda j: j.id):
+        band = "-" if j.band is None else f"{j.band:.4f}"
+        classes = "<br>".join(f'<span class="fails">{html.escape(r)}</span>' for r in j.class_failures)
+        rows.append(f'<tr class="verdict" data-verdict-id="{j.id}" data-where="{html.escape(j.where)}">'
+                    f'<td>{_exp(j.id)}</td><td>{html.escape(j.outcome)}</td>'
+                    f'<td class="{_num_class(j.diff)}">{signed(j.diff)}</td><td class="n">{band}</td>'
+                    f'<td class="n">{j.n_candidate}+{j.n_best}</td><td>{html.escape(j.words)}</td>'
+                    f'<td>{classes or "-"}</td></tr>')
+    return ('<section id="verdicts"><h2>Verdicts against the noise</h2><p class="sub">Each judged experiment: '
+            'its mean score minus the current best\'s, the noise band (the smallest difference the one-sided '
+            't-test on seeds calls significant at this look\'s alpha), the seeds on each side (candidate+best), '
+            'and every class the gate failed with its test in words.</p>'
+            '<table id="verdict-table"><tr><th>id</th><th>outcome</th><th>vs best</th><th>band</th><th>seeds</th>'
+            f'<th>score test</th><th>class gates failed</th></tr>{"".join(rows)}</table></section>')
 
 
 def _failures_html(n: Night) -> str:
@@ -218,7 +261,34 @@ def _classes_html(n: Night) -> str:
         f'<td class="{_num_class(r["d_recall"])}">{signed(r["d_recall"], 3)}</td></tr>' for r in rows)
     table = (f'<table id="class-table"><tr><th>class</th><th>support</th><th>P baseline</th><th>P best</th><th>ΔP</th>'
              f'<th>R baseline</th><th>R best</th><th>ΔR</th></tr>{trs}</table>')
-    return head + heatmap_svg(n) + table + "</section>"
+    return head + heatmap_svg(n) + table + _intervals_html(n) + "</section>"
+
+
+def _intervals_html(n: Night) -> str:
+    """The per-class recall of the baseline and the best with 95 % Wilson intervals: plot and table."""
+    rows = class_intervals(n)
+    if not rows:
+        return ""
+
+    def side(r: dict[str, Any], s: str) -> str:
+        if r[f"{s}_found"] is None:
+            return '<td class="n">-</td><td class="n">-</td>'
+        return (f'<td class="n">{r[f"{s}_found"]} of {r[f"{s}_total"]}</td>'
+                f'<td class="n">{r[f"{s}_lo"]:.2f}–{r[f"{s}_hi"]:.2f}</td>')
+
+    trs = []
+    for r in rows:
+        fails = ' class="fails"' if r["fails"] else ""
+        gate = "-" if r["p"] is None else f"p = {r['p']:.2g} ({html.escape(str(r['test']))})"
+        trs.append(f'<tr data-ci-class="{html.escape(r["class"])}"{fails}><td>{html.escape(r["class"])}</td>'
+                   f'{side(r, "base")}{side(r, "best")}<td>{gate}{" FAILS" if r["fails"] else ""}</td></tr>')
+    source = ("from the best's verdict (the gate's pooled counts)" if any(r["source"] == "gate" for r in rows)
+              else "from recall x support x seeds")
+    return (f'<h3>Recall with 95% intervals</h3><p class="sub">Wilson intervals of each class\'s recall, '
+            f'instances pooled over seeds, {source}. Overlapping intervals are not a difference.</p>'
+            + class_interval_svg(n)
+            + '<table id="class-interval-table"><tr><th>class</th><th>baseline found</th><th>baseline 95%</th>'
+              f'<th>best found</th><th>best 95%</th><th>gate vs baseline</th></tr>{"".join(trs)}</table>')
 
 
 def _time_html(n: Night) -> str:
@@ -285,6 +355,7 @@ def render_html(n: Night) -> str:
         _classes_html(n),
         _kept_html(n),
         _near_html(n),
+        _verdicts_html(n),
         _failures_html(n),
         _time_html(n),
         _all_html(n),

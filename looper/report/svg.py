@@ -1,6 +1,8 @@
 """The report's plots as hand-written inline SVG (no script, nothing fetched).
 
-Every plotted point carries its experiment id (``data-id`` and a ``<title>`` tooltip ``#id``).
+Every plotted point carries its experiment id (``data-id`` and a ``<title>`` tooltip ``#id``);
+so does every error bar (``id="err-<id>"`` on the score plot, ``id="ci-base-<class>"`` and
+``id="ci-best-<class>"`` on the per-class recall plot).
 """
 
 from __future__ import annotations
@@ -9,11 +11,11 @@ import html
 from collections.abc import Callable
 from typing import Any
 
-from looper.report.facts import Night, class_rows
+from looper.report.facts import Night, SeedBar, class_intervals, class_rows, seed_bars
 from looper.report.fmt import OUTCOME_ORDER, secs
 from looper.store import TIME_PARTS, ExperimentRow
 
-__all__ = ["COLORS", "TIME_COLORS", "heatmap_svg", "outcome_svg", "score_svg", "time_svg"]
+__all__ = ["COLORS", "TIME_COLORS", "class_interval_svg", "heatmap_svg", "outcome_svg", "score_svg", "time_svg"]
 
 COLORS: dict[str, str] = {
     "keep": "#1a7f37", "discard": "#8c959f", "inconclusive": "#d4a72c", "crash": "#cf222e",
@@ -109,9 +111,30 @@ def _points(f: _Frame, exps: list[ExperimentRow], scored: list[ExperimentRow]) -
     return out
 
 
+def _seed_bars(f: _Frame, bars: list[SeedBar]) -> str:
+    """Error bars: an experiment's mean score +- its band, with caps, one group per experiment."""
+    if not bars:
+        return ""
+    out = ['<g id="seed-bars">']
+    for b in bars:
+        x, lo, hi = f.x(b.id), f.y(b.mean - b.band), f.y(b.mean + b.band)
+        seeds = " ".join(f"{v:.4f}" for v in b.scores)
+        title = (f"<title>#{b.id} mean {b.mean:.4f} ± {b.band:.4f} over {len(b.scores)} seeds ({seeds}); "
+                 f"{_h(b.what)}</title>")
+        out.append(f'<line class="errbar" id="err-{b.id}" data-id="{b.id}" data-mean="{b.mean:.6f}" '
+                   f'data-band="{b.band:.6f}" data-seeds="{len(b.scores)}" x1="{x:.1f}" x2="{x:.1f}" '
+                   f'y1="{hi:.1f}" y2="{lo:.1f}" stroke="#24292f" stroke-width="1.2">{title}</line>')
+        for y in (hi, lo):
+            out.append(f'<line class="errcap" data-id="{b.id}" x1="{x - 4:.1f}" x2="{x + 4:.1f}" y1="{y:.1f}" '
+                       f'y2="{y:.1f}" stroke="#24292f" stroke-width="1.2"/>')
+    out.append("</g>")
+    return "".join(out)
+
+
 def score_svg(n: Night, width: int = 1100, height: int = 360) -> str:
     """Score over experiments: every scored experiment a point, keeps marked and joined as the
-    running best, unscored ones (crash, vacuous, error, interrupted) as ticks under the axis."""
+    running best, unscored ones (crash, vacuous, error, interrupted) as ticks under the axis;
+    an experiment measured with several seeds gets an error bar (mean +- its band)."""
     exps = n.experiments
     scored = n.scored
     if not scored:
@@ -119,8 +142,10 @@ def score_svg(n: Night, width: int = 1100, height: int = 360) -> str:
     in_window = {e.id for e in exps}
     first_best = n.best_before.get(exps[0].id, (None, None))[0]
     steps = [(i, s) for i, s in n.running_best if i in in_window]
+    bars = [b for b in seed_bars(n) if b.id in in_window]
     ys = [float(e.score or 0.0) for e in scored] + [s for _, s in steps]
     ys += [v for v in (first_best, n.baseline_score) if v is not None]
+    ys += [b.mean + d for b in bars for d in (-b.band, b.band)]
     f = _Frame(width, height, (exps[0].id, exps[-1].id), ys)
     out = [f'<svg id="score-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
            f'width="{width}" height="{height}" role="img" aria-label="score over experiments">', *_axes(f, n.score_name)]
@@ -130,13 +155,66 @@ def score_svg(n: Night, width: int = 1100, height: int = 360) -> str:
                    f'stroke="{COLORS["baseline"]}" stroke-dasharray="6 4"><title>baseline {html.escape(n.baseline_source)}'
                    f' {n.baseline_score:.4f}</title></line>')
     out.append(_running_best_line(f, first_best, steps))
+    out.append(_seed_bars(f, bars))
     out.extend(_points(f, exps, scored))
     out.append("</svg>")
     legend = "".join(f'<span><i class="sw" style="background:{COLORS[s]}"></i>{s}</span>'
                      for s in ("baseline", "keep", "discard", "inconclusive", "crash", "vacuous", "error",
                                "interrupted"))
+    bars_note = ("; I: mean of several seeds ± the noise band of its verdict (the baseline: ± the band a "
+                 "one-seed candidate must beat)") if bars else ""
     return "".join(out) + f'<div class="legend">{legend}<span>— running best (kept), '\
-                          f'- - baseline; ticks under the axis: no score</span></div>'
+                          f'- - baseline; ticks under the axis: no score{bars_note}</span></div>'
+
+
+def class_interval_svg(n: Night, width: int = 760) -> str:
+    """Per class (rows): the baseline's and the best's recall with 95 % Wilson intervals."""
+    rows = class_intervals(n)
+    if not rows:
+        return '<p class="sub">No per-class counts to draw intervals from.</p>'
+    label_w, right, top, rh = 190, 24, 28, 18
+    pw = width - label_w - right
+    height = top + rh * len(rows) + 24
+    base_id = n.baseline_id
+    best_id = n.best.id if n.best else None
+
+    def x(v: float) -> float:
+        return label_w + v * pw
+
+    out = [f'<svg id="class-intervals" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+           f'width="{width}" height="{height}" role="img" aria-label="per-class recall with 95% intervals">']
+    for k in range(6):
+        v = k / 5
+        out.append(f'<line x1="{x(v):.1f}" x2="{x(v):.1f}" y1="{top - 6}" y2="{top + rh * len(rows)}" '
+                   f'stroke="#eaeef2"/><text x="{x(v):.1f}" y="{top - 10}" text-anchor="middle">{v:.1f}</text>')
+    for i, r in enumerate(rows):
+        y = top + i * rh + rh / 2
+        c = html.escape(r["class"])
+        colour = ' style="fill:#cf222e"' if r["fails"] else ""
+        mark = " ✗" if r["fails"] else (" ★" if r["rare"] else "")
+        out.append(f'<text x="{label_w - 8}" y="{y + 4:.1f}" text-anchor="end"{colour}>{c}{mark}</text>')
+        for side, dy, colour_, who in (("base", -3, COLORS["baseline"], base_id), ("best", 3, COLORS["keep"], best_id)):
+            lo, hi, rec = r[f"{side}_lo"], r[f"{side}_hi"], r[f"{side}_recall"]
+            if lo is None or hi is None or rec is None:
+                continue
+            name = "baseline" if side == "base" else "best"
+            src = f"#{who}" if who is not None else n.baseline_source
+            title = (f"<title>{c} {name} {src}: {r[f'{side}_found']} of {r[f'{side}_total']} found, recall "
+                     f"{rec:.2f}, 95% interval {lo:.2f} to {hi:.2f} (Wilson)</title>")
+            data = (f'data-class="{c}" data-side="{side}" data-lo="{lo:.6f}" data-hi="{hi:.6f}" '
+                    f'data-recall="{rec:.6f}"' + (f' data-id="{who}"' if who is not None else ""))
+            out.append(f'<line class="ci {side}" id="ci-{side}-{c}" {data} x1="{x(lo):.1f}" x2="{x(hi):.1f}" '
+                       f'y1="{y + dy:.1f}" y2="{y + dy:.1f}" stroke="{colour_}" stroke-width="2">{title}</line>'
+                       f'<circle class="ci-pt {side}" data-class="{c}" cx="{x(rec):.1f}" cy="{y + dy:.1f}" r="2.5" '
+                       f'fill="{colour_}">{title}</circle>')
+    y_axis = top + rh * len(rows) + 16
+    out.append(f'<text x="{label_w + pw / 2}" y="{y_axis}" text-anchor="middle">recall (instances pooled over '
+               f'seeds), 95% Wilson interval</text></svg>')
+    legend = (f'<div class="legend"><span><i class="sw" style="background:{COLORS["baseline"]}"></i>baseline '
+              f'{html.escape(n.baseline_source)}</span><span><i class="sw" style="background:{COLORS["keep"]}"></i>'
+              f'best{" #" + str(best_id) if best_id is not None else ""}</span><span>✗ the gate failed the class; '
+              f'★ rare</span></div>')
+    return "".join(out) + legend
 
 
 def _blend(c0: tuple[int, int, int], c1: tuple[int, int, int], t: float) -> str:
