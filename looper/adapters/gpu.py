@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -325,45 +323,16 @@ def _is_gpu_lost(nv: Any, exc: BaseException) -> bool:
     return (isinstance(lost, type) and isinstance(exc, lost)) or "lost" in str(exc).lower()
 
 
-# -- remote sampling: ``python -m looper.adapters.gpu sample --out FILE`` -----------------
-
-def _write_atomic(path: str, payload: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f)
-    os.replace(tmp, path)
-
+# -- remote reading: ``python -m looper.adapters.gpu read --index N`` (looper.remote samples itself) --
 
 def main(argv: list[str] | None = None) -> int:
-    """Sample a GPU until SIGTERM (or until the parent process goes), writing a summary file.
-
-    The SSH executor starts this next to train.py on the remote host, in the run's process
-    group; the summary is rewritten after every sample, so a kill leaves the last one.
-    """
+    """Print one NvmlProbe reading as JSON (the ssh executor's GPU preflight on the host)."""
     parser = argparse.ArgumentParser(prog="python -m looper.adapters.gpu")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("sample", help="sample one GPU into a JSON summary file")
-    s.add_argument("--out", required=True)
-    s.add_argument("--index", type=int, default=0)
-    s.add_argument("--interval", type=float, default=1.0)
-    sub.add_parser("read", help="print one NvmlProbe reading as JSON")
-    r = sub.choices["read"]
+    r = sub.add_parser("read", help="print one NvmlProbe reading as JSON")
     r.add_argument("--index", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.cmd == "read":
-        print(json.dumps(NvmlProbe(args.index).read().as_dict()))
-        return 0
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    parent = os.getppid()
-    sampler = GpuSampler(args.index, interval=args.interval,
-                         on_sample=lambda summ: _write_atomic(args.out, summ))
-    sampler.start()
-    _write_atomic(args.out, sampler.summary())
-    while not stop.wait(0.5):
-        if os.getppid() != parent or (sampler.available and sampler.lost):
-            break
-    _write_atomic(args.out, sampler.stop())
+    print(json.dumps(NvmlProbe(args.index).read().as_dict()))
     return 0
 
 
