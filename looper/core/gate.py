@@ -328,101 +328,89 @@ def _test_facts(t: _ClassTest, h: stats.HolmResult, fails: bool) -> dict[str, An
 # -- the decision ----------------------------------------------------------------------------
 
 
-def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
-    """Keep, discard, inconclusive (with the reruns it needs) or error (see the module doc)."""
-    facts: dict[str, Any] = {
-        "baseline": inp.baseline_source,
-        "score_key": cfg.score,
-        "max_class_drop": cfg.max_class_drop,
-        "alpha": cfg.alpha,
-        "dead_gates": [],
-        "notes": [],
-    }
+@dataclass
+class _Read:
+    """What the gate read from its input, before any test."""
 
-    def error(reason: str) -> GateDecision:
-        metrics = {**facts, "notes": list(facts["notes"]), "needs_reruns": 0}
-        return GateDecision(Outcome.ERROR, Verdict.errored(reason, metrics=metrics), 0, None,
-                            list(facts["notes"]))
+    gated: dict[str, float]
+    live: list[str]
+    dead: list[str]
+    cand_scores: list[float]
+    best_scores: list[float]
+    base_scores: list[float]
+    cand_recall: dict[str, float]
+    tests: list[_ClassTest]
+    replicates: dict[tuple[str, str], list[tuple[int, int]]]  # (source, class) -> runs
+    best_is_ref: bool
 
+
+def _error(facts: dict[str, Any], reason: str) -> GateDecision:
+    metrics = {**facts, "notes": list(facts["notes"]), "needs_reruns": 0}
+    return GateDecision(Outcome.ERROR, Verdict.errored(reason, metrics=metrics), 0, None, list(facts["notes"]))
+
+
+def _read(inp: GateInput, cfg: GateConfig, facts: dict[str, Any]) -> _Read | str:
+    """The inputs, checked (:class:`_Unusable` when they cannot be judged), or why the baseline
+    cannot gate at all."""
     ref_runs = list(inp.baseline_runs) or [inp.baseline]
     best_is_ref = not inp.best or list(inp.best) == ref_runs
-    try:
-        if not inp.candidate:
-            raise _Unusable("no candidate run to gate")
-        if not isinstance(inp.baseline, dict) or not _classes(inp.baseline):
-            raise _Unusable(f"the baseline ({inp.baseline_source}) has no per-class scores")
-        dead, dead_reasons = _dead(inp.baseline, cfg.max_class_drop)
-        facts["dead_gates"] = dead
-        facts["notes"].extend(dead_reasons)
-        gated = _gated(inp.baseline)
-        if not gated:
-            return error(f"the baseline cannot gate: no class in it ({inp.baseline_source}) has truth")
-        live = [c for c in gated if c not in dead]
-        if not live:
-            why = dead_reasons[0] if _predicted_nothing(inp.baseline) else (
-                f"every class gate is dead (baseline recall not above {cfg.max_class_drop:.2f} "
-                f"for {_listing(dead)})")
-            return error(f"the baseline cannot gate: {why}")
-        cand_scores = _scores(inp.candidate, cfg.score, "candidate")
-        best_runs = inp.best or ref_runs
-        best_scores = _scores(best_runs, cfg.score, "current best" if inp.best else "baseline (as best)")
-        base_scores = _scores(inp.baseline_runs, cfg.score, "baseline") if inp.baseline_runs else []
-        cand_recall = {c: _mean_recall(inp.candidate, c, "candidate") for c in gated}
-        best_recall: dict[str, float] = {}
-        for name in _classes(best_runs[0]):
-            recalls = [_num(_classes(r).get(name, {}).get("recall")) for r in best_runs]
-            known = [r for r in recalls if r is not None]
-            if known:
-                best_recall[name] = sum(known) / len(known)
-        for name, recall in best_recall.items():
-            if recall > 0 and name not in cand_recall:
-                cand_recall[name] = _mean_recall(inp.candidate, name, "candidate")
-        tests: list[_ClassTest] = []
-        replicates: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (source, class) -> runs
-        for c in live:
-            counts, ref_rows, cand_rows = _compare(c, ref_runs, inp.candidate, "baseline")
-            tests.append(_ClassTest(c, "baseline", counts))
-            replicates.update({("baseline", c): ref_rows, ("candidate", c): cand_rows})
-        if not best_is_ref:
-            for c, r in best_recall.items():
-                if r > cfg.max_class_drop + _EPS:
-                    counts, best_rows, cand_rows = _compare(c, list(inp.best), inp.candidate, "current best")
-                    tests.append(_ClassTest(c, "best", counts))
-                    replicates.update({("best", c): best_rows, ("candidate", c): cand_rows})
-    except _Unusable as exc:
-        return error(str(exc))
-    phi, phi_df = stats.dispersion(list(replicates.values()))
-    tests = [_ClassTest(t.name, t.against, t.counts, stats.class_p_value(t.counts, phi)) for t in tests]
+    if not inp.candidate:
+        raise _Unusable("no candidate run to gate")
+    if not isinstance(inp.baseline, dict) or not _classes(inp.baseline):
+        raise _Unusable(f"the baseline ({inp.baseline_source}) has no per-class scores")
+    dead, dead_reasons = _dead(inp.baseline, cfg.max_class_drop)
+    facts["dead_gates"] = dead
+    facts["notes"].extend(dead_reasons)
+    gated = _gated(inp.baseline)
+    if not gated:
+        return f"the baseline cannot gate: no class in it ({inp.baseline_source}) has truth"
+    live = [c for c in gated if c not in dead]
+    if not live:
+        why = dead_reasons[0] if _predicted_nothing(inp.baseline) else (
+            f"every class gate is dead (baseline recall not above {cfg.max_class_drop:.2f} "
+            f"for {_listing(dead)})")
+        return f"the baseline cannot gate: {why}"
+    cand_scores = _scores(inp.candidate, cfg.score, "candidate")
+    best_runs = inp.best or ref_runs
+    best_scores = _scores(best_runs, cfg.score, "current best" if inp.best else "baseline (as best)")
+    base_scores = _scores(inp.baseline_runs, cfg.score, "baseline") if inp.baseline_runs else []
+    cand_recall = {c: _mean_recall(inp.candidate, c, "candidate") for c in gated}
+    best_recall: dict[str, float] = {}
+    for name in _classes(best_runs[0]):
+        recalls = [_num(_classes(r).get(name, {}).get("recall")) for r in best_runs]
+        known = [r for r in recalls if r is not None]
+        if known:
+            best_recall[name] = sum(known) / len(known)
+    for name, recall in best_recall.items():
+        if recall > 0 and name not in cand_recall:
+            cand_recall[name] = _mean_recall(inp.candidate, name, "candidate")
+    tests: list[_ClassTest] = []
+    replicates: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for c in live:
+        counts, ref_rows, cand_rows = _compare(c, ref_runs, inp.candidate, "baseline")
+        tests.append(_ClassTest(c, "baseline", counts))
+        replicates.update({("baseline", c): ref_rows, ("candidate", c): cand_rows})
+    if not best_is_ref:
+        for c, r in best_recall.items():
+            if r > cfg.max_class_drop + _EPS:
+                counts, best_rows, cand_rows = _compare(c, list(inp.best), inp.candidate, "current best")
+                tests.append(_ClassTest(c, "best", counts))
+                replicates.update({("best", c): best_rows, ("candidate", c): cand_rows})
+    return _Read(gated, live, dead, cand_scores, best_scores, base_scores, cand_recall, tests, replicates,
+                 best_is_ref)
 
-    n = len(cand_scores)
-    reruns_left = max(0, reruns_left)
-    looks = n + reruns_left
-    alpha = cfg.alpha / looks
-    score = float(statistics.mean(cand_scores))  # exact: equal scores give a diff of exactly 0
-    best = float(statistics.mean(best_scores))
-    diff = score - best
-    groups = [cand_scores, best_scores] if best_is_ref else [cand_scores, best_scores, base_scores]
-    sigma, df = stats.pooled_sigma(groups)
-    measured = len(best_scores) >= 2 or len(base_scores) >= 2
-    facts.update({
-        "score": score, "best_score": best, "diff": diff, "noise_measured": measured,
-        "noise_sigma": sigma if measured else None, "noise_df": df if measured else 0,
-        "runs": n, "candidate_scores": cand_scores, "best_scores": best_scores,
-        "baseline_scores": base_scores, "candidate_simpler": inp.candidate_simpler,
-        "looks": looks, "alpha_per_look": alpha,
-        "class_recall": {c: round(v, 6) for c, v in cand_recall.items()},
-        "gated_classes": len(live), "class_dispersion": phi, "class_dispersion_df": phi_df,
-    })
-    if looks > 1:
-        facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks (one per seed): "
-                              f"{alpha:.4g} per look")
 
+def _class_failures(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, Any]) -> list[str]:
+    """Holm over every class test at ``alpha``; a class fails when significant AND over the margin."""
+    phi, phi_df = stats.dispersion(list(r.replicates.values()))
+    tests = [_ClassTest(t.name, t.against, t.counts, stats.class_p_value(t.counts, phi)) for t in r.tests]
+    facts.update({"class_dispersion": phi, "class_dispersion_df": phi_df})
     holm = stats.holm([t.p for t in tests], alpha)
     blocking: list[str] = []
     class_facts = []
     for t, h in zip(tests, holm, strict=True):
         fails = h.rejected and t.counts.drop > cfg.max_class_drop + _EPS and (
-            t.against == "baseline" or cand_recall[t.name] <= 0)
+            t.against == "baseline" or r.cand_recall[t.name] <= 0)
         class_facts.append(_test_facts(t, h, fails))
         if fails:
             blocking.append(_class_words(t, h, len(tests), cfg.max_class_drop, phi))
@@ -437,27 +425,78 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
     if unpaired:
         facts["notes"].append(f"no per-instance results ('found') for {_listing(sorted(set(unpaired)))}: "
                               "tested unpaired on recall x support counts (weaker)")
-    if dead:
-        facts["notes"].append(f"{len(dead)} of {len(gated)} class gates are dead: {_listing(dead)}")
+    if r.dead:
+        facts["notes"].append(f"{len(r.dead)} of {len(r.gated)} class gates are dead: {_listing(r.dead)}")
+    return blocking
 
-    key = cfg.score
-    band: float | None = None
-    test: stats.ScoreTest | None = None
-    if measured:
-        test = stats.score_test(cand_scores, best_scores, sigma, df)
-        band = stats.score_band(sigma, df, n, len(best_scores), alpha)
-        facts["score_test"] = {"test": SCORE_TEST, "t": test.t if math.isfinite(test.t) else None,
-                               "df": df, "se": test.se, "p_better": test.p_better, "p_worse": test.p_worse}
+
+def _score_test(r: _Read, cfg: GateConfig, alpha: float,
+                facts: dict[str, Any]) -> tuple[stats.ScoreTest | None, float | None]:
+    """The one-sided seed-noise test of the score (None, None when the noise is unmeasured)."""
+    n, key = len(r.cand_scores), cfg.score
+    score, best = facts["score"], facts["best_score"]
+    diff = score - best
+    groups = [r.cand_scores, r.best_scores] if r.best_is_ref else [r.cand_scores, r.best_scores, r.base_scores]
+    sigma, df = stats.pooled_sigma(groups)
+    measured = len(r.best_scores) >= 2 or len(r.base_scores) >= 2
+    facts.update({"noise_measured": measured, "noise_sigma": sigma if measured else None,
+                  "noise_df": df if measured else 0})
+    if not measured:
         facts["notes"].append(
-            f"noise band {band:.4f}: {SCORE_TEST} at {alpha:.4g}, sigma {sigma:.4f} (df {df}), "
-            f"{n} candidate vs {len(best_scores)} best run(s)")
-        facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise band {band:.4f})"
-    else:
-        facts["notes"].append(
-            f"noise unmeasured: the baseline has {len(base_scores) or 1} run(s) and the current best "
-            f"{len(best_scores)}; at least 2 seeds of one of them are needed to judge the score")
+            f"noise unmeasured: the baseline has {len(r.base_scores) or 1} run(s) and the current best "
+            f"{len(r.best_scores)}; at least 2 seeds of one of them are needed to judge the score")
         facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise unmeasured)"
+        facts["noise_band"] = None
+        return None, None
+    test = stats.score_test(r.cand_scores, r.best_scores, sigma, df)
+    band = stats.score_band(sigma, df, n, len(r.best_scores), alpha)
+    facts["score_test"] = {"test": SCORE_TEST, "t": test.t if math.isfinite(test.t) else None,
+                           "df": df, "se": test.se, "p_better": test.p_better, "p_worse": test.p_worse}
+    facts["notes"].append(
+        f"noise band {band:.4f}: {SCORE_TEST} at {alpha:.4g}, sigma {sigma:.4f} (df {df}), "
+        f"{n} candidate vs {len(r.best_scores)} best run(s)")
+    facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise band {band:.4f})"
     facts["noise_band"] = band
+    return test, band
+
+
+def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
+    """Keep, discard, inconclusive (with the reruns it needs) or error (see the module doc)."""
+    facts: dict[str, Any] = {
+        "baseline": inp.baseline_source,
+        "score_key": cfg.score,
+        "max_class_drop": cfg.max_class_drop,
+        "alpha": cfg.alpha,
+        "dead_gates": [],
+        "notes": [],
+    }
+    try:
+        r = _read(inp, cfg, facts)
+    except _Unusable as exc:
+        return _error(facts, str(exc))
+    if isinstance(r, str):
+        return _error(facts, r)
+    n = len(r.cand_scores)
+    reruns_left = max(0, reruns_left)
+    looks = n + reruns_left
+    alpha = cfg.alpha / looks
+    score = float(statistics.mean(r.cand_scores))  # exact: equal scores give a diff of exactly 0
+    best = float(statistics.mean(r.best_scores))
+    diff = score - best
+    facts.update({
+        "score": score, "best_score": best, "diff": diff,
+        "runs": n, "candidate_scores": r.cand_scores, "best_scores": r.best_scores,
+        "baseline_scores": r.base_scores, "candidate_simpler": inp.candidate_simpler,
+        "looks": looks, "alpha_per_look": alpha,
+        "class_recall": {c: round(v, 6) for c, v in r.cand_recall.items()},
+        "gated_classes": len(r.live),
+    })
+    if looks > 1:
+        facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks (one per seed): "
+                              f"{alpha:.4g} per look")
+    blocking = _class_failures(r, cfg, alpha, facts)
+    test, band = _score_test(r, cfg, alpha, facts)
+    key = cfg.score
 
     def decision(outcome: Outcome, reasons: list[str], needs: int = 0) -> GateDecision:
         metrics = {**facts, "notes": list(facts["notes"]), "needs_reruns": needs}
