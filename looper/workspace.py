@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import git
@@ -39,13 +41,19 @@ PRESETS = {
 }
 
 
-def template_root() -> Path:
-    root = Path(__file__).resolve().parent.parent
-    missing = [n for n in WORKSPACE_FILES if not (root / n).is_file()]
-    if missing:
-        raise WorkspaceError(f"looper's workspace files are not next to the package ({root}): missing "
-                             f"{', '.join(missing)}; install looper from its source tree (pip install -e .)")
-    return root
+def template_root() -> Traversable:
+    """Where the workspace files come from: ``looper/workspace_template/`` in an installed package
+    (setup.py copies the root's files there at build time), else the source tree that holds the
+    package (an editable install)."""
+    packaged = resources.files("looper") / "workspace_template"
+    source = Path(__file__).resolve().parent.parent
+    for root in (packaged, source):
+        if all((root / n).is_file() for n in WORKSPACE_FILES):
+            return root
+    missing = [n for n in WORKSPACE_FILES if not (source / n).is_file()]
+    raise WorkspaceError(f"looper's workspace files are neither in the installed package ({packaged}) nor next "
+                         f"to it ({source}: missing {', '.join(missing)}); reinstall looper from its source "
+                         "tree (pip install . or pip install -e .)")
 
 
 def _toml_value(v: object) -> str:
@@ -87,7 +95,7 @@ def init_workspace(target: Path, preset: str | None = None) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     try:
         for name in WORKSPACE_FILES:
-            shutil.copy2(src / name, target / name)
+            (target / name).write_bytes((src / name).read_bytes())
         if preset:
             p = target / "looper.toml"
             p.write_text(apply_preset(p.read_text(), preset))

@@ -1,0 +1,155 @@
+"""looper as a user gets it without the repository: a wheel (built from an sdist, as
+``python -m build`` and an index do) installed with ``pip install --no-deps`` into a fresh venv,
+then ``looper init --preset tiny`` and ``looper run --max-experiments 1`` from a folder outside
+the repository, training and evaluation in their sandbox.
+
+The fresh venv gets the project's third-party dependencies through a ``.pth`` file naming the
+test interpreter's site-packages (offline: nothing is downloaded). Python does not process
+``.pth`` files inside a folder added that way, so the editable looper of that environment is not
+loaded; the test proves it (``import looper`` fails before the wheel is installed, and resolves
+into the fresh venv after)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from looper.workspace import WORKSPACE_FILES
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SITE = Path("lib") / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+BUILD_TIMEOUT = 300
+RUN_TIMEOUT = 1500  # the tiny preset: 3 baseline seeds and 3 to 5 candidate runs of 20 s, on a busy machine
+
+
+@dataclass
+class Installed:
+    venv: Path
+    site: Path
+    env: dict[str, str]
+    outside: Path  # a folder outside the repository to run from
+    src: Path      # the copy of the source tree the wheel was built from
+    wheel: Path
+
+    def run(self, *argv: str | Path, cwd: Path, timeout: float = BUILD_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        return _run([str(a) for a in argv], cwd=cwd, env=self.env, timeout=timeout)
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
+         timeout: float = BUILD_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, f"{done.args} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def _clean_env(venv: Path) -> dict[str, str]:
+    """This process's environment without anything that points Python at the project's venv."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "PIP_", "COV_CORE", "COVERAGE"))}
+    own_bin = Path(sys.prefix, "bin").resolve()
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != own_bin]
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), *path])
+    return env
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    tmp = tmp_path_factory.mktemp("installed")
+    # The source tree as git sees it (tracked and new files, nothing ignored), copied: a build
+    # writes build/ and *.egg-info into the tree it builds, and the repository is shared.
+    src = tmp / "src"
+    listed = _ok(_run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO))
+    for rel in filter(None, listed.split("\0")):
+        if (REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, src / rel)
+    sdist_name = _ok(_run([sys.executable, "-c", "import sys; from setuptools import build_meta; "
+                           "print(build_meta.build_sdist(sys.argv[1]))", str(tmp / "dist")], cwd=src))
+    sdist = tmp / "dist" / sdist_name.strip().splitlines()[-1]
+    _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+              "--no-cache-dir", "-w", str(tmp / "wheels"), str(sdist)], cwd=tmp))
+    (wheel,) = (tmp / "wheels").glob("looper-*.whl")
+
+    venv = tmp / "venv"
+    _ok(_run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp))
+    site = venv / SITE
+    assert site.is_dir(), site
+    deps = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (site / "looper_test_deps.pth").write_text("".join(f"{d}\n" for d in deps))
+    outside = tmp / "elsewhere"
+    outside.mkdir()
+    env = _clean_env(venv)
+    # Before the wheel: the dependencies import, looper does not (the editable finder stays out).
+    probe = _run([str(venv / "bin" / "python"), "-c", "import typer, sqlalchemy, torch, ultralytics; import looper"],
+                 cwd=outside, env=env)
+    assert probe.returncode == 1 and "No module named 'looper'" in probe.stderr, probe.stderr[-3000:]
+    _ok(_run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
+              "--no-index", "--no-cache-dir", str(wheel)], cwd=tmp, env=env))
+    return Installed(venv, site, env, outside, src, wheel)
+
+
+def test_wheel_carries_the_workspace_files(installed: Installed) -> None:
+    """The root's workspace files ship inside the package; looper resolves to the fresh venv."""
+    import zipfile
+
+    names = set(zipfile.ZipFile(installed.wheel).namelist())
+    assert {f"looper/workspace_template/{n}" for n in WORKSPACE_FILES} <= names, sorted(names)
+    assert "looper/schemas/verdict.schema.json" in names
+    where = json.loads(_ok(installed.run(
+        installed.venv / "bin" / "python", "-c",
+        "import json, looper, looper.workspace as w; "
+        "print(json.dumps({'looper': looper.__file__, 'template': str(w.template_root())}))",
+        cwd=installed.outside)))
+    assert Path(where["looper"]).resolve() == (installed.site / "looper" / "__init__.py").resolve(), where
+    assert REPO not in Path(where["looper"]).resolve().parents, where
+    assert Path(where["template"]).resolve() == (installed.site / "looper" / "workspace_template").resolve(), where
+
+
+def test_installed_looper_inits_and_runs_one_experiment(installed: Installed) -> None:
+    looper = installed.venv / "bin" / "looper"
+    assert looper.is_file()
+    ws = installed.outside / "ws"
+    _ok(installed.run(looper, "init", ws, "--preset", "tiny", cwd=installed.outside))
+    for name in WORKSPACE_FILES[:-1]:  # looper.toml is the preset's copy
+        assert (ws / name).read_bytes() == (installed.src / name).read_bytes(), name
+    assert 'tag = "tiny"' in (ws / "looper.toml").read_text()
+
+    night = installed.run(looper, "run", "--max-experiments", "1", cwd=ws, timeout=RUN_TIMEOUT)
+    said = f"exit {night.returncode}\n{night.stdout[-6000:]}\n{night.stderr[-6000:]}"
+    rows = json.loads(_ok(installed.run(looper, "history", "--json", cwd=ws)))
+    baselines = [r for r in rows if r["kind"] == "baseline"]
+    candidates = [r for r in rows if r["kind"] == "candidate"]
+    assert baselines and baselines[0]["status"] == "keep" and baselines[0]["score"] is not None, (rows, said)
+    assert len(candidates) == 1, (rows, said)
+    assert list((ws / "runs" / "tiny").glob("*/*/out/weights.pt")), said
+
+    con = sqlite3.connect(ws / "experiments.db")
+    metrics = json.loads(con.execute("SELECT metrics_json FROM experiments WHERE id=?",
+                                     (baselines[0]["id"],)).fetchone()[0] or "{}")
+    halts = [e[0] for e in con.execute("SELECT message FROM events WHERE kind='halt' ORDER BY id")]
+    con.close()
+    if metrics.get("predictions", 0) == 0:
+        # A 20 s baseline that found nothing on a busy machine cannot gate: the loop says so
+        # and halts (exit 3), as tests/e2e/test_real_loop.py checks; the install worked.
+        assert night.returncode == 3 and len(halts) == 1 and "cannot gate" in halts[0], (halts, said)
+        assert candidates[0]["status"] == "error" and candidates[0]["score"] is None, candidates
+        pytest.xfail("outcome condition: the 20 s baseline predicted nothing here, so the night halted (exit 3) "
+                     "after its one candidate; everything up to the gate ran from the installed package")
+    assert night.returncode == 0, said
+    assert candidates[0]["status"] in ("keep", "discard", "inconclusive"), (candidates, said)
+    assert candidates[0]["score"] is not None, candidates
+    assert not halts, halts
