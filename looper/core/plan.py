@@ -338,6 +338,64 @@ def _phase3(st: _State) -> Iterator[tuple[dict[str, tuple], str]]:
             yield {knob.name: (cur, v)}, f"phase 3: step around the best {knob.name}={fmt(cur)}"
 
 
+def _build_state(knobs: Sequence[Knob], current: Mapping[str, Any], history: Sequence[PastExperiment],
+                 in_flight: Sequence[Mapping[str, Any]], weak_classes: Sequence[str]) -> _State:
+    """What was measured, excluded and in flight, by knob set, for the phase generators."""
+    st = _State(tuple(knobs), dict(current), tuple(k.name for k in knobs), weak=list(weak_classes))
+    ran, bases = _reconstruct(current, history)
+    # Every best the night started from was measured: going back to one is not new.
+    for i, values in enumerate(bases + [dict(current)]):
+        st.attempts.setdefault(st.key(values), [PastExperiment({}, "keep", None, excluded=False,
+                                                               id=history[i].id if i < len(history) else None)])
+    for exp, values in zip(history, ran, strict=True):
+        if exp.outcome in _UNMEASURED:
+            continue
+        st.attempts.setdefault(st.key(values), []).append(exp)
+        if len(exp.changes) == 1:
+            (name, (_o, new)), = exp.changes.items()
+            st.singles.setdefault((name, _norm(new)), []).append(exp)
+        if exp.is_excluded and exp.changes:
+            st.exclusions.append((dict(exp.changes), exp))
+    st.in_flight = {st.key(s) for s in in_flight}
+    return st
+
+
+def _blocked_by_exclusion(st: _State, changes: dict[str, tuple]) -> PastExperiment | None:
+    for ex_changes, exp in st.exclusions:
+        if all(n in changes and _norm(changes[n][1]) == _norm(new) for n, (_o, new) in ex_changes.items()):
+            return exp
+    return None
+
+
+def _status(st: _State, changes: dict[str, tuple], phase: int) -> tuple[str, str]:
+    """('fresh'|'retry'|'done', note) of a proposed change."""
+    values = {n: new for n, (_o, new) in changes.items()}
+    k = st.key(values)
+    if k in st.in_flight:
+        return "done", "in flight"
+    ex = _blocked_by_exclusion(st, changes)
+    if ex is not None:
+        return "done", f"excluded by #{ex.id}"
+    prior = list(st.attempts.get(k, []))
+    if phase == 1:
+        (name, (_o, new)), = changes.items()
+        prior += [e for e in st.singles.get((name, _norm(new)), []) if e not in prior]
+    if not prior:
+        return "fresh", ""
+    if len(prior) == 1 and prior[0].outcome == "inconclusive":
+        return "retry", f"retry of inconclusive #{prior[0].id}"
+    return "done", "already measured"
+
+
+def _avoid_note(st: _State, changes: dict[str, tuple]) -> str:
+    """The exclusions on the same knobs that this proposal steers around (newest 5)."""
+    near = [f"#{exp.id} ({describe(ch)})" for ch, exp in st.exclusions if set(ch) & set(changes)]
+    if not near:
+        return ""
+    more = f" and {len(near) - 5} older" if len(near) > 5 else ""
+    return f"; avoids exclusions {', '.join(near[-5:])}{more}"
+
+
 def next_proposal(
     knobs: Sequence[Knob],
     current: Mapping[str, Any],
@@ -361,79 +419,22 @@ def next_proposal(
     missing = [k.name for k in knobs if k.name not in current]
     if missing:
         raise PlanError(f"search plan ranks knob(s) {', '.join(missing)} that train.py's block does not have")
-    st = _State(tuple(knobs), dict(current), tuple(k.name for k in knobs), weak=list(weak_classes))
-    ran, bases = _reconstruct(current, history)
-    # Every best the night started from was measured: going back to one is not new.
-    for i, values in enumerate(bases + [dict(current)]):
-        st.attempts.setdefault(st.key(values), [PastExperiment({}, "keep", None, excluded=False,
-                                                               id=history[i].id if i < len(history) else None)])
-    for exp, values in zip(history, ran, strict=True):
-        if exp.outcome in _UNMEASURED:
-            continue
-        st.attempts.setdefault(st.key(values), []).append(exp)
-        if len(exp.changes) == 1:
-            (name, (_o, new)), = exp.changes.items()
-            st.singles.setdefault((name, _norm(new)), []).append(exp)
-        if exp.is_excluded and exp.changes:
-            st.exclusions.append((dict(exp.changes), exp))
-    st.in_flight = {st.key(s) for s in in_flight}
+    st = _build_state(knobs, current, history, in_flight, weak_classes)
     winners = _winners(history, baseline_score)
-
-    def blocked_by_exclusion(changes: dict[str, tuple]) -> PastExperiment | None:
-        for ex_changes, exp in st.exclusions:
-            if all(n in changes and _norm(changes[n][1]) == _norm(new) for n, (_o, new) in ex_changes.items()):
-                return exp
-        return None
-
-    def status(changes: dict[str, tuple], phase: int) -> tuple[str, str]:
-        """('fresh'|'retry'|'done', note)."""
-        values = {n: new for n, (_o, new) in changes.items()}
-        k = st.key(values)
-        if k in st.in_flight:
-            return "done", "in flight"
-        ex = blocked_by_exclusion(changes)
-        if ex is not None:
-            return "done", f"excluded by #{ex.id}"
-        prior = list(st.attempts.get(k, []))
-        if phase == 1:
-            (name, (_o, new)), = changes.items()
-            prior += [e for e in st.singles.get((name, _norm(new)), []) if e not in prior]
-        if not prior:
-            return "fresh", ""
-        if len(prior) == 1 and prior[0].outcome == "inconclusive":
-            return "retry", f"retry of inconclusive #{prior[0].id}"
-        return "done", "already measured"
-
-    def avoid_note(changes: dict[str, tuple]) -> str:
-        """The exclusions on the same knobs that this proposal steers around (newest 5)."""
-        near = [f"#{exp.id} ({describe(ch)})" for ch, exp in st.exclusions if set(ch) & set(changes)]
-        if not near:
-            return ""
-        more = f" and {len(near) - 5} older" if len(near) > 5 else ""
-        return f"; avoids exclusions {', '.join(near[-5:])}{more}"
-
     summary: list[str] = []
     for phase in (1, 2, 3):
         if phase not in phases:
             continue
-        if phase == 1:
-            gen = list(_phase1(st))
-        elif phase == 2:
-            gen = list(_phase2(st, winners))
-        else:
-            gen = list(_phase3(st))
+        gen = list(_phase1(st) if phase == 1 else _phase2(st, winners) if phase == 2 else _phase3(st))
         for want in ("fresh", "retry"):
             for changes, why in gen:
-                state, note = status(changes, phase)
+                state, note = _status(st, changes, phase)
                 if state == want:
-                    rationale = why + (f"; {note}" if note else "") + avoid_note(changes)
+                    rationale = why + (f"; {note}" if note else "") + _avoid_note(st, changes)
                     return PlanProposal(changes, phase, describe(changes), rationale, retry=want == "retry")
-        if phase == 1:
-            summary.append(f"phase 1 tried all {len(gen)} candidate changes of {len(knobs)} knobs")
-        elif phase == 2:
-            summary.append(f"phase 2 has no untried combination of {len(winners)} winner(s)")
-        else:
-            summary.append("phase 3 has no untried step around the best values")
+        summary.append({1: f"phase 1 tried all {len(gen)} candidate changes of {len(knobs)} knobs",
+                        2: f"phase 2 has no untried combination of {len(winners)} winner(s)",
+                        3: "phase 3 has no untried step around the best values"}[phase])
     skipped = [str(p) for p in (1, 2, 3) if p not in phases]
     if skipped:
         summary.append(f"phase(s) {', '.join(skipped)} not in the plan")
