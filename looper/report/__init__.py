@@ -12,7 +12,10 @@ importing only the ones above it (no circle):
   (inline CSS and SVG; no script, no external URL);
 - :mod:`~looper.report.history`: ``looper history`` (:func:`history_rows`, ``_text``, ``_json``).
 
-Every number shown names the experiment it comes from (``#id``). No secret is ever shown:
+Every number shown names the experiment it comes from (``#id``). The gate's statistics are
+read from each verdict's metrics (:class:`~looper.report.facts.Judgement`): the noise band and
+the score test in words per judged experiment, why a night kept nothing, error bars (mean ±
+band) on the score plot and 95 % Wilson intervals of the per-class recall. No secret is ever shown:
 the store holds none, configuration values are never printed, and every free text (event
 messages, blocking reasons, descriptions, rationales, diffs) goes through
 :func:`looper.adapters.notify.redact` on its way out.

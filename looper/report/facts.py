@@ -58,7 +58,6 @@ _FIGURES: dict[str, tuple[str, str]] = {
     "cand": ("verdict", "$.metrics.candidate_scores"),
     "best": ("verdict", "$.metrics.best_scores"),
     "simpler": ("verdict", "$.metrics.candidate_simpler"),
-    "seed_scores": ("metrics", "$.seed_scores"),
     "sandbox": ("config", "$.executor.sandbox"),
     "network": ("config", "$.executor.sandbox_network"),
 }
@@ -261,6 +260,7 @@ class Night:
     sandbox_config: str | None = None   # the workspace's [executor] sandbox when no experiment recorded it
     baseline_seeds: int = 1             # how many seeds measured the tag-start baseline
     reference_seeds: int = 1            # ... and the compared baseline (approved or tag-start)
+    baseline_scores: dict[int, tuple[float, ...]] = field(default_factory=dict)  # seed scores of window baselines
 
     @property
     def scored(self) -> list[ExperimentRow]:
@@ -314,7 +314,7 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
         running_best=keeps_by_tag.get(tag, []) if tag else [],
         judgements=_judgements(experiments, figures), figures=figures, sandbox_off=off, network_on=net,
         sandbox_config=workspace_sandbox, baseline_seeds=_seeds(baseline.metrics if baseline else None),
-        reference_seeds=_seeds(ref.metrics),
+        reference_seeds=_seeds(ref.metrics), baseline_scores=_baseline_scores(store, experiments),
     )
     night.attention = attention(night, ref.approved)
     return night
@@ -373,6 +373,16 @@ def _seeds(metrics: dict[str, Any] | None) -> int:
         return len(scores)
     runs = num(metrics.get("runs"))
     return int(runs) if runs is not None and runs >= 1 else 1
+
+
+def _baseline_scores(store: Store, experiments: list[ExperimentRow]) -> dict[int, tuple[float, ...]]:
+    """The seed scores of each scored baseline in the window (a few experiments: read whole)."""
+    out: dict[int, tuple[float, ...]] = {}
+    for e in experiments:
+        if e.kind == "baseline" and e.score is not None:
+            metrics = store.experiment(e.id).metrics or {}
+            out[e.id] = _floats(metrics.get("seed_scores"))
+    return out
 
 
 def _floats(value: Any) -> tuple[float, ...]:
@@ -767,8 +777,8 @@ def seed_bars(n: Night) -> list[SeedBar]:
             out.append(SeedBar(e.id, mean, j.band, j.candidate_scores,
                                f"noise band of its verdict at alpha {j.alpha_look:.3g}"))
             continue
-        scores = _floats(n.figures.get(e.id, {}).get("seed_scores"))
-        if e.kind == "baseline" and len(scores) > 1:
+        scores = n.baseline_scores.get(e.id, ())
+        if len(scores) > 1:
             sigma = statistics.stdev(scores)
             band = stats.score_band(sigma, len(scores) - 1, 1, len(scores), alpha)
             out.append(SeedBar(e.id, statistics.fmean(scores), band, scores,

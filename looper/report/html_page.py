@@ -232,7 +232,7 @@ def _failures_html(n: Night) -> str:
         items = "".join(f'<li id="exp-{e.id}">#{e.id} {fmt(e.score)} {_h(e.description)}'
                         f' <span class="sub">{_h("; ".join(e.blocking))}</span></li>'
                         for e in n.inconclusive)
-        out.append(f'<p class="sub">Inside the noise band after reruns; not exclusions, may be retried.</p><ul>{items}</ul>')
+        out.append(f'<p class="sub">Inside the noise band after reruns, or the noise unmeasured; not exclusions, may be retried.</p><ul>{items}</ul>')
     else:
         out.append('<p class="sub">None.</p>')
     out.append("</section>")

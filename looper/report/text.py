@@ -167,7 +167,8 @@ def _inconclusive(con: Any, n: Night) -> None:
 
     if not n.inconclusive:
         return
-    con.print(Text("Inconclusive ideas (inside the noise band; may be retried)", style="bold"))
+    con.print(Text("Inconclusive ideas (inside the noise band, or the noise unmeasured; may be retried)",
+                   style="bold"))
     for e in n.inconclusive[-MAX_TEXT_ROWS:]:
         con.print(Text(f"  #{e.id} {fmt(e.score)}  {line_of(e.description)}"))
     if len(n.inconclusive) > MAX_TEXT_ROWS:
