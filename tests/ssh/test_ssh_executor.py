@@ -386,6 +386,21 @@ def test_fixed_file_changed_on_remote_is_an_error(make_executor: Make, checkout:
     assert "fixed file evaluate.py" in r.transport_error and not r.clean_exit
 
 
+def test_scoring_module_changed_on_remote_is_an_error(make_executor: Make, checkout: Path, tmp_path: Path) -> None:
+    """The remote package's matching rules decide a score as much as evaluate.py: hash-checked too."""
+    ex = make_executor()
+    assert ex.sync(checkout).ok
+    remote_metrics = (tmp_path / "remote" / "checkout" / "looper" / "core" / "metrics.py").resolve()
+    st = remote_metrics.stat()
+    text = remote_metrics.read_text()
+    assert "IOU" in text
+    remote_metrics.write_text(text.replace("IOU", "IoU", 1))  # same size, same mtime: rsync skips it
+    os.utime(remote_metrics, ns=(st.st_atime_ns, st.st_mtime_ns))
+    v = ex.sync(checkout)
+    assert v.status is Status.ERROR
+    assert "scoring module looper/core/metrics.py on looper-test differs" in " ".join(v.blocking)
+
+
 # -- data ------------------------------------------------------------------------------------------------
 
 def test_data_prepared_once_remotely_and_hash_matches_local(make_executor: Make, checkout: Path,

@@ -49,7 +49,7 @@ from looper.adapters.executors.common import (
 )
 from looper.adapters.executors.transport import SshTransport, TransportFault
 from looper.core.verdict import Verdict
-from looper.datahash import file_sha256
+from looper.datahash import SCORING_MODULES, file_sha256
 from looper.errors import ConfigError
 
 KEEP_RUNS = 6  # remote run folders kept (older ones are deleted, never a live one)
@@ -151,12 +151,13 @@ class RemoteHost:
             return [f"missing in the local checkout {checkout}: {', '.join(missing)}"]
         self.push([checkout / n for n in names])
         extra = ["--run", run, "--keep", str(KEEP_RUNS)] if run else []
-        remote = self.ask("check", *names, *extra, what="checking the synced files")["sha256"]
+        remote = self.ask("check", *names, *SCORING_MODULES, *extra, what="checking the synced files")["sha256"]
         problems = []
-        for n in names:
-            local = file_sha256(checkout / n)
+        local_of = {**{n: checkout / n for n in names}, **{m: self.package_dir.parent / m for m in SCORING_MODULES}}
+        for n, path in local_of.items():
+            local = file_sha256(path)
             if remote.get(n) != local:
-                kind = "fixed file" if n in FIXED_FILES else "file"
+                kind = "fixed file" if n in FIXED_FILES else "scoring module" if n in SCORING_MODULES else "file"
                 problems.append(f"{kind} {n} on {self.host} differs from the local copy after sync "
                                 f"(remote sha256 {remote.get(n) or 'missing'}, local {local})")
         return problems
