@@ -20,7 +20,7 @@ from looper.config import Config
 from looper.core.verdict import Outcome
 from looper.display import Display
 from looper.errors import HarnessError
-from looper.store import Store
+from looper.store import ExperimentRecord, Store, TagRecord
 
 
 def now_iso() -> str:
@@ -95,7 +95,7 @@ class Context:
         self.tag = cfg.loop.tag
         self.ws = Workspace(self.root)
         self.wt: Worktree | None = None  # the branch's own checkout, once the tag is set up
-        self.pinned: dict | None = None  # the store's row for the tag: what it pinned
+        self.pinned: TagRecord | None = None  # the store's record of the tag: what it pinned
         self.device = "cuda" if cfg.executor.require_gpu else "cpu"
         self.workers: list[Worker] = []
         self.cancel = threading.Event()
@@ -138,19 +138,18 @@ class Context:
         return Worker(0, self.wt, self.executor, self.device, detached=False)
 
     # ------------------------------------------------------------------ the tag's state
-    def best(self) -> dict:
-        best = self.store.best_experiment(self.tag)
+    def best(self) -> ExperimentRecord:
+        best = self.store.best(self.tag)
         if best is None:
             raise HarnessError(f"tag {self.tag} has no baseline or kept experiment to compare against")
         return best
 
-    def kept_baselines(self) -> list[dict]:
-        return self.store.experiments(tag=self.tag, kind="baseline", status=Outcome.KEEP.value)
+    def kept_baselines(self) -> list[ExperimentRecord]:
+        return self.store.find_experiments(tag=self.tag, kind="baseline", status=Outcome.KEEP)
 
     def last_kept_commit(self) -> str | None:
-        rows = self.store.experiments(tag=self.tag, status=Outcome.KEEP.value)
-        rows = [r for r in rows if r.get("commit")]
-        return rows[-1]["commit"] if rows else None
+        commits = [r.commit for r in self.store.find_experiments(tag=self.tag, status=Outcome.KEEP) if r.commit]
+        return commits[-1] if commits else None
 
     def branch_tip(self) -> str:
         assert self.wt is not None

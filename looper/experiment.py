@@ -29,6 +29,7 @@ from looper.core import scope as core_scope
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, LooperError, StuckError
 from looper.measure import Measurement, mean_metrics, measure, preflight, record_run
+from looper.store import ExperimentRecord
 
 RACE_REASON = "conflicts with kept change"  # a raced candidate's idea is handed back, not excluded
 GATE_ADVICE = ("The gate cannot judge candidates against this baseline. Change what the baseline depends on "
@@ -125,7 +126,7 @@ def run_candidate(ctx: Context, w: Worker) -> Result | None:
         ctx.in_flight.pop(w.id, None)
 
 
-def start_from_tip(ctx: Context, w: Worker) -> tuple[str, str, dict, str]:
+def start_from_tip(ctx: Context, w: Worker) -> tuple[str, str, ExperimentRecord, str]:
     """The worker's checkout at the branch tip: (parent commit, its train.py, the best, start time)."""
     started_at = now_iso()
     with ctx.keep_lock:
@@ -164,8 +165,8 @@ def propose(ctx: Context, w: Worker, parent_source: str) -> Proposed:
 
 def open_candidate(ctx: Context, w: Worker, parent: str, parent_source: str, source: str, description: str,
                    rationale: str = "", diff: str = "") -> Candidate:
-    exp_id = ctx.store.create_experiment(
-        ctx.tag, "candidate", parent=parent, seed=ctx.cfg.data.seed, config=ctx.cfg.redacted_dict(),
+    exp_id = ctx.store.start_experiment(
+        tag=ctx.tag, kind="candidate", parent=parent, seed=ctx.cfg.data.seed, config=ctx.cfg.redacted_dict(),
         description=description, rationale=rationale, source=source, diff=diff, worker=w.label)
     return Candidate("candidate", exp_id, w, parent, parent_source, source, description,
                      reruns=ctx.cfg.loop.noise_reruns)
@@ -230,7 +231,7 @@ def ended(m: Measurement, role: str) -> Result:
     return Result(m.outcome, Verdict.failed(*reasons), signature=m.signature)
 
 
-def measure_and_gate(ctx: Context, cand: Candidate, against: dict, role: str) -> Result:
+def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, role: str) -> Result:
     """Measure, gate, and rerun with new seeds while the gate asks for it (inside the noise band)."""
     m = measure_once(ctx, cand, role, ctx.cfg.data.seed)
     if not m.measured:
@@ -255,21 +256,22 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: dict, role: str) ->
     return Result(d.outcome, d.verdict, score=d.score, metrics=mean_metrics(runs))
 
 
-def gate(ctx: Context, runs: list[dict], simpler: bool, best: dict, reruns_left: int) -> core_gate.GateDecision:
+def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
+         reruns_left: int) -> core_gate.GateDecision:
     """The one place the gate's input is built and the gate is asked."""
     from looper.baselines import newest_baseline
 
     approved = newest_baseline(ctx.root / "baselines")
-    def runs_of(exp: dict) -> list[dict]:
-        return [r["metrics"] for r in ctx.store.runs(exp["id"]) if r.get("metrics")]
+    def runs_of(exp: ExperimentRecord) -> list[dict]:
+        return [r.metrics for r in ctx.store.run_records(exp.id) if r.metrics]
 
     if approved:  # an approved baseline is one METRICS.json: the class reference without seeds
         source, baseline, baseline_runs = f"approved:{approved[0]}", approved[1]["metrics"], []
     else:  # the tag's own baseline: every seed it ran (the class reference and the seed noise)
         base = ctx.kept_baselines()[-1]
-        source, baseline, baseline_runs = "tag-start", base["metrics"], runs_of(base)
-    noise = (ctx.pinned or {}).get("noise") or {}
-    inp = core_gate.GateInput(candidate=runs, best=runs_of(best) or [best["metrics"]], baseline=baseline,
+        source, baseline, baseline_runs = "tag-start", base.metrics, runs_of(base)
+    noise = (ctx.pinned.noise if ctx.pinned else None) or {}
+    inp = core_gate.GateInput(candidate=runs, best=runs_of(best) or [best.metrics], baseline=baseline,
                               baseline_source=source, noise_sigma=noise.get("sigma"), candidate_simpler=simpler,
                               baseline_runs=baseline_runs)
     gcfg = core_gate.GateConfig(score=ctx.cfg.gate.score, max_class_drop=ctx.cfg.gate.max_class_drop,
@@ -289,8 +291,8 @@ def land(ctx: Context, cand: Candidate, result: Result) -> Result:
             if tip == cand.parent or not w.detached:
                 return settle(ctx, cand, result)  # under the keep lock: branch and best move together
             # The best moved while this candidate ran: its win is conditional on the new best.
-            kept_by = next((r["id"] for r in reversed(ctx.store.experiments(tag=ctx.tag, status=Outcome.KEEP.value))
-                            if r.get("commit") == tip), None)
+            kept_by = next((r.id for r in reversed(ctx.store.find_experiments(tag=ctx.tag, status=Outcome.KEEP))
+                            if r.commit == tip), None)
             tip_source = w.wt.show(tip, "train.py")
             best_now = ctx.best()
         if attempt == 2:
@@ -356,9 +358,9 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
         ctx.event("interrupted", verdict.blocking[0], cand.exp_id)
     elif cand.kind == "candidate":
         ctx.count(outcome)
-        best = ctx.store.best_experiment(ctx.tag)
+        best = ctx.store.best(ctx.tag)
         ctx.display.outcome(cand.exp_id, outcome.value, result.score, "; ".join(verdict.blocking)[:200],
-                            best.get("score") if best else None)
+                            best.score if best else None)
         if outcome in (Outcome.CRASH, Outcome.VACUOUS):
             sigs = ctx.store.recent_signatures(ctx.tag, 2 * ctx.cfg.loop.stuck_after)
             result = dataclasses.replace(result, stuck=core_failure.is_stuck(sigs, ctx.cfg.loop.stuck_after))
@@ -390,9 +392,8 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
     seeds = [ctx.cfg.data.seed + i for i in range(ctx.cfg.loop.noise_reruns + 1)]
     source = (ctx.wt.path / "train.py").read_text()
     description = "baseline: the train.py the tag started from"
-    exp_id = ctx.store.create_experiment(ctx.tag, "baseline", parent=None, seed=seeds[0],
-                                         config=ctx.cfg.redacted_dict(), description=description, source=source,
-                                         diff="")
+    exp_id = ctx.store.start_experiment(tag=ctx.tag, kind="baseline", parent=None, seed=seeds[0],
+                                        config=ctx.cfg.redacted_dict(), description=description, source=source)
     ctx.store.update_experiment(exp_id, commit=ctx.wt.head(), started_at=now_iso())
     cand = Candidate("baseline", exp_id, w, None, source, source, description)
     ctx.display.note(f"measuring the baseline with {len(seeds)} seed(s) to learn the noise")
@@ -411,7 +412,7 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
     mean, sigma = statistics.fmean(scores), (statistics.stdev(scores) if len(scores) > 1 else None)
     metrics = {**mean_metrics([r.metrics for r in results]), "seed_scores": scores}
     ctx.store.set_tag_noise(ctx.tag, {"sigma": sigma, "scores": scores, "seeds": seeds})
-    ctx.pinned = ctx.store.get_tag(ctx.tag)
+    ctx.pinned = ctx.store.tag_record(ctx.tag)
     result = settle(ctx, cand, Result(Outcome.KEEP, Verdict.passed({"score": mean, "noise_sigma": sigma,
                                                                      "seeds": seeds}), score=mean, metrics=metrics))
     dead = core_gate.dead_gates(metrics, ctx.cfg.gate.max_class_drop)
@@ -427,8 +428,8 @@ def verify(ctx: Context) -> Verdict:
     from looper.measure import integrity
 
     ctx.wt = ctx.ws.ensure_worktree(ctx.tag)
-    tag_row = ctx.store.get_tag(ctx.tag)
-    if tag_row is None or ctx.store.best_experiment(ctx.tag) is None:
+    tag_row = ctx.store.tag_record(ctx.tag)
+    if tag_row is None or ctx.store.best(ctx.tag) is None:
         return Verdict.errored(f"tag {ctx.tag} has no measured baseline yet: run `looper run` first")
     ctx.pinned = tag_row
     for check in (lambda: ctx.executor.preflight(ctx.cfg.executor.require_gpu),
@@ -440,9 +441,9 @@ def verify(ctx: Context) -> Verdict:
     broken = core_scope.compile_problem(source)
     if broken:
         return Verdict.failed(broken[0])
-    exp_id = ctx.store.create_experiment(ctx.tag, "verify", parent=ctx.wt.head(), seed=ctx.cfg.data.seed,
-                                         config=ctx.cfg.redacted_dict(), description="looper verify",
-                                         source=source, diff="")
+    exp_id = ctx.store.start_experiment(tag=ctx.tag, kind="verify", parent=ctx.wt.head(), seed=ctx.cfg.data.seed,
+                                        config=ctx.cfg.redacted_dict(), description="looper verify",
+                                        source=source)
     cand = Candidate("verify", exp_id, ctx.main_worker(), ctx.wt.head(), source, source, "looper verify")
     cand.checkout = Path(tempfile.mkdtemp(prefix="looper-verify-", dir=ctx.root / ".looper"))
     try:

@@ -104,7 +104,7 @@ class Loop:
         a changed data scale or seed re-pins the data."""
         ctx = self.ctx
         assert ctx.wt is not None
-        row = ctx.store.get_tag(ctx.tag)
+        row = ctx.store.tag_record(ctx.tag)
         if row is None:
             fixed = fixed_hashes(ctx.wt.path, FIXED_FILES)
             missing = [n for n, h in fixed.items() if h is None]
@@ -113,35 +113,35 @@ class Loop:
             ctx.store.put_tag(ctx.tag, branch=ctx.wt.branch, base_commit=ctx.wt.head(), fixed_hashes=fixed,
                               data_hash=data_hash, noise=None, started_at=now_iso())
             ctx.event("baseline", f"tag {ctx.tag} started at {ctx.wt.head()[:10]}; data hash {data_hash[:12]}")
-            ctx.pinned = ctx.store.get_tag(ctx.tag)
+            ctx.pinned = ctx.store.tag_record(ctx.tag)
             return []
         ctx.pinned = row
-        ref = (ctx.kept_baselines() or ctx.store.experiments(tag=ctx.tag, kind="baseline", limit=1) or [None])[-1]
-        changed = baseline_drift(ref.get("config") if ref else None, ctx.cfg.redacted_dict())
+        ref = (ctx.kept_baselines() or ctx.store.find_experiments(tag=ctx.tag, kind="baseline", limit=1) or [None])[-1]
+        changed = baseline_drift(ref.config if ref else None, ctx.cfg.redacted_dict())
         if not changed:
             return []
         assert ref is not None
-        message = f"{'; '.join(changed)} since baseline #{ref['id']} was measured: measuring a new baseline"
-        if any(c.startswith("data.") for c in changed) and data_hash != row.get("data_hash"):
-            ctx.store.put_tag(ctx.tag, branch=row["branch"], base_commit=row["base_commit"],
-                              fixed_hashes=row["fixed_hashes"], data_hash=data_hash, noise=None)
-            ctx.pinned = ctx.store.get_tag(ctx.tag)
+        message = f"{'; '.join(changed)} since baseline #{ref.id} was measured: measuring a new baseline"
+        if any(c.startswith("data.") for c in changed) and data_hash != row.data_hash:
+            ctx.store.put_tag(ctx.tag, branch=row.branch, base_commit=row.base_commit,
+                              fixed_hashes=row.fixed_hashes, data_hash=data_hash, noise=None)
+            ctx.pinned = ctx.store.tag_record(ctx.tag)
             message += f" (data re-pinned: hash {data_hash[:12]})"
         elif any(c.startswith("data.") for c in changed):  # prepare.py builds the data only when it is missing
             message += (f" (the data in {ctx.cfg.data.dir} is unchanged: move it away to prepare it for the "
                         "new settings)")
-        ctx.event("baseline", message, ref["id"], {"changed": changed})
+        ctx.event("baseline", message, ref.id, {"changed": changed})
         ctx.display.note(message)
         return changed
 
     def recover(self) -> None:
         """A row left `running` by a killed daemon is interrupted; the checkout goes back."""
         ctx = self.ctx
-        for row in ctx.store.running_experiments():
-            ctx.store.mark_interrupted(row["id"], "the daemon stopped or died mid-experiment")
-            ctx.event("recover", f"experiment #{row['id']} was left running "
-                                 f"(phase {row.get('phase') or '?'}): marked interrupted", row["id"])
-            ctx.display.note(f"recovered: #{row['id']} marked interrupted")
+        for exp in ctx.store.open_experiments():
+            ctx.store.mark_interrupted(exp.id, "the daemon stopped or died mid-experiment")
+            ctx.event("recover", f"experiment #{exp.id} was left running "
+                                 f"(phase {exp.phase or '?'}): marked interrupted", exp.id)
+            ctx.display.note(f"recovered: #{exp.id} marked interrupted")
         for line in ctx.executor.reap():
             ctx.event("recover", line)
         self.restore_last_kept()
@@ -286,12 +286,12 @@ class Loop:
         if exp_id is None:
             return [], "", "", ""
         try:
-            exp = self.ctx.store.get_experiment(exp_id)
-            runs = self.ctx.store.runs(exp_id)
+            exp = self.ctx.store.experiment(exp_id)
+            runs = self.ctx.store.run_records(exp_id)
         except Exception as exc:  # the database itself may be what broke
             return [], "", "", f"(the database could not be read: {type(exc).__name__}: {exc})"
-        tail = "\n".join((runs[-1].get("log_tail") or "").splitlines()[-15:]) if runs else ""
-        return list(exp.get("blocking") or []), str(exp.get("status")), tail, ""
+        tail = "\n".join((runs[-1].log_tail or "").splitlines()[-15:]) if runs else ""
+        return list(exp.blocking), exp.status.value, tail, ""
 
     def halt_page(self, halted: Halted, kind: str) -> str:
         """Only the facts of the failure this halt reports: nothing of an earlier experiment."""

@@ -80,16 +80,16 @@ def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Exe
     assert ctx.wt is not None and ctx.pinned is not None
     problems: list[str] = []
     now = fixed_hashes(folder or ctx.wt.path, FIXED_FILES)
-    for name, h in (ctx.pinned.get("fixed_hashes") or {}).items():
+    for name, h in (ctx.pinned.fixed_hashes or {}).items():
         if now.get(name) != h:
             problems.append(f"fixed file {name} changed {when} (expected sha256 {str(h)[:12]}, "
                             f"found {str(now.get(name))[:12]})")
     v = (executor or ctx.executor).data_hash(ctx.cfg.data.dir)
     if not v.ok:
         problems.extend(v.blocking)
-    elif v.metrics.get("hash") != ctx.pinned.get("data_hash"):
+    elif v.metrics.get("hash") != ctx.pinned.data_hash:
         problems.append(f"data in {ctx.cfg.data.dir} changed {when} (manifest/tree hash "
-                        f"{v.metrics.get('hash', '')[:12]} != pinned {str(ctx.pinned.get('data_hash'))[:12]})")
+                        f"{v.metrics.get('hash', '')[:12]} != pinned {ctx.pinned.data_hash[:12]})")
     return Verdict.errored(*problems) if problems else Verdict.passed({"checked": when})
 
 

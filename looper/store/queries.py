@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+import looper.store.models as m
 from looper.core.verdict import Outcome
-from looper.store import models as m
 from looper.store.records import EventRecord, ExperimentRecord, ExperimentRow
 from looper.store.repo import Store, experiment_filter
 

@@ -6,7 +6,7 @@ decoded under the name without the ``_json`` suffix (``config_json`` -> ``config
 column comes back as a tuple. ``status`` is an :class:`~looper.core.verdict.Outcome`
 (a ``StrEnum``: ``record.status == "keep"`` holds). Timestamps are ISO-8601 UTC text.
 
-``to_dict()`` gives the plain dict the older dict-returning Store methods return.
+``to_dict()`` gives the record as a plain dict (for JSON output).
 """
 
 from __future__ import annotations

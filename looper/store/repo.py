@@ -8,8 +8,7 @@ Reads hand out frozen records (:mod:`looper.store.records`: ``experiment``,
 ``class_scores``); writes take keyword arguments (``start_experiment``, ``record_outcome``).
 JSON columns come back decoded under their name without the ``_json`` suffix
 (``config_json`` -> ``config``, ``metrics_json`` -> ``metrics``, ...); the write methods take
-the same names. The older dict-returning and positional methods (``get_experiment``,
-``experiments``, ``finish_experiment`` ...) wrap the typed ones and return ``record.to_dict()``.
+the same names.
 Timestamps are ISO-8601 UTC text (``2025-01-31T02:03:04.123456+00:00``).
 """
 
@@ -28,10 +27,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Select, and_, create_engine, event, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
+import looper.store.models as m
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import UsageError
-from looper.store import models as m
-from looper.store.legacy import DictMethods
 from looper.store.migrations import LATEST_VERSION, StoreError, current_version, migrate
 from looper.store.records import ClassMetrics, EventRecord, ExperimentRecord, RunRecord, TagRecord
 
@@ -162,10 +160,6 @@ def _check_score(status: Outcome, score: float | None, where: str) -> float | No
         return None
     if isinstance(score, bool) or not isinstance(score, (int, float)):
         raise TypeError(f"{where}: score must be a number or None, got {type(score).__name__}")
-    if not status.has_score:
-        raise ValueError(
-            f"{where}: the score of a {status.value} experiment is NULL (nothing was measured), got {score!r}"
-        )
     if not math.isfinite(score):
         raise ValueError(f"{where}: score must be finite, got {score!r}")
     return float(score)
@@ -199,7 +193,7 @@ def open_engine(path: Path) -> tuple[Engine, Engine]:
     return engine, engine.execution_options(looper_begin="BEGIN IMMEDIATE")
 
 
-class Store(DictMethods):
+class Store:
     """``experiments.db``: opened and migrated to the latest schema on construction.
 
     ``path`` is the database file, or a workspace directory (then ``experiments.db`` in it).
@@ -387,35 +381,17 @@ class Store(DictMethods):
         defaults to ``metrics["classes"]``; ``blocking`` defaults to the verdict's reasons.
         Refuses a second finish of the same experiment.
         """
-        result = Outcome(outcome)
-        if result.has_score:
+        outcome = Outcome(outcome)
+        where = f"experiment {exp_id}"
+        if not outcome.is_terminal:
+            raise ValueError(f"{where}: finish with a final outcome, not {outcome.value}")
+        if outcome.has_score:
             if class_metrics is None and metrics is not None and isinstance(metrics.get("classes"), Mapping):
                 class_metrics = metrics["classes"]
         else:
             score, class_metrics = None, None
-        if blocking is None:
-            blocking = _verdict_blocking(verdict)
-        self._finish(exp_id, result, score, metrics, class_metrics, verdict, blocking, fields)
-
-    def _finish(
-        self,
-        exp_id: int,
-        outcome: Outcome,
-        score: float | None,
-        metrics: Mapping[str, Any] | None,
-        class_metrics: Mapping[str, Mapping[str, Any]] | None,
-        verdict: Verdict | Mapping[str, Any] | None,
-        blocking: Iterable[str],
-        fields: dict[str, Any],
-    ) -> None:
-        where = f"experiment {exp_id}"
-        if not outcome.is_terminal:
-            raise ValueError(f"{where}: finish with a final outcome, not {outcome.value}")
         score = _check_score(outcome, score, where)
-        blocking = [str(b) for b in blocking]
-        for reserved in ("metrics", "verdict", "blocking"):
-            if reserved in fields:
-                raise ValueError(f"{where}: pass {reserved} as its own argument")
+        blocking = [str(b) for b in (_verdict_blocking(verdict) if blocking is None else blocking)]
         fields = dict(fields)
         finished_at = fields.pop("finished_at", None)
         values = self._encode_fields(fields, where)
@@ -461,7 +437,7 @@ class Store(DictMethods):
             )
             return True
 
-    # typed reads (frozen records); the dict-returning methods below wrap them
+    # reads: frozen records
 
     def experiment(self, exp_id: int) -> ExperimentRecord:
         """One experiment; :class:`ExperimentNotFound` when there is none with that id."""

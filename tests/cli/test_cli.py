@@ -87,12 +87,13 @@ def _seed(root: Path) -> tuple[int, int]:
     metrics = {"weighted_f1": 0.4, "macro_f1": 0.4, "pages": 3, "truth": 10, "predictions": 9,
                "classes": {"vav_box": {"tp": 4, "fp": 1, "fn": 1, "support": 5, "precision": 0.8,
                                        "recall": 0.8, "f1": 0.8, "count_error": 0.0}}}
-    base = store.create_experiment("nightly", "baseline", None, 0, {})
-    store.finish_experiment(base, Outcome.KEEP, 0.4, metrics, metrics["classes"], Verdict.passed(), [],
-                            commit="a" * 40)
-    crash = store.create_experiment("nightly", "candidate", "a" * 40, 0, {}, description="LR0 0.003 -> 1.0")
-    store.finish_experiment(crash, Outcome.CRASH, None, None, None, Verdict.failed("boom"), ["boom"],
-                            failure_signature="ValueError: boom")
+    base = store.start_experiment(tag="nightly", kind="baseline", seed=0, config={})
+    store.record_outcome(base, outcome=Outcome.KEEP, score=0.4, metrics=metrics, class_metrics=metrics["classes"],
+                         verdict=Verdict.passed(), blocking=[], commit="a" * 40)
+    crash = store.start_experiment(tag="nightly", kind="candidate", parent="a" * 40, seed=0, config={},
+                                   description="LR0 0.003 -> 1.0")
+    store.record_outcome(crash, outcome=Outcome.CRASH, verdict=Verdict.failed("boom"), blocking=["boom"],
+                         failure_signature="ValueError: boom")
     return base, crash
 
 

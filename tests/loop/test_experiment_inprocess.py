@@ -141,7 +141,7 @@ def test_verify_gates_the_workspace_train_py_and_commits_nothing(ws):
     assert row["id"] == v.metrics["experiment_id"] and row["status"] == "keep" and row["commit"] is None
     assert (tip(ws), ws.git("rev-parse", "HEAD"), ws.git("for-each-ref")) == before
     assert ws.rows() == []  # no candidate either
-    assert loop.ctx.store.best_experiment("t")["kind"] == "baseline"  # a verify is never the best
+    assert loop.ctx.store.best("t").kind == "baseline"  # a verify is never the best
 
 
 # ---------------------------------------------------------------- a tag's baseline follows what it depends on
@@ -161,7 +161,7 @@ def test_a_changed_budget_starts_a_new_baseline_and_says_so(ws):
     said = [e["message"] for e in ws.events("baseline")]
     line = f"loop.budget_seconds 6 -> 7 since baseline #{first['id']} was measured: measuring a new baseline"
     assert line in said and line in shown.getvalue()
-    assert loop.ctx.store.best_experiment("t")["id"] == second["id"]  # candidates now compare with the new one
+    assert loop.ctx.store.best("t").id == second["id"]  # candidates now compare with the new one
 
 
 def test_what_a_baseline_depends_on_budget_data_scale_and_seed_executor_kind():
@@ -180,7 +180,7 @@ def test_what_a_baseline_depends_on_budget_data_scale_and_seed_executor_kind():
 
 def test_a_changed_data_seed_starts_a_new_baseline_and_repins_rebuilt_data(ws):
     ready(ws)
-    pinned = Store(ws.root / "experiments.db").get_tag("t")["data_hash"]
+    pinned = Store(ws.root / "experiments.db").tag_record("t").data_hash
     ready(ws, **{"data.seed": 3})  # the data folder stays as it was: prepare.py builds only missing data
     assert len(baselines(ws)) == 2
     (said,) = [e["message"] for e in ws.events("baseline") if "data.seed" in e["message"]]
@@ -188,7 +188,7 @@ def test_a_changed_data_seed_starts_a_new_baseline_and_repins_rebuilt_data(ws):
     shutil.rmtree(ws.root / "data")  # the person moves it away, as the event says
     loop = ready(ws, **{"data.seed": 4})
     assert len(baselines(ws)) == 3
-    now = loop.ctx.store.get_tag("t")["data_hash"]
+    now = loop.ctx.store.tag_record("t").data_hash
     said = [e["message"] for e in ws.events("baseline") if "data.seed 3 -> 4" in e["message"]]
     assert now != pinned and said and f"data re-pinned: hash {now[:12]}" in said[0]  # the fixture data follow the seed
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})

@@ -49,22 +49,26 @@ def test_keep_advances_the_branch_and_records_everything(make_ws, pages):
 
 def test_discard_names_the_class_resets_and_keeps_the_commit_reachable(make_ws):
     ws = make_ws()
-    ws.enqueue("QUALITY up but vav_box down", knobs={"QUALITY": 0.8, "WEAK_CLASS": "vav_box", "WEAK_RECALL": 0.3})
+    # the score rises (weighted F1 0.67 -> 0.77) but a class is lost: recall 0.5 at baseline -> 0
+    ws.enqueue("QUALITY up but supply_diffuser lost",
+               knobs={"QUALITY": 0.8, "WEAK_CLASS": "supply_diffuser", "WEAK_RECALL": 0.0})
     ws.enqueue("QUALITY 0.5 -> 0.55", knobs={"QUALITY": 0.55})
     r = ws.looper("run", "--max-experiments", "2")
     assert r.returncode == 0, r.stdout + r.stderr
     first, second = ws.rows()
     assert first["status"] == "discard"
     blocking = json.loads(first["blocking_json"])
-    assert any("recall.vav_box dropped 0.20 vs baseline (limit 0.05)" in b for b in blocking), blocking
-    # reset: the branch is back at the baseline; the discarded commit stays reachable
+    lost = "recall.supply_diffuser: 40 of 80 found -> 0 of 40 vs baseline, p = "
+    assert any(b.startswith(lost) for b in blocking), blocking
     base = _one(ws.rows("baseline"))
+    assert first["score"] > base["score"]  # the class loss alone discards it
+    # reset: the branch is back at the baseline; the discarded commit stays reachable
     assert ws.git("rev-parse", f"refs/looper/discarded/{first['id']}") == first["commit"]
     assert second["parent"] == base["commit"]
     # the agent saw the reason next time
     prompt = (ws.queue.parent / "prompts").glob("*.txt")
     second_prompt = sorted(prompt)[1].read_text()
-    assert "vav_box" in second_prompt and "dropped" in second_prompt
+    assert "recall.supply_diffuser: 40 of 80 found -> 0 of 40" in second_prompt
 
 
 def test_crash_vacuous_and_zero_steps(make_ws):

@@ -1,8 +1,4 @@
-"""The Store API: one transaction per change, frozen records back, secrets refused.
-
-The older positional / dict-returning methods the loop still calls (``finish_experiment``,
-``get_experiment``, ``experiments`` ...) are pinned here too, until the loop moves over.
-"""
+"""The Store API: one transaction per change, frozen records back, secrets refused."""
 
 from __future__ import annotations
 
@@ -45,13 +41,13 @@ def test_create_experiment_is_running_with_rising_ids(store: Store) -> None:
     a = new(store, description="lr 0.01", rationale="why", source="print(1)\n", diff="-x\n+y\n", worker="w0")
     b = new(store)
     assert b > a
-    e = store.get_experiment(a)
-    assert e["status"] == "running" and e["score"] is None and e["finished_at"] is None
-    assert (e["tag"], e["kind"], e["parent"], e["seed"]) == ("t", "candidate", "abc123", 0)
-    assert (e["description"], e["rationale"], e["source"], e["diff"], e["worker"]) == (
+    e = store.experiment(a)
+    assert e.status == "running" and e.score is None and e.finished_at is None
+    assert (e.tag, e.kind, e.parent, e.seed) == ("t", "candidate", "abc123", 0)
+    assert (e.description, e.rationale, e.source, e.diff, e.worker) == (
         "lr 0.01", "why", "print(1)\n", "-x\n+y\n", "w0")
-    assert e["config"] == {"loop": {"budget_seconds": 5}} and e["blocking"] == []
-    assert dt.datetime.fromisoformat(e["started_at"]).tzinfo is not None
+    assert e.config == {"loop": {"budget_seconds": 5}} and e.blocking == ()
+    assert dt.datetime.fromisoformat(e.started_at).tzinfo is not None
     # ids keep rising even after the newest row is gone (AUTOINCREMENT)
     con = sqlite3.connect(store.path)
     con.execute("DELETE FROM experiments WHERE id = ?", (b,))
@@ -69,97 +65,103 @@ def test_phase_updates_and_finish(store: Store) -> None:
     assert store.set_phase(i, "training 40%") is True
     store.update_experiment(i, commit="c0ffee", train_seconds=12.5, gpu={"peak_mb": 900}, exit_code=0)
     verdict = Verdict.passed(metrics={"score": 0.61})
-    store.finish_experiment(i, Outcome.KEEP, 0.61, {"weighted_f1": 0.61, "pages": 6}, classes(), verdict, [],
-                            eval_seconds=3.0, failure_signature=None)
-    e = store.get_experiment(i)
-    assert (e["status"], e["score"], e["commit"], e["phase"]) == ("keep", 0.61, "c0ffee", "training 40%")
-    assert e["metrics"] == {"weighted_f1": 0.61, "pages": 6}
-    assert e["verdict"]["status"] == "pass" and e["verdict"]["metrics"] == {"score": 0.61}
-    assert (e["train_seconds"], e["eval_seconds"], e["gpu"]) == (12.5, 3.0, {"peak_mb": 900})
-    assert e["finished_at"] >= e["started_at"]
-    cm = store.class_metrics(i)
+    store.record_outcome(i, outcome=Outcome.KEEP, score=0.61, metrics={"weighted_f1": 0.61, "pages": 6},
+                         class_metrics=classes(), verdict=verdict, blocking=[], eval_seconds=3.0,
+                         failure_signature=None)
+    e = store.experiment(i)
+    assert (e.status, e.score, e.commit, e.phase) == ("keep", 0.61, "c0ffee", "training 40%")
+    assert e.metrics == {"weighted_f1": 0.61, "pages": 6}
+    assert e.verdict is not None
+    assert e.verdict["status"] == "pass" and e.verdict["metrics"] == {"score": 0.61}
+    assert (e.train_seconds, e.eval_seconds, e.gpu) == (12.5, 3.0, {"peak_mb": 900})
+    assert e.finished_at is not None and e.finished_at >= e.started_at
+    cm = store.class_scores(i)
     assert set(cm) == {"supply_diffuser", "damper"}
-    assert cm["supply_diffuser"] == {"precision": 0.8, "recall": 0.889, "f1": 0.842, "count_error": 0.111,
-                                     "tp": 8, "fp": 2, "fn": 1, "support": 9}
-    assert cm["damper"]["recall"] is None and cm["damper"]["precision"] == 0.0
+    assert cm["supply_diffuser"].figures() == {"precision": 0.8, "recall": 0.889, "f1": 0.842,
+                                               "count_error": 0.111, "tp": 8, "fp": 2, "fn": 1, "support": 9}
+    assert cm["damper"].recall is None and cm["damper"].precision == 0.0
     # finished is final
     assert store.set_phase(i, "late callback") is False
-    assert store.get_experiment(i)["phase"] == "training 40%"
+    assert store.experiment(i).phase == "training 40%"
     with pytest.raises(StoreError, match="already finished as keep"):
         store.update_experiment(i, description="rewrite history")
     with pytest.raises(StoreError, match="already finished as keep"):
-        store.finish_experiment(i, "discard", 0.1, None, None, None, ["x"])
+        store.record_outcome(i, outcome="discard", score=0.1, blocking=["x"])
 
 
 @pytest.mark.parametrize("status", ["crash", "vacuous", "error", "interrupted"])
-def test_finish_refuses_a_score_for_unmeasured_outcomes(store: Store, status: str) -> None:
+def test_an_unmeasured_outcome_stores_no_score(store: Store, status: str) -> None:
+    """record_outcome is the one place that decides what an outcome may carry: a score
+    passed with an unmeasured outcome is not stored (nothing was measured that counts)."""
     i = new(store)
-    with pytest.raises(ValueError, match=f"score of a {status} experiment is NULL"):
-        store.finish_experiment(i, status, 0.0, None, None, None, ["why"])
-    assert store.get_experiment(i)["status"] == "running"
-    store.finish_experiment(i, status, None, None, None, Verdict.errored("gpu gone"), ["gpu gone"])
-    e = store.get_experiment(i)
-    assert e["status"] == status and e["score"] is None and e["blocking"] == ["gpu gone"]
+    store.record_outcome(i, outcome=status, score=0.0, class_metrics=classes(),
+                         verdict=Verdict.errored("gpu gone"), blocking=["gpu gone"])
+    e = store.experiment(i)
+    assert e.status == status and e.score is None and e.blocking == ("gpu gone",)
+    assert store.class_scores(i) == {}
 
 
 def test_finish_argument_checks(store: Store) -> None:
     i = new(store)
     with pytest.raises(ValueError, match="keep outcome must carry"):
-        store.finish_experiment(i, "keep", None, None, None, None, [])
+        store.record_outcome(i, outcome="keep", blocking=[])
     with pytest.raises(ValueError, match="not running"):
-        store.finish_experiment(i, "running", None, None, None, None, [])
+        store.record_outcome(i, outcome="running", blocking=[])
     with pytest.raises(ValueError, match="finite"):
-        store.finish_experiment(i, "discard", float("nan"), None, None, None, ["x"])
+        store.record_outcome(i, outcome="discard", score=float("nan"), blocking=["x"])
+    with pytest.raises(TypeError, match="score must be a number"):
+        store.record_outcome(i, outcome="discard", score="0.5", blocking=["x"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="metrics: cannot store as JSON"):
-        store.finish_experiment(i, "discard", 0.2, {"f1": float("inf")}, None, None, ["x"])
+        store.record_outcome(i, outcome="discard", score=0.2, metrics={"f1": float("inf")}, blocking=["x"])
     with pytest.raises(ValueError, match="cannot set status"):
         store.update_experiment(i, status="keep")
     with pytest.raises(ExperimentNotFound, match="no experiment 999"):
-        store.finish_experiment(999, "crash", None, None, None, None, ["x"])
-    assert store.get_experiment(i)["status"] == "running"
+        store.record_outcome(999, outcome="crash", blocking=["x"])
+    assert store.experiment(i).status == "running"
 
 
 def test_finish_is_atomic_when_a_class_row_is_bad(store: Store) -> None:
     i = new(store)
     store.set_phase(i, "evaluating")
-    before = store.get_experiment(i)
+    before = store.experiment(i)
     with pytest.raises(StoreError, match="CHECK constraint failed"):
         # the experiment UPDATE runs first in the transaction, then this row is refused
-        store.finish_experiment(i, "discard", 0.4, {"weighted_f1": 0.4}, classes(tp=-3), None, ["lost"],
-                                commit="abc", failure_signature="sig")
-    assert store.get_experiment(i) == before
-    assert store.class_metrics(i) == {}
+        store.record_outcome(i, outcome="discard", score=0.4, metrics={"weighted_f1": 0.4},
+                             class_metrics=classes(tp=-3), blocking=["lost"], commit="abc", failure_signature="sig")
+    assert store.experiment(i) == before
+    assert store.class_scores(i) == {}
     # and the experiment can still be finished properly afterwards
-    store.finish_experiment(i, "discard", 0.4, {"weighted_f1": 0.4}, classes(), None, ["lost"])
-    assert store.get_experiment(i)["status"] == "discard" and len(store.class_metrics(i)) == 2
+    store.record_outcome(i, outcome="discard", score=0.4, metrics={"weighted_f1": 0.4}, class_metrics=classes(),
+                         blocking=["lost"])
+    assert store.experiment(i).status == "discard" and len(store.class_scores(i)) == 2
 
 
 def test_finish_refuses_a_class_without_counts(store: Store) -> None:
     i = new(store)
     with pytest.raises(ValueError, match=r"class_metrics\['damper'\]: missing tp"):
-        store.finish_experiment(i, "discard", 0.4, None, classes(tp=None), None, ["lost"])
+        store.record_outcome(i, outcome="discard", score=0.4, class_metrics=classes(tp=None), blocking=["lost"])
 
 
 def test_secrets_are_refused(store: Store) -> None:
     with pytest.raises(ValueError, match=r"config\.agent\.api_key"):
-        store.create_experiment("t", "candidate", None, 0, {"agent": {"api_key": "sk-123"}})
+        store.start_experiment(tag="t", kind="candidate", seed=0, config={"agent": {"api_key": "sk-123"}})
     with pytest.raises(ValueError, match=r"config\.notify\[0\]\.token"):
-        store.create_experiment("t", "candidate", None, 0, {"notify": [{"token": "abc"}]})
+        store.start_experiment(tag="t", kind="candidate", seed=0, config={"notify": [{"token": "abc"}]})
     i = new(store)
     with pytest.raises(ValueError, match=r"config\.db_password"):
         store.update_experiment(i, config={"db_password": "hunter2"})
     with pytest.raises(ValueError, match=r"config\.x\.Secret"):
         store.add_event("t", "note", "hi", data={"x": {"Secret": "s"}})
     # names of variables, empty values and numbers are not secrets
-    j = store.create_experiment("t", "candidate", None, 0, {"api_key_env": "OPENAI_API_KEY", "token": "",
-                                                              "max_tokens": 512})
-    assert store.get_experiment(j)["config"]["max_tokens"] == 512
+    j = store.start_experiment(tag="t", kind="candidate", seed=0, config={"api_key_env": "OPENAI_API_KEY",
+                                                                          "token": "", "max_tokens": 512})
+    assert store.experiment(j).config["max_tokens"] == 512
     # the redacted config is storable as is
     cfg = Config.model_validate({"agent": {"kind": "openai", "base_url": "https://u:p@h/v1", "model": "m"},
                                  "notify": {"urls": ["tgram://bot:tok/1"]}})
-    k = store.create_experiment("t", "candidate", None, 0, cfg.redacted_dict())
-    assert "tok" not in str(store.get_experiment(k)["config"])
-    assert store.experiments() and all(e["status"] == "running" for e in store.experiments())
+    k = store.start_experiment(tag="t", kind="candidate", seed=0, config=cfg.redacted_dict())
+    assert "tok" not in str(store.experiment(k).config)
+    assert store.find_experiments() and all(e.status == "running" for e in store.find_experiments())
 
 
 def test_runs_are_recorded_per_experiment(store: Store) -> None:
@@ -173,7 +175,6 @@ def test_runs_are_recorded_per_experiment(store: Store) -> None:
     assert runs[0].metrics == {"weighted_f1": 0.5} and runs[0].train == {"steps": 10}
     assert (runs[0].role, runs[0].log_tail, runs[1].role, runs[1].seed) == ("main", "done\n", "rerun", 1)
     assert runs[1].started_at == "2025-01-01T02:00:00.000000+00:00"
-    assert store.runs(i) == [r.to_dict() for r in runs]
     with pytest.raises(ValueError, match="role must be one of"):
         store.add_run(i, "warmup")
     with pytest.raises(ExperimentNotFound):
@@ -193,7 +194,7 @@ def _best_id(store: Store, tag: str) -> int | None:
 
 
 def test_best_experiment(store: Store) -> None:
-    assert store.best("t") is None and store.best_experiment("t") is None
+    assert store.best("t") is None
     b = new(store, kind="baseline")
     assert store.best("t") is None  # still running: not measured
     finish(store, b, "inconclusive", 0.30)
@@ -211,7 +212,7 @@ def test_best_experiment(store: Store) -> None:
     finish(store, k2, "keep", 0.40)
     assert _best_id(store, "t") == k2
     assert _best_id(store, "other") == other
-    assert store.best_experiment("t") == store.experiment(k2).to_dict()
+    assert store.best("t") == store.experiment(k2)  # the whole record, not just its id
 
 
 def test_experiments_filters(store: Store) -> None:
@@ -237,10 +238,6 @@ def test_experiments_filters(store: Store) -> None:
     assert [e.id for e in store.open_experiments()] == [ids[2], ids[3], o]
     with pytest.raises(ValueError):
         store.find_experiments(status="finished")
-    # the dict-returning form says the same
-    assert store.experiments(tag="t", status="keep") == [e.to_dict() for e in store.find_experiments(tag="t",
-                                                                                                     status="keep")]
-    assert [e["id"] for e in store.running_experiments()] == [ids[2], ids[3], o]
 
 
 def test_recent_signatures_newest_last(store: Store) -> None:
@@ -287,7 +284,6 @@ def test_events_journal(store: Store) -> None:
     assert [e.kind for e in store.journal(kind=["note", "start"])] == ["start", "note"]
     assert [e.id for e in store.journal(limit=1)] == [e2 + 1]
     assert store.journal(since=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)) == []
-    assert store.events(tag="t") == [e.to_dict() for e in evs]
     with pytest.raises(ValueError, match="event kind must be one of"):
         store.add_event("t", "party", "x")
     with pytest.raises(ExperimentNotFound):
@@ -295,14 +291,14 @@ def test_events_journal(store: Store) -> None:
 
 
 def test_tags_pin_what_was_true_at_start(store: Store) -> None:
-    assert store.get_tag("t") is None and store.tag_record("t") is None
+    assert store.tag_record("t") is None
     store.put_tag("t", branch="looper/t", base_commit="abc", fixed_hashes={"evaluate.py": "h1"},
                   data_hash="d1", started_at="2025-01-01T00:00:00+00:00")
     assert store.tag_record("t") == TagRecord(tag="t", branch="looper/t", base_commit="abc",
                                               fixed_hashes={"evaluate.py": "h1"}, data_hash="d1", noise=None,
                                               started_at="2025-01-01T00:00:00.000000+00:00")
-    tag = store.get_tag("t")
-    assert tag == {"tag": "t", "branch": "looper/t", "base_commit": "abc",
+    tag = store.tag_record("t")
+    assert tag is not None and tag.to_dict() == {"tag": "t", "branch": "looper/t", "base_commit": "abc",
                    "fixed_hashes": {"evaluate.py": "h1"}, "data_hash": "d1", "noise": None,
                    "started_at": "2025-01-01T00:00:00.000000+00:00"}
     store.set_tag_noise("t", {"sigma": 0.01, "runs": 3})
