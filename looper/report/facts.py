@@ -801,19 +801,28 @@ def _pooled(row: dict[str, Any], runs: int) -> tuple[int, int] | None:
     return min(total, max(0, round(recall * total))), total
 
 
+def _same_baseline(judged_against: str, shown: str) -> bool:
+    """Whether a verdict's ``baseline`` ("tag-start" | "approved:<file>") is the report's baseline
+    (``"tag-start #id"`` | ``"approved:<file> (#id)"``): only then are its class counts the ones shown."""
+    if judged_against == "tag-start":
+        return shown.startswith("tag-start")
+    return judged_against.startswith("approved:") and (shown == judged_against or shown.startswith(judged_against + " "))
+
+
 def class_intervals(n: Night) -> list[dict[str, Any]]:
     """Per class with truth: the baseline's and the best's recall with 95 % Wilson intervals.
 
-    From the best's verdict when it carries the gate's class tests against the baseline (the
-    counts pooled over the seeds it compared), else from the recalls, supports and seed
-    counts of the two experiments. ``fails``: the gate failed the class (a discard reason).
+    From the best's verdict when it carries the gate's class tests against the baseline the
+    report shows (the counts pooled over the seeds it compared), else from the recalls,
+    supports and seed counts of the two experiments. ``fails``: the gate failed the class (a discard reason).
     """
     best = n.best
     tests: dict[str, dict[str, Any]] = {}
     metrics = (best.verdict or {}).get("metrics") if best is not None and isinstance(best.verdict, dict) else None
-    for t in (metrics or {}).get("class_tests") or []:
-        if isinstance(t, dict) and t.get("against") == "baseline" and isinstance(t.get("class"), str):
-            tests[t["class"]] = t
+    if _same_baseline(str((metrics or {}).get("baseline") or ""), n.baseline_source):
+        for t in (metrics or {}).get("class_tests") or []:
+            if isinstance(t, dict) and t.get("against") == "baseline" and isinstance(t.get("class"), str):
+                tests[t["class"]] = t
     base_runs = n.reference_seeds
     best_runs = _seeds(best.metrics if best is not None else None)
     rare = n.rare_classes

@@ -74,6 +74,7 @@ class Seeded:
 
 
 def build(root: Path, *, baseline_seeds: int = 3, keep: bool = False, sandbox: str = "none") -> Seeded:
+    root.mkdir(parents=True, exist_ok=True)  # the workspace folder (Store takes a missing path as the db file)
     store = Store(root)
     s = Seeded(root=root, store=store)
     store.put_tag(TAG, branch=f"looper/{TAG}", base_commit="a" * 40, fixed_hashes={"prepare.py": "x"},

@@ -309,3 +309,24 @@ def test_class_intervals_without_the_gates_counts_pool_the_seeds(nothing: seed.S
         checked += 1
     assert checked >= 20
 
+
+
+def test_class_intervals_leave_out_a_verdict_judged_against_another_baseline(kept: seed.Seeded) -> None:
+    """Once a baseline is approved, the best's class tests (judged against the tag start) are not
+    the report's baseline: the intervals come from the approved figures instead."""
+    from looper.baselines import approve
+    from looper.report.facts import class_intervals
+
+    before = class_intervals(gather(kept.store, kept.root))
+    assert before and {r["source"] for r in before} == {"gate"}
+    approve(kept.store, kept.root / "baselines", kept.ids["inside"])
+    n = gather(kept.store, kept.root)
+    assert n.baseline_source.startswith("approved:")
+    after = class_intervals(n)
+    assert after and {r["source"] for r in after} == {"recall x support x seeds"}
+    approved = kept.store.experiment(kept.ids["inside"])
+    runs = approved.metrics["runs"]  # type: ignore[index]
+    for r in after:
+        m = approved.classes[r["class"]]
+        assert r["base_total"] == m["support"] * runs
+        assert r["base_found"] == round(m["recall"] * m["support"] * runs)
