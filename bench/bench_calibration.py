@@ -42,7 +42,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
-from bench_noise import REPO, Run, ensure_data, load, run_once  # noqa: E402
+from bench_noise import REPO, Run, ensure_data, finished_run, load, run_once  # noqa: E402
 
 from looper.core import gate as core_gate  # noqa: E402
 
@@ -103,7 +103,9 @@ class Bench:
                 raise SystemExit(f"bench_calibration: a real run failed ({label} seed {seed})")
             return self.cache[key]
         try:
-            r = run_once(source, label, self.data, self.args.out, seed, self.args.budget,
+            r = finished_run(label, self.args.out, seed, self.args.budget, self.args.steps or None,
+                             self.args.score) if self.args.resume else None
+            r = r or run_once(source, label, self.data, self.args.out, seed, self.args.budget,
                          self.args.steps or None, self.args.device, self.args.score)
             print(f"    run {label} seed={seed}: steps={r.steps} ({r.stopped_by}) {self.args.score}={r.score} "
                   f"train {r.train_seconds:.0f}s eval {r.eval_seconds:.0f}s load {r.load_before}-{r.load_after}"
@@ -176,8 +178,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="draw the A/A judgements' seeds in rotation from this many fresh seeds (0: every "
                          "judgement its own seeds); cheaper, but judgements that share a seed are correlated")
     ap.add_argument("--paired", action="store_true", help="one more A/A judgement on the baseline's own seeds")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the runs an earlier invocation finished under --out (same label, seed, steps)")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (step-budget runs do not depend on load)")
     ap.add_argument("--planted", type=int, default=3, help="judgements of the degraded and of the repair each")
+    ap.add_argument("--no-repair", dest="repair", action="store_false",
+                    help="skip the repair judgements (and the degraded train.py's own baseline runs)")
     ap.add_argument("--lr-factor", type=float, default=6.0, help="the planted effect: LR0 divided by this")
     ap.add_argument("--reruns", type=int, default=2, help="the loop's noise_reruns (baseline: reruns + 1 seeds)")
     ap.add_argument("--score", default="weighted_f1")
@@ -226,12 +232,13 @@ def main(argv: list[str] | None = None) -> int:
                    for j in range(args.aa)]
     worse_jobs = [(b.judge, f"degraded{j}", degraded, [2000 + 100 * j + r for r in range(n)], base, base)
                   for j in range(args.planted)]
-    ref_jobs = [(b.reference, "degraded", degraded, False)] if args.planted else []
+    ref_jobs = [(b.reference, "degraded", degraded, False)] if args.planted and args.repair else []
     paired_jobs = [(b.judge, "aa-paired", noop, list(range(n)), base, base)] if args.paired else []
-    done = b.many(aa_jobs + worse_jobs + paired_jobs + ref_jobs)
-    aa, worse = done[:len(aa_jobs)], done[len(aa_jobs):len(aa_jobs) + len(worse_jobs)]
-    paired = done[len(aa_jobs) + len(worse_jobs)] if args.paired else None
-    deg = done[-1] if args.planted else None
+    done = b.many(worse_jobs + paired_jobs + aa_jobs + ref_jobs)  # the few planted ones first
+    worse, done = done[:len(worse_jobs)], done[len(worse_jobs):]
+    paired, done = (done[0] if paired_jobs else None), done[len(paired_jobs):]
+    aa, done = done[:len(aa_jobs)], done[len(aa_jobs):]
+    deg = done[0] if ref_jobs else None
     if paired is not None:
         paired["same_weights_as_baseline"] = [
             b.cache[("aa-paired", s)].digest == b.cache[("baseline", s)].digest for s in paired["seeds"]]

@@ -116,6 +116,27 @@ class Run:
         return d
 
 
+def finished_run(label: str, root: Path, seed: int, budget: float, max_steps: int | None,
+                 score_key: str = "weighted_f1") -> Run | None:
+    """A run of this label and seed that an earlier invocation finished under ``root`` (its
+    train.json, weights and METRICS.json all there), or None. Timing: train.json's seconds."""
+    ck = root / "runs" / f"{label}-s{seed}"
+    out = ck / "out"
+    weights = weights_file(out)
+    if weights is None or not (out / "train.json").is_file() or not (ck / "METRICS.json").is_file():
+        return None
+    tj = json.loads((out / "train.json").read_text())
+    if (tj.get("max_steps") or None) != (max_steps or None):
+        return None
+    run = Run(label=label, seed=seed, max_steps=max_steps, budget=budget, ok=True, steps=tj.get("steps"),
+              epochs=tj.get("epochs"), stopped_by=tj.get("stopped_by"), train_seconds=float(tj.get("seconds", 0.0)),
+              out=str(out), why="reused from an earlier invocation")
+    run.metrics = json.loads((ck / "METRICS.json").read_text())
+    run.score = run.metrics.get(score_key)
+    run.digest = digest(weights)
+    return run
+
+
 def run_once(source: str, label: str, data: Path, root: Path, seed: int, budget: float,
              max_steps: int | None, device: str = "cpu", score_key: str = "weighted_f1") -> Run:
     """One real train.py (``source``) + evaluate.py run in its own checkout under ``root``.
