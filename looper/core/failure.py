@@ -37,6 +37,7 @@ run either, the harness is what broke.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import sys
 from collections.abc import Sequence
@@ -266,9 +267,9 @@ def _sandboxed(tail: str, exc: _Exc | None, sig: str) -> Classification | None:
         return None
     text = f"{exc.type}: {exc.message}"
     if _READ_ONLY.search(text):
-        out = ran.group("out").rstrip("/")
+        out = posixpath.normpath(ran.group("out"))
         named = _READ_ONLY_PATH.search(text)
-        path = named.group("path") if named else ""
+        path = posixpath.normpath(named.group("path")) if named else ""  # out/../x is not in out
         if path and (path == out or path.startswith(out + "/")):
             return None  # its own output folder is read-only: not the change's doing
         return _crash(f"train.py tried to write outside $LOOPER_OUT, which its sandbox does not allow "

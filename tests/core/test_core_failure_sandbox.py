@@ -31,6 +31,8 @@ def classify(tail: str, exit_code: int = 1) -> tuple[Outcome, str, str]:
      "sandbox-write", "tried to write outside $LOOPER_OUT"),
     (tb("OSError: [Errno 30] Read-only file system") + "\n" + sandbox_exit(),
      "sandbox-write", "tried to write outside $LOOPER_OUT"),
+    (tb(f"OSError: [Errno 30] Read-only file system: '{OUT}/../METRICS.json'") + "\n" + sandbox_exit(),
+     "sandbox-write", "tried to write outside $LOOPER_OUT"),
     (tb(f"FileNotFoundError: [Errno 2] No such file or directory: '{DATA}/pages/test/page_000.json'") + "\n"
      + sandbox_exit(), "sandbox-read", "tried to read the test pages"),
     ("LOOPER_SUMMARY steps=3\nlooper sandbox: train.py exited (status 0) but left 2 process(es) running, ended "
