@@ -84,6 +84,7 @@ def lean_experiments(
 
 #: The JSON columns :func:`json_fields` reads, by their record names.
 _JSON_COLUMNS = {"config": "config_json", "metrics": "metrics_json", "verdict": "verdict_json"}
+_PAD = "$.__looper_pad__"
 
 
 def json_fields(
@@ -96,17 +97,31 @@ def json_fields(
 ) -> dict[int, dict[str, Any]]:
     """``{id: {name: value}}`` for every experiment the filter selects: ``fields`` maps a name to
     ``(column, JSON path)``, e.g. ``"band": ("verdict", "$.metrics.noise_band")``; a path that is
-    absent gives None. SQLite pulls the values out (one ``json_object`` per row), so 10,000
-    experiments are read without decoding their whole verdicts or configurations."""
+    absent gives None. SQLite pulls the values out (one multi-path ``json_extract`` per column
+    and row), so 10,000 experiments are read without decoding their whole verdicts or
+    configurations; values come back as stored (numbers exact, objects and arrays decoded)."""
     t = m.experiments
-    args: list[Any] = []
+    by_column: dict[str, list[tuple[str, str]]] = {}
     for name, (column, path) in fields.items():
         if column not in _JSON_COLUMNS or not path.startswith("$"):
             raise ValueError(f"{name}: read a JSON path ($...) of {', '.join(_JSON_COLUMNS)}, got {column!r} {path!r}")
-        args += [name, func.json_extract(t.c[_JSON_COLUMNS[column]], path)]
-    q = experiment_filter(select(t.c.id, func.json_object(*args)), tag=tag, since=since, kind=kind)
+        by_column.setdefault(column, []).append((name, path))
+    groups = list(by_column.items())
+    # with two or more paths json_extract answers a JSON array, one element per path, in order;
+    # one more path that is never there makes even a single field take that form
+    cols = [func.json_extract(t.c[_JSON_COLUMNS[c]], *[p for _, p in named], _PAD) for c, named in groups]
+    q = experiment_filter(select(t.c.id, *cols), tag=tag, since=since, kind=kind)
     with store._ro() as conn:  # noqa: SLF001
-        return {int(i): json.loads(v) for i, v in conn.execute(q.order_by(t.c.id))}
+        rows = conn.execute(q.order_by(t.c.id)).all()
+    out: dict[int, dict[str, Any]] = {}
+    loads = json.loads
+    for row in rows:
+        values: dict[str, Any] = {}
+        for (_, named), text in zip(groups, row[1:], strict=True):
+            got = loads(text) if text is not None else [None] * (len(named) + 1)  # a NULL column
+            values.update(zip((n for n, _ in named), got, strict=False))  # the pad is left over
+        out[int(row[0])] = values
+    return out
 
 
 def running_best(store: Store, tag: str) -> list[tuple[int, float]]:
