@@ -753,8 +753,15 @@ def nothing_kept(n: Night) -> list[str]:
                      f"{src} was measured with {n.baseline_seeds} seed(s), at least 2 are needed)")
     if not lines and cands:
         scored = [e for e in cands if e.score is not None]
-        lines.append(f"no candidate was kept: {len(cands)} tried, {len(scored)} scored; their verdicts carry no "
-                     "noise figures (judged before the statistical gate)")
+        if scored:
+            lines.append(f"no candidate was kept: {len(cands)} tried, {len(scored)} scored; their verdicts carry "
+                         "no noise figures (judged before the statistical gate)")
+        else:
+            counts: dict[str, int] = {}
+            for e in cands:
+                counts[e.status.value] = counts.get(e.status.value, 0) + 1
+            lines.append(f"no candidate was kept: {len(cands)} tried, none measured a score ("
+                         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")")
     return lines
 
 

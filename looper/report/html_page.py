@@ -204,8 +204,9 @@ def _verdicts_html(n: Night) -> str:
             'its mean score minus the current best\'s, the noise band (the smallest difference the one-sided '
             't-test on seeds calls significant at this look\'s alpha), the seeds on each side (candidate+best), '
             'and every class the gate failed with its test in words.</p>'
+            f'<details{" open" if len(rows) <= 40 else ""}><summary>{len(rows)} judged experiment(s)</summary>'
             '<table id="verdict-table"><tr><th>id</th><th>outcome</th><th>vs best</th><th>band</th><th>seeds</th>'
-            f'<th>score test</th><th>class gates failed</th></tr>{"".join(rows)}</table></section>')
+            f'<th>score test</th><th>class gates failed</th></tr>{"".join(rows)}</table></details></section>')
 
 
 def _failures_html(n: Night) -> str:

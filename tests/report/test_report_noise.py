@@ -330,3 +330,17 @@ def test_class_intervals_leave_out_a_verdict_judged_against_another_baseline(kep
         m = approved.classes[r["class"]]
         assert r["base_total"] == m["support"] * runs
         assert r["base_found"] == round(m["recall"] * m["support"] * runs)
+
+
+def test_a_night_of_crashes_says_nothing_was_measured(tmp_path: Path) -> None:
+    from looper.store import Store
+
+    with Store(tmp_path) as store:
+        store.add_event("t", "start", "daemon started")
+        for sig in ("CUDA out of memory", "CUDA out of memory", "NameError"):
+            i = store.start_experiment(tag="t", kind="candidate", parent="p" * 40, seed=0, config={}, description="x",
+                                       rationale="", source="", diff="")
+            store.record_outcome(i, outcome="crash", blocking=[sig], failure_signature=sig, exit_code=1)
+        text = report_text(store, tmp_path, console_width=400)
+    assert "kept nothing: no candidate was kept: 3 tried, none measured a score (crash 3)" in text
+    assert "noise band" not in text.split("At a glance")[1].split("halts")[0]
