@@ -14,6 +14,7 @@ band, the score test and the class tests. A verdict from before them (no ``noise
 from __future__ import annotations
 
 import bisect
+import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,7 +37,8 @@ from looper.store.queries import (
 
 __all__ = [
     "Attention", "CrashGroup", "Judgement", "KeptChange", "NearMiss", "Night", "SeedBar", "class_intervals",
-    "class_rows", "gather", "gpu_line", "nothing_kept", "rare_classes", "seed_bars", "worker_lines",
+    "class_rows", "gather", "gpu_line", "nothing_kept", "rare_classes", "seed_bars", "with_intervals",
+    "worker_lines",
 ]
 
 DEFAULT_SCORE = "weighted_f1"
@@ -712,6 +714,23 @@ def gpu_line(n: Night) -> str:
     if g["ecc"]:
         parts.append("new uncorrected ECC errors in " + " ".join(f"#{i}" for i in g["ecc"]))
     return "  " + ("; ".join(parts) if parts else "no GPU figures recorded")
+
+
+#: The counts in a class reason of the gate: "10 of 10 found -> 0 of 10".
+_COUNTS = re.compile(r"(\d+) of (\d+) found -> (\d+) of (\d+)")
+
+
+def with_intervals(reason: str) -> str:
+    """A class reason of the gate with the 95 % Wilson intervals of its two recalls appended
+    (``...; 95% intervals 0.72-1.00 -> 0.00-0.28``); other reasons come back unchanged."""
+    m = _COUNTS.search(reason)
+    if m is None:
+        return reason
+    rf, rt, cf, ct = (int(x) for x in m.groups())
+    if not (0 <= rf <= rt and 0 <= cf <= ct):
+        return reason
+    (a, b), (c, d) = _interval(rf, rt), _interval(cf, ct)
+    return f"{reason}; 95% intervals {a:.2f}-{b:.2f} -> {c:.2f}-{d:.2f}"
 
 
 def nothing_kept(n: Night) -> list[str]:

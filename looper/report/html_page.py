@@ -20,6 +20,7 @@ from looper.report.facts import (
     gather,
     gpu_line,
     nothing_kept,
+    with_intervals,
     worker_lines,
 )
 from looper.report.fmt import OUTCOME_ORDER, clean, fmt, secs, signed
@@ -194,7 +195,7 @@ def _verdicts_html(n: Night) -> str:
     rows = []
     for j in sorted(n.judgements.values(), key=lambda j: j.id):
         band = "-" if j.band is None else f"{j.band:.4f}"
-        classes = "<br>".join(f'<span class="fails">{html.escape(r)}</span>' for r in j.class_failures)
+        classes = "<br>".join(f'<span class="fails">{html.escape(with_intervals(r))}</span>' for r in j.class_failures)
         rows.append(f'<tr class="verdict" data-verdict-id="{j.id}" data-where="{html.escape(j.where)}">'
                     f'<td>{_exp(j.id)}</td><td>{html.escape(j.outcome)}</td>'
                     f'<td class="{_num_class(j.diff)}">{signed(j.diff)}</td><td class="n">{band}</td>'

@@ -12,6 +12,7 @@ from looper.report.facts import (
     gather,
     gpu_line,
     nothing_kept,
+    with_intervals,
     worker_lines,
 )
 from looper.report.fmt import (
@@ -138,7 +139,7 @@ def _verdicts(con: Any, n: Night) -> None:
     for j in judged[-MAX_TEXT_ROWS:]:
         con.print(Text(f"  #{j.id} {j.outcome}: {j.words}"))
         for reason in j.class_failures:
-            con.print(Text(f"      class gate: {reason}"))
+            con.print(Text(f"      class gate: {with_intervals(reason)}"))
     if len(judged) > MAX_TEXT_ROWS:
         con.print(Text(f"  ({len(judged) - MAX_TEXT_ROWS} earlier: the HTML report lists them all)"))
     con.print()

@@ -122,18 +122,24 @@ def test_worse_and_better_verdicts_name_their_p_values(kept: seed.Seeded) -> Non
 
 def test_class_failure_shows_its_test_in_words(nothing: seed.Seeded, tmp_path: Path) -> None:
     i = nothing.ids["class_fail"]
-    reasons = [b for b in _verdict(nothing, "class_fail")["blocking"] if b.startswith("recall.")]
+    v = _verdict(nothing, "class_fail")
+    reasons = [b for b in v["blocking"] if b.startswith("recall.")]
     assert reasons and all("exact McNemar" in r and "p = " in r and "Holm over" in r for r in reasons)
+    # each reason with the 95% intervals the gate stored for that class test
+    failed = [t for t in v["metrics"]["class_tests"] if t["fails"]]
+    assert len(failed) == len(reasons)
+    shown = [f"{r}; 95% intervals {t['ref_interval'][0]:.2f}-{t['ref_interval'][1]:.2f} -> "
+             f"{t['cand_interval'][0]:.2f}-{t['cand_interval'][1]:.2f}" for r, t in zip(reasons, failed, strict=True)]
     text = _text(nothing)
     section = text[text.index("Verdicts against the noise"):]
     block = section[section.index(f"#{i} discard:"):]
-    for r in reasons:
-        assert f"class gate: {r}" in block
+    for line in shown:
+        assert f"class gate: {line}" in block
     page = _page(nothing, tmp_path)
     row = re.search(rf'<tr class="verdict" data-verdict-id="{i}"[^>]*>(.*?)</tr>', page)
     assert row
-    for r in reasons:
-        assert f'<span class="fails">{r.replace(">", "&gt;").replace("<", "&lt;")}</span>' in row.group(1)
+    for line in shown:
+        assert f'<span class="fails">{line.replace(">", "&gt;").replace("<", "&lt;")}</span>' in row.group(1)
 
 
 def test_a_verdict_from_before_the_statistics_gets_no_words(tmp_path: Path) -> None:
