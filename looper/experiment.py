@@ -275,7 +275,7 @@ def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
                               baseline_source=source, noise_sigma=noise.get("sigma"), candidate_simpler=simpler,
                               baseline_runs=baseline_runs)
     gcfg = core_gate.GateConfig(score=ctx.cfg.gate.score, max_class_drop=ctx.cfg.gate.max_class_drop,
-                                noise_sigmas=ctx.cfg.gate.noise_sigmas)
+                                noise_sigmas=ctx.cfg.gate.noise_sigmas, alpha=ctx.cfg.gate.alpha)
     return core_gate.decide(inp, gcfg, reruns_left)
 
 
