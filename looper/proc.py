@@ -198,19 +198,26 @@ def run(
                      time.monotonic() - start)
 
 
+def group_gone(pgid: int, within: float = 5.0, poll: float = 0.05) -> bool:
+    """Wait up to ``within`` seconds for a process group to have no member left; True once it has none."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(poll)
+    return False
+
+
 def kill_group(pgid: int, wait: float = 5.0) -> bool:
     """TERM then KILL a process group; True when something was there to end."""
     try:
         os.killpg(pgid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         return False
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
+    if group_gone(pgid, wait, poll=0.1):
+        return True
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:

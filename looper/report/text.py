@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,28 @@ def _table(title: str, columns: tuple[str, ...]) -> Any:
     return t
 
 
+def _more(con: Any, total: int, words: str) -> None:
+    """The line that names what a part cut off past its first ``MAX_TEXT_ROWS`` items."""
+    from rich.text import Text
+
+    if total > MAX_TEXT_ROWS:
+        con.print(Text(f"  ({total - MAX_TEXT_ROWS} {words})"))
+
+
+def _latest(con: Any, title: str, items: list[Any], lines: Callable[[Any], Iterable[str]], words: str) -> None:
+    """A titled list of the last ``MAX_TEXT_ROWS`` items (each as its lines), what it cut, a blank line."""
+    from rich.text import Text
+
+    if not items:
+        return
+    con.print(Text(title, style="bold"))
+    for item in items[-MAX_TEXT_ROWS:]:
+        for line in lines(item):
+            con.print(Text(line))
+    _more(con, len(items), words)
+    con.print()
+
+
 def _attention(con: Any, n: Night) -> None:
     """FIRST: anything that needs a person."""
     from rich.text import Text
@@ -106,9 +129,7 @@ def _kept(con: Any, n: Night) -> None:
         before = f" vs #{k.best_before_id}" if k.best_before_id is not None else ""
         t.add_row(f"#{k.id}", fmt(k.score), Text(signed(k.delta) + before), Text(k.description))
     con.print(t)
-    if len(n.kept) > MAX_TEXT_ROWS:
-        con.print(Text(f"  ({len(n.kept) - MAX_TEXT_ROWS} earlier kept change(s): looper history, "
-                       "or the HTML report)"))
+    _more(con, len(n.kept), "earlier kept change(s): looper history, or the HTML report")
     con.print()
 
 
@@ -122,27 +143,17 @@ def _near_misses(con: Any, n: Night) -> None:
     for nm in sorted(n.near_misses, key=lambda x: -x.diff)[:MAX_TEXT_ROWS]:
         t.add_row(f"#{nm.id}", fmt(nm.score), signed(nm.diff), Text("; ".join(nm.class_reasons)), Text(nm.command))
     con.print(t)
-    if len(n.near_misses) > MAX_TEXT_ROWS:
-        con.print(Text(f"  ({len(n.near_misses) - MAX_TEXT_ROWS} more: the HTML report lists them all)"))
+    _more(con, len(n.near_misses), "more: the HTML report lists them all")
     con.print()
 
 
 def _verdicts(con: Any, n: Night) -> None:
     """Each judged experiment: its score test in words (band, alpha, seeds) and its class failures."""
-    from rich.text import Text
-
-    if not n.judgements:
-        return
-    judged = sorted(n.judgements.values(), key=lambda j: j.id)
-    con.print(Text("Verdicts against the noise (score: one-sided t-test on seeds; classes: the test in each reason)",
-                   style="bold"))
-    for j in judged[-MAX_TEXT_ROWS:]:
-        con.print(Text(f"  #{j.id} {j.outcome}: {j.words}"))
-        for reason in j.class_failures:
-            con.print(Text(f"      class gate: {with_intervals(reason)}"))
-    if len(judged) > MAX_TEXT_ROWS:
-        con.print(Text(f"  ({len(judged) - MAX_TEXT_ROWS} earlier: the HTML report lists them all)"))
-    con.print()
+    _latest(con, "Verdicts against the noise (score: one-sided t-test on seeds; classes: the test in each reason)",
+            sorted(n.judgements.values(), key=lambda j: j.id),
+            lambda j: [f"  #{j.id} {j.outcome}: {j.words}",
+                       *(f"      class gate: {with_intervals(reason)}" for reason in j.class_failures)],
+            "earlier: the HTML report lists them all")
 
 
 def _crashes(con: Any, n: Night) -> None:
@@ -164,30 +175,14 @@ def _crashes(con: Any, n: Night) -> None:
 
 
 def _inconclusive(con: Any, n: Night) -> None:
-    from rich.text import Text
-
-    if not n.inconclusive:
-        return
-    con.print(Text("Inconclusive ideas (inside the noise band, or the noise unmeasured; may be retried)",
-                   style="bold"))
-    for e in n.inconclusive[-MAX_TEXT_ROWS:]:
-        con.print(Text(f"  #{e.id} {fmt(e.score)}  {line_of(e.description)}"))
-    if len(n.inconclusive) > MAX_TEXT_ROWS:
-        con.print(Text(f"  ({len(n.inconclusive) - MAX_TEXT_ROWS} earlier: looper history --json)"))
-    con.print()
+    _latest(con, "Inconclusive ideas (inside the noise band, or the noise unmeasured; may be retried)",
+            n.inconclusive, lambda e: [f"  #{e.id} {fmt(e.score)}  {line_of(e.description)}"],
+            "earlier: looper history --json")
 
 
 def _exclusions(con: Any, n: Night) -> None:
-    from rich.text import Text
-
-    if not n.exclusions:
-        return
-    con.print(Text(f"Exclusions learned ({len(n.exclusions)})", style="bold"))
-    for line in n.exclusions[-MAX_TEXT_ROWS:]:
-        con.print(Text(f"  {line}"))
-    if len(n.exclusions) > MAX_TEXT_ROWS:
-        con.print(Text(f"  ({len(n.exclusions) - MAX_TEXT_ROWS} earlier: the HTML report lists them all)"))
-    con.print()
+    _latest(con, f"Exclusions learned ({len(n.exclusions)})", n.exclusions, lambda line: [f"  {line}"],
+            "earlier: the HTML report lists them all")
 
 
 def _classes(con: Any, n: Night) -> None:

@@ -49,6 +49,28 @@ def _console_errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if _CONSOLE_ERROR.search(line)]
 
 
+def _dom(tmp: Path, page: Path) -> str:
+    """The page's DOM as Chromium built it; the page loaded and logged no console error."""
+    r = _run(tmp, "--dump-dom", page.as_uri())
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not _console_errors(r.stderr), _console_errors(r.stderr)
+    return r.stdout
+
+
+def _keep_screenshot(tmp: Path, page: Path, name: str, height: int) -> None:
+    """Screenshot the page into ``artifacts/<name>_screenshot.png`` (no console error, not blank), and keep
+    the page beside it as ``artifacts/<name>.html``."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / f"{name}_screenshot.png"
+    shot.unlink(missing_ok=True)
+    r = _run(tmp, f"--screenshot={shot}", f"--window-size=1200,{height}", page.as_uri())
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not _console_errors(r.stderr), _console_errors(r.stderr)
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a blank page compresses far smaller
+    shutil.copy(page, ARTIFACTS / f"{name}.html")
+
+
 def test_console_error_detector_catches_a_broken_page(tmp_path: Path) -> None:
     """The check below would be a lie if it could not see an error: prove that it can."""
     bad = tmp_path / "bad.html"
@@ -64,24 +86,12 @@ def test_console_error_detector_catches_a_broken_page(tmp_path: Path) -> None:
 
 def test_report_loads_in_chromium_with_plots_and_no_console_errors(seeded: Seeded, tmp_path: Path) -> None:
     page = write_html(seeded.store, seeded.root, tmp_path / "report.html")
-    r = _run(tmp_path, "--dump-dom", page.as_uri())
-    assert r.returncode == 0, r.stderr[-2000:]
-    dom = r.stdout
+    dom = _dom(tmp_path, page)
     assert "looper morning report" in dom
-    assert not _console_errors(r.stderr), _console_errors(r.stderr)
     scored = [e for e in seeded.store.find_experiments(since=seeded.since) if e.score is not None]
     points = re.findall(r'<circle class="pt [a-z]+" data-id="(\d+)"', dom)
     assert sorted(int(p) for p in points) == sorted(e.id for e in scored)
     for svg_id in ("score-plot", "class-heatmap", "time-bar", "outcome-bar"):
         assert f'id="{svg_id}"' in dom, svg_id
     assert 'id="running-best"' in dom
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "report_screenshot.png"
-    shot.unlink(missing_ok=True)
-    r = _run(tmp_path, f"--screenshot={shot}", "--window-size=1200,3000", page.as_uri())
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert not _console_errors(r.stderr), _console_errors(r.stderr)
-    data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a blank page compresses far smaller
-    shutil.copy(page, ARTIFACTS / "report.html")
+    _keep_screenshot(tmp_path, page, "report", 3000)

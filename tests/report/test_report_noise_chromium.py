@@ -7,12 +7,11 @@ each with its id, and the page logs no console error. The screenshot is kept und
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 import report_seed_noise as seed
-from test_report_chromium import ARTIFACTS, _console_errors, _run
+from test_report_chromium import _dom, _keep_screenshot
 
 from looper.report import write_html
 
@@ -29,10 +28,7 @@ def test_noise_report_draws_error_bars_in_chromium(tmp_path: Path) -> None:
                    if e.kind == "baseline" or len((e.verdict or {}).get("metrics", {}).get("candidate_scores") or []) > 1]
     finally:
         s.store.close()
-    r = _run(tmp_path, "--dump-dom", page.as_uri())
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert not _console_errors(r.stderr), _console_errors(r.stderr)
-    dom = r.stdout
+    dom = _dom(tmp_path, page)
     bars = sorted(int(i) for i in re.findall(r'<line class="errbar" id="err-(\d+)" data-id="\1"', dom))
     assert bars == sorted(several) and len(bars) >= 3
     for t in tests:
@@ -41,13 +37,4 @@ def test_noise_report_draws_error_bars_in_chromium(tmp_path: Path) -> None:
     for svg_id in ("score-plot", "class-heatmap", "class-intervals", "time-bar", "outcome-bar"):
         assert f'id="{svg_id}"' in dom, svg_id
     assert 'id="verdict-table"' in dom and 'id="seed-bars"' in dom
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "report_noise_screenshot.png"
-    shot.unlink(missing_ok=True)
-    r = _run(tmp_path, f"--screenshot={shot}", "--window-size=1200,4200", page.as_uri())
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert not _console_errors(r.stderr), _console_errors(r.stderr)
-    data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
-    shutil.copy(page, ARTIFACTS / "report_noise.html")
+    _keep_screenshot(tmp_path, page, "report_noise", 4200)

@@ -11,13 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from looper import remote
 from looper.datahash import tree_hash
+from looper.proc import group_gone
 
 
 @pytest.fixture
@@ -29,17 +29,6 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _answer(capsys: pytest.CaptureFixture[str]) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-
-
-def _gone(pgid: int, within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_root_creates_runs_and_names_the_physical_path(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,7 +67,7 @@ def test_end_kills_a_group_that_ignores_sigterm(root: Path, capsys: pytest.Captu
         assert remote.main(["end", str(run), "--kill-after", "0.5"]) == 0
         assert _answer(capsys) == {"what": "KILLED", "status": "", "gpu": None}
         child.wait(timeout=10)
-        assert _gone(child.pid) and not (run / "run.pid").exists()
+        assert group_gone(child.pid) and not (run / "run.pid").exists()
         assert remote.main(["end", str(run), "--kill-after", "0.5"]) == 0  # nothing twice
         assert _answer(capsys)["what"] == "GONE"
     finally:

@@ -23,6 +23,7 @@ from looper.adapters.executors.base import EvalJob, RunResult, TrainJob
 from looper.adapters.executors.ssh import NO_TOOL_CODE, SshExecutor
 from looper.core.verdict import Status
 from looper.datahash import tree_hash
+from looper.proc import group_gone
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -33,17 +34,6 @@ def _job(checkout: Path, tmp: Path, name: str = "run", budget: float = 30, grace
          stall: float = 30, device: str = "") -> TrainJob:
     return TrainJob(checkout=checkout, out_dir=tmp / name / "out", seed=7, budget_seconds=budget,
                     grace_seconds=grace, stall_seconds=stall, log_path=tmp / name / "train.log", device=device)
-
-
-def _group_gone(pgid: int, within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _pgrep(pattern: str) -> list[int]:
@@ -246,7 +236,7 @@ def test_budget_exceeded_kills_the_remote_process_group(make_executor: Make, che
     assert r.timed_out and not r.clean_exit and r.transport_error == "", r
     assert time.monotonic() - t0 < 20
     pgid = int((job.out_dir / "pgid").read_text())
-    assert _group_gone(pgid), f"remote process group {pgid} survived the budget"
+    assert group_gone(pgid), f"remote process group {pgid} survived the budget"
     assert _pgrep(f"sleep {marker}") == []
     assert "remote process group ended (killed)" in r.log_tail
 
@@ -259,7 +249,7 @@ def test_stall_kills_the_remote_process_group(make_executor: Make, checkout: Pat
     r = make_executor().train(job, None, None)
     assert r.stalled and not r.timed_out, r
     pgid = int((job.out_dir / "pgid").read_text())
-    assert _group_gone(pgid) and _pgrep(f"sleep {marker}") == []
+    assert group_gone(pgid) and _pgrep(f"sleep {marker}") == []
 
 
 def test_cancel_kills_the_remote_process_group(make_executor: Make, checkout: Path, tmp_path: Path) -> None:
@@ -275,7 +265,7 @@ def test_cancel_kills_the_remote_process_group(make_executor: Make, checkout: Pa
 
     r = make_executor().train(job, on_line, cancel)
     assert r.cancelled and not r.clean_exit
-    assert _group_gone(int((job.out_dir / "pgid").read_text())) and _pgrep(f"sleep {marker}") == []
+    assert group_gone(int((job.out_dir / "pgid").read_text())) and _pgrep(f"sleep {marker}") == []
 
 
 # -- transport faults ------------------------------------------------------------------------------------
@@ -318,7 +308,7 @@ def test_sshd_dying_mid_run_is_a_transport_error_then_reap_ends_the_orphan(
     sshd.start()
     ended = make_executor().reap()
     assert len(ended) == 1 and f"process group {pgid}" in ended[0], ended
-    assert _group_gone(pgid) and _pgrep(f"sleep {marker}") == []
+    assert group_gone(pgid) and _pgrep(f"sleep {marker}") == []
     assert make_executor().reap() == []  # nothing twice
 
 
@@ -355,7 +345,7 @@ def test_reap_ends_a_run_a_dead_daemon_left_behind(make_executor: Make, checkout
     os.killpg(pgid, 0)  # still alive on the "remote" side
     ended = make_executor().reap()
     assert len(ended) == 1 and "left behind on looper-test" in ended[0] and str(pgid) in ended[0]
-    assert _group_gone(pgid) and _pgrep(f"sleep {marker}") == []
+    assert group_gone(pgid) and _pgrep(f"sleep {marker}") == []
     assert not list(remote.glob("runs/*/run.pid"))
 
 
