@@ -4,7 +4,8 @@ Only ``discard`` and ``crash`` are exclusions: the change was measured (or ran) 
 ``inconclusive`` (may be retried), ``vacuous`` (measured nothing), ``error`` (the harness
 broke, not the change) and ``interrupted`` say nothing about the idea and are never
 exclusions. A line reads ``<description>: <first reason>``, e.g.
-``lr0 0.01 -> 0.1: recall.vav_box dropped 0.12 vs baseline (limit 0.05)``.
+``LR0 0.01 -> 0.1: recall.vav_box: 40 of 80 found -> 0 of 40 vs baseline, p = 9.4e-10 < 0.0019
+(exact McNemar, Holm over 26); drop 1.00 > 0.05``.
 """
 
 from __future__ import annotations
