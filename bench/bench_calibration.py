@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         aa_jobs = [(b.judge, "aa", noop, [pool[(j + r) % len(pool)] for r in range(n)], base, base)
                    for j in range(args.aa)]
     else:
-        aa_jobs = [(b.judge, f"aa{j}", noop, [1000 + 100 * j + r for r in range(n)], base, base)
+        aa_jobs = [(b.judge, "aa", noop, [1000 + 100 * j + r for r in range(n)], base, base)
                    for j in range(args.aa)]
     worse_jobs = [(b.judge, f"degraded{j}", degraded, [2000 + 100 * j + r for r in range(n)], base, base)
                   for j in range(args.planted)]
