@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from looper import proc
+from looper import proc, sandbox
 from looper.datahash import file_sha256, tree_hash
 
 
@@ -157,6 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = Path(args.run)
     (run / "out").mkdir(parents=True, exist_ok=True)
     env = dict(kv.split("=", 1) for kv in args.env)
+    argv, after = sandbox.wrap_on_host(args.argv, run, env)  # LOOPER_SANDBOX=train|eval: this host's sandbox
     sampler = None
     if args.gpu_index is not None:
         from looper.adapters.gpu import GpuSampler
@@ -166,11 +167,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         _write_json(gpu_json, sampler.summary())
     limits = proc.Limits(budget_seconds=args.budget or None, kill_after=args.kill_after)
     try:
-        s = proc.supervise(args.argv, cwd=Path.cwd(), env=env, log_path=run / "run.log", limits=limits,
+        s = proc.supervise(argv, cwd=Path.cwd(), env=env, log_path=run / "run.log", limits=limits,
                            on_line=_print_line, on_start=lambda pid: (run / "run.pid").write_text(str(pid)))
     finally:
         if sampler is not None:
             _write_json(run / "gpu.json", sampler.stop())
+    after()  # the sandboxed evaluator's METRICS.json to where the argv asked for it
     code = 128 + s.signal if s.signal else (s.exit_code or 0)
     (run / "status").write_text(f"{code}\n")
     return code

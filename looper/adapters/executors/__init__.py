@@ -23,8 +23,10 @@ def register(kind: str) -> Callable[[Callable[..., Executor]], Callable[..., Exe
 @register("local")
 def _local(workspace: Path, section: Any) -> Executor:
     from looper.adapters.executors.local import LocalExecutor
+    from looper.sandbox import SandboxPolicy
 
-    return LocalExecutor(workspace, python=section.python, gpu_index=getattr(section, "gpu_index", 0))
+    return LocalExecutor(workspace, python=section.python, gpu_index=getattr(section, "gpu_index", 0),
+                         sandbox=SandboxPolicy.from_section(section))
 
 
 @register("ssh")

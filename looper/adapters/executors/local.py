@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from pathlib import Path
 
-from looper import proc
+from looper import proc, sandbox
 from looper.adapters.executors.base import EvalJob, LineSink, RunResult, TrainJob
 from looper.adapters.executors.common import (
     DataFolder,
@@ -20,14 +21,16 @@ from looper.adapters.executors.common import (
 )
 from looper.adapters.gpu import NvmlProbe
 from looper.core.verdict import Verdict
+from looper.sandbox import SandboxPolicy
 
 
 class LocalExecutor(DataFolder):
     name = "local"
 
     def __init__(self, workspace: Path, python: str = "", gpu_index: int = 0, probe: NvmlProbe | None = None,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, sandbox: SandboxPolicy | None = None) -> None:
         self.workspace = Path(workspace)
+        self.sandbox = sandbox or SandboxPolicy()  # [executor] sandbox: bwrap unless opted out
         self.python = python if python and python != "python3" else sys.executable
         self.gpu_index = gpu_index
         self.probe = probe or NvmlProbe(gpu_index)
@@ -43,10 +46,29 @@ class LocalExecutor(DataFolder):
 
     # -- the commands (the one place each argv is built) ------------------------------
     def train_argv(self, job: TrainJob) -> list[str]:
+        """The training command inside the training sandbox (looper/sandbox.py) unless opted out."""
+        if not self.sandbox.enabled:
+            return self.plain_train_argv(job)
+        return sandbox.train_argv(self.plain_train_argv(job), checkout=job.checkout, out_dir=job.out_dir,
+                                  data_dir=self._data_path(self._data_dir), env=self.train_env(job),
+                                  policy=self.sandbox, readable=[self.workspace])
+
+    def eval_argv(self, job: EvalJob) -> list[str]:
+        """``python -I`` on the harness's copy of evaluate.py (``eval/`` next to METRICS.json) in the
+        evaluation sandbox, writing ``eval/out/METRICS.json``; the plain command when opted out."""
+        if not self.sandbox.enabled:
+            return self.plain_eval_argv(job)
+        eval_dir = job.metrics_path.parent / "eval"
+        env = self._env(LOOPER_DEVICE=job.device or "cpu")  # no secrets in an argv: the rest is inherited
+        return sandbox.eval_argv(self.python, eval_dir / "evaluate.py", weights=job.weights,
+                                 data_dir=self._data_path(self._data_dir), out_dir=eval_dir / "out", env=env,
+                                 device=job.device, policy=self.sandbox)
+
+    def plain_train_argv(self, job: TrainJob) -> list[str]:
         """The training command, run in ``job.checkout``."""
         return [self.python, "train.py"]
 
-    def eval_argv(self, job: EvalJob) -> list[str]:
+    def plain_eval_argv(self, job: EvalJob) -> list[str]:
         """The evaluation command, run in ``job.checkout``."""
         return eval_command(self.python, str(job.checkout / "evaluate.py"), str(job.weights),
                             str(self._data_path(self._data_dir)), str(job.metrics_path), job.device)
@@ -58,6 +80,9 @@ class LocalExecutor(DataFolder):
     # -- Executor ---------------------------------------------------------------------
     def preflight(self, require_gpu: bool) -> Verdict:
         metrics, problems = local_preflight(self.name, self.workspace, self.python)
+        boxed = sandbox.preflight(self.sandbox)
+        metrics.update(boxed.metrics)
+        problems += boxed.blocking
         if require_gpu:
             reading = self.probe.read()
             metrics["gpu"] = reading.as_dict()
@@ -94,8 +119,16 @@ class LocalExecutor(DataFolder):
     def evaluate(self, job: EvalJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
         job.metrics_path.unlink(missing_ok=True)  # a result not written by this run does not exist
         limits = proc.Limits(budget_seconds=job.timeout_seconds, stall_seconds=job.stall_seconds)
+        if self.sandbox.enabled:  # training's sandbox is gone: a fresh copy of the verified evaluate.py
+            refused = sandbox.plain_file(job.weights)
+            if refused and os.path.lexists(job.weights):
+                return RunResult(exit_code=sandbox.WEIGHTS_REFUSED_EXIT,
+                                 log_tail=f"evaluate.py: weights refused: {refused}")
+            sandbox.prepare_evaluator(job.checkout / "evaluate.py", job.metrics_path.parent / "eval")
         s = proc.supervise(self.eval_argv(job), cwd=job.checkout, env=self._env(LOOPER_DEVICE=job.device or "cpu"),
                            log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
+        if self.sandbox.enabled:
+            sandbox.collect_metrics(job.metrics_path.parent / "eval" / "out", job.metrics_path)
         return run_result(s)
 
     def reap(self) -> list[str]:

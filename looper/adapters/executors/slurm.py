@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 import shlex
 import shutil
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from looper import proc
+from looper import proc, sandbox
 from looper.adapters.executors.base import EvalJob, LineSink, RunResult, TrainJob
 from looper.adapters.executors.common import (
     NO_TOOL_CODE,
@@ -60,6 +61,7 @@ from looper.adapters.executors.common import (
 )
 from looper.core.verdict import Verdict
 from looper.errors import ConfigError
+from looper.sandbox import NODE_GPU_DEVICES, SandboxPolicy
 
 TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo")
 
@@ -327,6 +329,8 @@ class SlurmExecutor(DataFolder):
         self.start_timeout = float(get(section, "start_timeout", 600))
         self.requeue_limit = int(get(section, "requeue_limit", 2))
         self.require_gpu = bool(get(section, "require_gpu", False))
+        self.sandbox = SandboxPolicy(mode=str(get(section, "sandbox", "bwrap") or "bwrap"),
+                                     network=bool(get(section, "sandbox_network", False)))
         for entry in self.sbatch_extra:
             if not entry.startswith("-") or "\n" in entry:
                 raise ConfigError(f"executor.sbatch_extra: not one sbatch option: {entry!r}")
@@ -354,10 +358,31 @@ class SlurmExecutor(DataFolder):
 
     # -- the commands (the one place each argv is built; the batch script execs them) -----------
     def train_argv(self, job: TrainJob) -> list[str]:
+        """The training command inside the training sandbox on the node (looper/sandbox.py): bwrap from
+        the node's PATH, its NVIDIA nodes bound where they exist; the plain command when opted out."""
+        if not self.sandbox.enabled:
+            return self.plain_train_argv(job)
+        return sandbox.train_argv(self.plain_train_argv(job), checkout=job.checkout, out_dir=job.out_dir,
+                                  data_dir=self._data_path(self._data_dir), env=self.train_env(job),
+                                  policy=self.sandbox, devices=NODE_GPU_DEVICES, bwrap="bwrap",
+                                  readable=[self.workspace])
+
+    def eval_argv(self, job: EvalJob) -> list[str]:
+        """``python -I`` on the harness's copy of evaluate.py (``eval/`` next to METRICS.json, on the
+        shared filesystem) in the evaluation sandbox on the node; the plain command when opted out."""
+        if not self.sandbox.enabled:
+            return self.plain_eval_argv(job)
+        eval_dir = job.metrics_path.parent / "eval"
+        env = self._env(LOOPER_DEVICE=job.device or "cpu")  # no secrets in an argv: the rest is inherited
+        return sandbox.eval_argv(self.python, eval_dir / "evaluate.py", weights=job.weights,
+                                 data_dir=self._data_path(self._data_dir), out_dir=eval_dir / "out", env=env,
+                                 device=job.device, policy=self.sandbox, devices=NODE_GPU_DEVICES, bwrap="bwrap")
+
+    def plain_train_argv(self, job: TrainJob) -> list[str]:
         """The training command, run in ``job.checkout`` on the compute node."""
         return [self.python, "train.py"]
 
-    def eval_argv(self, job: EvalJob) -> list[str]:
+    def plain_eval_argv(self, job: EvalJob) -> list[str]:
         """The evaluation command, run in ``job.checkout`` on the compute node."""
         return eval_command(self.python, str(job.checkout / "evaluate.py"), str(job.weights),
                             str(self._data_path(self._data_dir)), str(job.metrics_path), job.device)
@@ -514,6 +539,9 @@ class SlurmExecutor(DataFolder):
     # -- Executor --------------------------------------------------------------------------------
     def preflight(self, require_gpu: bool) -> Verdict:
         metrics, problems = local_preflight(self.name, self.workspace, self.python)  # the shared workspace
+        boxed = sandbox.preflight(self.sandbox)  # checked here; the nodes must have bwrap too (docs/SECURITY.md)
+        metrics.update(boxed.metrics)
+        problems += boxed.blocking
         missing = [t for t in TOOLS if shutil.which(t) is None]
         if missing:
             return Verdict.errored(f"SLURM client tools not found on this machine: {', '.join(missing)}",
@@ -553,8 +581,17 @@ class SlurmExecutor(DataFolder):
         def clear_metrics() -> None:  # a result not written by this run does not exist
             job.metrics_path.unlink(missing_ok=True)
 
-        return self._run("eval", self.eval_argv(job), job.checkout, env, job.log_path, job.timeout_seconds, job.stall_seconds,
+        if self.sandbox.enabled:  # training's job is over: a fresh copy of the verified evaluate.py
+            refused = sandbox.plain_file(job.weights)
+            if refused and os.path.lexists(job.weights):
+                return RunResult(exit_code=sandbox.WEIGHTS_REFUSED_EXIT,
+                                 log_tail=f"evaluate.py: weights refused: {refused}")
+            sandbox.prepare_evaluator(job.checkout / "evaluate.py", job.metrics_path.parent / "eval")
+        result = self._run("eval", self.eval_argv(job), job.checkout, env, job.log_path, job.timeout_seconds, job.stall_seconds,
                          on_line, cancel, clear_metrics)
+        if self.sandbox.enabled:
+            sandbox.collect_metrics(job.metrics_path.parent / "eval" / "out", job.metrics_path)
+        return result
 
     def reap(self) -> list[str]:
         """Cancel this workspace's jobs a previous daemon left in the queue."""

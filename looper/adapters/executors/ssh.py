@@ -51,6 +51,7 @@ from looper.adapters.executors.transport import SshTransport, TransportFault
 from looper.core.verdict import Verdict
 from looper.datahash import SCORING_MODULES, file_sha256
 from looper.errors import ConfigError
+from looper.sandbox import SandboxPolicy
 
 KEEP_RUNS = 6  # remote run folders kept (older ones are deleted, never a live one)
 REMOTE_BUDGET_MARGIN = 60.0  # the host ends a run on its own this long after the local limit
@@ -214,6 +215,8 @@ class SshExecutor(DataFolder):
         self.python = str(get(section, "python", "python3")) or "python3"
         self.require_gpu = bool(get(section, "require_gpu", False))
         self.gpu_index = int(get(section, "gpu_index", 0))
+        self.sandbox = SandboxPolicy(mode=str(get(section, "sandbox", "bwrap") or "bwrap"),
+                                     network=bool(get(section, "sandbox_network", False)))
         self.kill_after = kill_after
         self.link = SshTransport(self.workspace, self.host, get(section, "ssh_options", []), retries=retries,
                                  control_timeout=control_timeout)
@@ -241,6 +244,13 @@ class SshExecutor(DataFolder):
         """The evaluation command on the host (``weights`` and ``out`` are remote paths)."""
         return eval_command(self.python, "evaluate.py", weights, self.remote.data_path(self._data_dir), out,
                             job.device)
+
+    def sandbox_request(self, kind: str) -> dict[str, str]:
+        """Environment entries asking ``looper.remote run`` to wrap the command in the host's sandbox
+        (``kind``: train | eval; looper/sandbox.py ``wrap_on_host``); none when opted out."""
+        if not self.sandbox.enabled:
+            return {}
+        return {"LOOPER_SANDBOX": kind, **({"LOOPER_SANDBOX_NETWORK": "1"} if self.sandbox.network else {})}
 
     def _env(self, **values: str) -> dict[str, str]:
         return child_env(f"{self.remote.root()}/.ultralytics", {"PYTHONPATH": self.remote.checkout}, **values)
@@ -350,7 +360,8 @@ class SshExecutor(DataFolder):
             problems = self.remote.sync_checked(job.checkout, run)
             if problems:
                 return fault_result("; ".join(problems), NO_TOOL_CODE, time.monotonic() - t0)
-            env = self._env(**train_vars(job, self.remote.data_path(self._data_dir), f"{run}/out"))
+            env = self._env(**train_vars(job, self.remote.data_path(self._data_dir), f"{run}/out"),
+                            **self.sandbox_request("train"))
         except TransportFault as fault:
             return fault_result(str(fault), fault.code, time.monotonic() - t0)
         limits = proc.Limits(budget_seconds=job.budget_seconds + job.grace_seconds,
@@ -379,7 +390,7 @@ class SshExecutor(DataFolder):
             if problems:
                 return fault_result("; ".join(problems), NO_TOOL_CODE, time.monotonic() - t0)
             argv = self.eval_argv(job, self._remote_weights(job.weights, run), f"{run}/out/METRICS.json")
-            env = self._env(LOOPER_DEVICE=job.device or "cpu")
+            env = self._env(LOOPER_DEVICE=job.device or "cpu", **self.sandbox_request("eval"))
         except TransportFault as fault:
             return fault_result(str(fault), fault.code, time.monotonic() - t0)
         limits = proc.Limits(budget_seconds=job.timeout_seconds, stall_seconds=job.stall_seconds,

@@ -1,0 +1,103 @@
+"""Issue 13's attacks through the real daemon (``looper run`` as a subprocess) and its real sandbox.
+
+The fast fixture workspace (tests/fixture_ws: its train.py "trains" by writing JSON weights
+in a second) keeps this to seconds per experiment; tests/security/test_attacks.py runs the
+same attacks after real (tiny) training. Each malicious train.py writes its weights first,
+then cheats; each experiment must end as a crash that names the attempt, the night goes on,
+and the database, the workspace, the baselines and the venv stay as they were, with no
+process left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harness import FIXTURE, make_ws, pages  # noqa: F401  (pytest fixtures)
+
+from looper import sandbox
+from looper.sandbox import SandboxPolicy
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(sandbox.find_bwrap(SandboxPolicy()) is None, reason="bubblewrap is not installed"),
+]
+
+SITE = Path(next(p for p in sys.path if p.endswith("site-packages")))
+MARK = "looper-security-daemon"
+
+# description -> (code appended after the fixture train.py wrote its weights, words in the reason)
+CHEATS = {
+    "post-commit hook": ('''
+import pathlib
+root = pathlib.Path.cwd().parents[2]  # .looper/worktrees/<tag> -> the workspace
+(root / ".git" / "hooks" / "post-commit").write_text("#!/bin/sh\\ntouch /tmp/hooked\\n")
+''', "tried to write outside $LOOPER_OUT"),
+    "rewrite own row": ('''
+import pathlib, sqlite3
+db = sqlite3.connect(pathlib.Path.cwd().parents[2] / "experiments.db")
+db.execute("UPDATE experiments SET status = 'keep', score = 0.97")
+db.commit()
+''', "readonly database"),
+    "survivor": (f'''
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("sh", ["sh", "-c", "sleep 30; true {MARK}"])
+    os._exit(0)
+time.sleep(0.5)
+''', "process(es) running after it exited"),
+    "pth in the venv": (f'''
+open({str(SITE / "zz_looper_boost.pth")!r}, "w").write("import looper_boost\\n")
+''', "tried to write outside $LOOPER_OUT"),
+}
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """What no experiment may change: the workspace's own files, its git hooks and config, the baselines."""
+    files = [p for p in root.iterdir() if p.is_file() and not p.name.startswith("experiments.db")]
+    files += [p for d in (root / ".git" / "hooks", root / "baselines") if d.is_dir() for p in d.iterdir()]
+    files += [root / ".git" / "config"]
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
+
+
+def test_each_attack_is_a_crash_naming_it_and_the_night_goes_on(make_ws) -> None:  # noqa: F811
+    ws = make_ws()
+    src = (FIXTURE / "train.py").read_text()
+    for description, (cheat, _) in CHEATS.items():
+        ws.enqueue(description, source=src + cheat)
+    before_tree = _tree(ws.root)
+    venv_before = sorted(os.listdir(SITE))
+
+    r = ws.looper("run", "--max-experiments", str(len(CHEATS)), timeout=400)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    rows = ws.by_description()
+    for description, (_, words) in CHEATS.items():
+        row = rows[description]
+        reasons = " ".join(json.loads(row["blocking_json"]))
+        assert row["status"] == "crash", (description, row["status"], reasons)
+        assert words in reasons, (description, reasons)
+    with sqlite3.connect(ws.root / "experiments.db") as con:  # nothing rewrote a row behind the daemon
+        assert con.execute("SELECT COUNT(*) FROM experiments WHERE status='keep' AND score=0.97").fetchone()[0] == 0
+    assert _tree(ws.root) == before_tree, "the workspace, its hooks or baselines changed"
+    assert sorted(os.listdir(SITE)) == venv_before, "the venv changed"
+    assert not Path("/tmp/hooked").exists()
+    time.sleep(0.3)
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and MARK.encode() in _cmdline(p)]
+    assert left == [], "a process outlived its run"
+    assert ws.git("status", "--porcelain", cwd=ws.worktree) == ""
+
+
+def _cmdline(p: Path) -> bytes:
+    try:
+        return (p / "cmdline").read_bytes()
+    except OSError:
+        return b""
