@@ -48,6 +48,15 @@ def ws(make_ws, monkeypatch):
     return w
 
 
+@pytest.fixture
+def unboxed_ws(make_ws, monkeypatch):
+    """ws with the sandbox off: for a test of an UNconfined train.py (the sandbox's own answer: tests/security)."""
+    w = make_ws(exec_sandbox="none")
+    monkeypatch.setenv("FIXTURE_QUEUE", str(w.queue))
+    monkeypatch.setenv("LOOPER_NOTIFY_URLS", "")
+    return w
+
+
 def ready(ws, pages=None, display: Display | None = None, **over: object) -> Loop:
     loop = night(ws, pages, display, **over)
     assert loop.setup() is None  # the baseline is measured and kept
@@ -114,7 +123,8 @@ def test_scope_violation_restores_the_other_file_and_commits_nothing(ws):
     assert ws.git("status", "--porcelain", cwd=ws.worktree) == ""
 
 
-def test_an_error_is_recorded_then_halts_and_leaves_the_checkout_for_a_person(ws):
+def test_an_error_is_recorded_then_halts_and_leaves_the_checkout_for_a_person(unboxed_ws):
+    ws = unboxed_ws
     loop = ready(ws)
     ws.enqueue("delete the data", knobs={"SCENARIO": "delete_data"})
     r = run_candidate(loop.ctx, loop.ctx.workers[0])

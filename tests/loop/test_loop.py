@@ -116,7 +116,8 @@ def _gone(pid: int) -> bool:
 
 def test_hung_and_over_budget_runs_are_killed_and_count_as_crashes(make_ws, tmp_path):
     """Row 21: the run's whole process group is killed -- train.py and a grandchild it started."""
-    ws = make_ws(loop_budget_seconds=3, loop_grace_seconds=1, loop_stall_seconds=2)
+    # sandbox off: what looper sees of an UNconfined train.py (the sandbox's own answer: tests/security)
+    ws = make_ws(exec_sandbox="none", loop_budget_seconds=3, loop_grace_seconds=1, loop_stall_seconds=2)
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     src = (ws.root / "train.py").read_text()
@@ -145,7 +146,8 @@ def test_hung_and_over_budget_runs_are_killed_and_count_as_crashes(make_ws, tmp_
 def test_data_removed_mid_night_halts_pages_once_and_blames_no_change(make_ws, pages):
     """Row 18: the harness's own data check after the run names the missing data; the
     evaluator (which would fail on the missing data too) is never reached."""
-    ws = make_ws()
+    # sandbox off: what looper sees of an UNconfined train.py (the sandbox's own answer: tests/security)
+    ws = make_ws(exec_sandbox="none")
     ws.enqueue("a fine change", knobs={"QUALITY": 0.8})
     ws.enqueue("delete the data", knobs={"SCENARIO": "delete_data"})
     ws.enqueue("never reached", knobs={"QUALITY": 0.9})
@@ -188,7 +190,8 @@ def _ran(ws, exp_id: int, text: str) -> bool:  # noqa: ANN001
 def test_stale_planted_metrics_are_not_a_result(make_ws, pages):
     """train.py writes a perfect METRICS.json where the evaluator will write; the score is the
     evaluator's (the change did nothing), never the planted 1.0."""
-    ws = make_ws()
+    # sandbox off: what looper sees of an UNconfined train.py (the sandbox's own answer: tests/security)
+    ws = make_ws(exec_sandbox="none")
     ws.enqueue("plant a perfect METRICS.json", knobs={"SCENARIO": "plant_metrics"})
     r = ws.looper("run", "--max-experiments", "1")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -220,7 +223,8 @@ def test_silent_evaluator_fails_the_baseline_as_a_harness_error(make_ws, pages):
 def test_planted_metrics_then_silent_evaluator_mid_night(make_ws, pages):
     """Rows 19 and 20: the candidate plants a perfect METRICS.json and the evaluator writes
     nothing; the planted file is never read: a harness error, no score."""
-    ws = make_ws()
+    # sandbox off: what looper sees of an UNconfined train.py (the sandbox's own answer: tests/security)
+    ws = make_ws(exec_sandbox="none")
     r = ws.looper("run", "--max-experiments", "0", "--until", time.strftime("%H:%M"))
     # --until now: the baseline is measured, then no experiment starts
     assert r.returncode == 0, r.stdout + r.stderr
@@ -254,7 +258,8 @@ def test_agent_that_edits_evaluate_is_discarded_and_evaluate_restored(make_ws):
 
 
 def test_train_py_that_changes_evaluate_during_the_run_is_a_harness_error(make_ws, pages):
-    ws = make_ws()
+    # sandbox off: what looper sees of an UNconfined train.py (the sandbox's own answer: tests/security)
+    ws = make_ws(exec_sandbox="none")
     ws.enqueue("sneaky", knobs={"SCENARIO": "touch_eval"})
     r = ws.looper("run", "--max-experiments", "1")
     assert r.returncode == 3, r.stdout + r.stderr
@@ -364,7 +369,8 @@ def test_sigterm_stops_cleanly_and_marks_interrupted(make_ws):
 
 def test_a_secret_printed_by_train_py_reaches_no_database_log_or_page(make_ws, pages):
     secret = "sk-test-" + "0123456789abcdef" * 2
-    ws = make_ws(loop_stuck_after=1)
+    # sandbox off: what looper sees of an UNconfined train.py (the sandbox's own answer: tests/security)
+    ws = make_ws(exec_sandbox="none", loop_stuck_after=1)
     ws.enqueue("leak the key", knobs={"SCENARIO": "leak"})
     env = ws.env()
     env["OPENAI_API_KEY"] = secret

@@ -232,7 +232,7 @@ def test_budget_exceeded_kills_the_remote_process_group(make_executor: Make, che
         "while True:\n    print('tick', flush=True)\n    time.sleep(0.2)\n", marker))
     job = _job(checkout, tmp_path, budget=1, grace=0.5)
     t0 = time.monotonic()
-    r = make_executor(kill_after=1.0).train(job, None, None)
+    r = make_executor(sandbox="none", kill_after=1.0).train(job, None, None)
     assert r.timed_out and not r.clean_exit and r.transport_error == "", r
     assert time.monotonic() - t0 < 20
     pgid = int((job.out_dir / "pgid").read_text())
@@ -246,7 +246,7 @@ def test_stall_kills_the_remote_process_group(make_executor: Make, checkout: Pat
     (checkout / "train.py").write_text(_write_pgid_then("print('start', flush=True)\ntime.sleep(600)\n",
                                                         marker))
     job = _job(checkout, tmp_path, budget=60, stall=1.5)
-    r = make_executor().train(job, None, None)
+    r = make_executor(sandbox="none").train(job, None, None)
     assert r.stalled and not r.timed_out, r
     pgid = int((job.out_dir / "pgid").read_text())
     assert group_gone(pgid) and _pgrep(f"sleep {marker}") == []
@@ -263,7 +263,7 @@ def test_cancel_kills_the_remote_process_group(make_executor: Make, checkout: Pa
         if line == "tick":  # the remote run is up: cancel it
             cancel.set()
 
-    r = make_executor().train(job, on_line, cancel)
+    r = make_executor(sandbox="none").train(job, on_line, cancel)
     assert r.cancelled and not r.clean_exit
     assert group_gone(int((job.out_dir / "pgid").read_text())) and _pgrep(f"sleep {marker}") == []
 
@@ -284,7 +284,7 @@ def test_sshd_dying_mid_run_is_a_transport_error_then_reap_ends_the_orphan(
     marker = _marker()
     (checkout / "train.py").write_text(_write_pgid_then("print('started', flush=True)\ntime.sleep(600)\n",
                                                         marker))
-    ex = make_executor()
+    ex = make_executor(sandbox="none")
     job = _job(checkout, tmp_path, budget=120, stall=120)
     box: list[RunResult] = []
     th = threading.Thread(target=lambda: box.append(ex.train(job, None, None)))
@@ -306,10 +306,10 @@ def test_sshd_dying_mid_run_is_a_transport_error_then_reap_ends_the_orphan(
     # the remote job outlived its session; once sshd is back, a new executor ends it
     os.killpg(pgid, 0)
     sshd.start()
-    ended = make_executor().reap()
+    ended = make_executor(sandbox="none").reap()
     assert len(ended) == 1 and f"process group {pgid}" in ended[0], ended
     assert group_gone(pgid) and _pgrep(f"sleep {marker}") == []
-    assert make_executor().reap() == []  # nothing twice
+    assert make_executor(sandbox="none").reap() == []  # nothing twice
 
 
 def test_reap_ends_a_run_a_dead_daemon_left_behind(make_executor: Make, checkout: Path, tmp_path: Path,
@@ -322,7 +322,7 @@ def test_reap_ends_a_run_a_dead_daemon_left_behind(make_executor: Make, checkout
         "import sys\nfrom pathlib import Path\n"
         "from looper.adapters.executors.ssh import SshExecutor\n"
         "from looper.adapters.executors.base import TrainJob\n"
-        f"ex = SshExecutor(Path({str(tmp_path / 'ws')!r}), {{'host': 'looper-test', 'remote_dir': {str(remote)!r},"
+        f"ex = SshExecutor(Path({str(tmp_path / 'ws')!r}), {{'sandbox': 'none', 'host': 'looper-test', 'remote_dir': {str(remote)!r},"
         f" 'python': sys.executable, 'ssh_options': ['-F {sshd.ssh_config}']}})\n"
         f"ex.train(TrainJob(Path({str(checkout)!r}), Path({str(tmp_path / 'd' / 'out')!r}), 0, 120, 5, 120,"
         f" Path({str(tmp_path / 'd' / 'log')!r})), None, None)\n")
@@ -343,7 +343,7 @@ def test_reap_ends_a_run_a_dead_daemon_left_behind(make_executor: Make, checkout
             p.kill()
     time.sleep(0.5)
     os.killpg(pgid, 0)  # still alive on the "remote" side
-    ended = make_executor().reap()
+    ended = make_executor(sandbox="none").reap()
     assert len(ended) == 1 and "left behind on looper-test" in ended[0] and str(pgid) in ended[0]
     assert group_gone(pgid) and _pgrep(f"sleep {marker}") == []
     assert not list(remote.glob("runs/*/run.pid"))
