@@ -4,7 +4,11 @@ Trivial train.py / evaluate.py (the loop tests' fixtures) so that what is left i
 itself: preflight (hashing the fixed files and data), scope check, git commit/reset, the
 database, the gate. Goal: under 2 s per experiment.
 
-    .venv/bin/python bench/bench_overhead.py [--experiments 12]
+The training and evaluation sandbox (``[executor] sandbox``, docs/SECURITY.md) costs time
+inside the train and eval phases, not in the harness figure: compare the wall time per
+experiment of ``--sandbox bwrap`` (the default) and ``--sandbox none``.
+
+    .venv/bin/python bench/bench_overhead.py [--experiments 12] [--sandbox bwrap|none]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--experiments", type=int, default=12)
+    ap.add_argument("--sandbox", choices=["bwrap", "none"], default="bwrap")
     args = ap.parse_args()
     from harness import write_config
 
@@ -44,7 +49,7 @@ def main() -> None:
             q = 0.5 + (i + 1) * 0.05 if i % 2 == 0 else 0.1
             (queue / f"{i:03d}.json").write_text(json.dumps({"knobs": {"QUALITY": round(q, 3)},
                                                              "description": f"QUALITY -> {q:.2f}"}))
-        write_config(root, "", f"{sys.executable} {FIXTURE / 'agent.py'}")
+        write_config(root, "", f"{sys.executable} {FIXTURE / 'agent.py'}", exec_sandbox=args.sandbox)
         (root / "looper.toml").write_text((root / "looper.toml").read_text().replace('urls = [""]', "urls = []"))
         subprocess.run(["git", "add", "-A"], cwd=root, check=True)
         subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "bench"], cwd=root,
@@ -63,11 +68,14 @@ def main() -> None:
 
         wall = [(datetime.fromisoformat(r[6]) - datetime.fromisoformat(r[5])).total_seconds() for r in rows]
         statuses = [r[0] for r in rows]
+        print(f"sandbox: {args.sandbox}")
         print(f"experiments: {len(rows)} ({', '.join(f'{s} {statuses.count(s)}' for s in sorted(set(statuses)))})")
         print(f"harness overhead per experiment: median {statistics.median(harness):.3f} s, "
               f"mean {statistics.fmean(harness):.3f} s, min {min(harness):.3f} s, max {max(harness):.3f} s, "
               f"stdev {statistics.stdev(harness):.3f} s")
         print(f"wall per experiment (incl. fixture agent/train/eval): median {statistics.median(wall):.2f} s")
+        print(f"train + eval per experiment (the sandbox's cost lands here): median "
+              f"{statistics.median([(r[2] or 0) + (r[3] or 0) for r in rows]):.3f} s")
         print("goal: < 2 s per experiment:", "MET" if max(harness) < 2 else "NOT MET")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
