@@ -106,6 +106,16 @@ def init(directory: Path = typer.Argument(Path("."), help="Folder for the new wo
     typer.echo(f"workspace ready: {path}\nnext: cd {path} && looper run")
 
 
+def _require_sandbox(cfg: Any) -> None:
+    """`looper run` refuses to start when training here would run unconfined without an explicit opt-out."""
+    from looper.sandbox import INSTALL_COMMAND, SandboxPolicy, find_bwrap
+
+    policy = SandboxPolicy.from_section(cfg.executor)
+    if cfg.executor.kind == "local" and policy.enabled and find_bwrap(policy) is None:
+        raise UsageError(f"bubblewrap (bwrap) is not installed, so train.py cannot run in its sandbox: "
+                         f"{INSTALL_COMMAND}  (or opt out explicitly: [executor] sandbox = \"none\")")
+
+
 @app.command()
 @_errors
 def run(max_experiments: int | None = typer.Option(None, "--max-experiments", min=0),
@@ -126,6 +136,7 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
     program_text, program = _program(root)
     if cfg.agent.kind in STRATEGIES and getattr(program, "problems", None):
         raise UsageError(f"program.md cannot drive the {cfg.agent.kind} agent: " + "; ".join(program.problems))
+    _require_sandbox(cfg)
     lock = DaemonLock(root / ".looper" / "daemon.lock")
     lock.acquire()
     try:

@@ -27,7 +27,7 @@ from looper.core import failure as core_failure
 from looper.core import gate as core_gate
 from looper.core import scope as core_scope
 from looper.core.verdict import Outcome, Verdict
-from looper.errors import HarnessError, LooperError, StuckError
+from looper.errors import HarnessError, LooperError, StuckError, UsageError
 from looper.measure import Measurement, mean_metrics, measure, preflight, record_run
 from looper.store import ExperimentRecord
 
@@ -261,7 +261,11 @@ def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
     """The one place the gate's input is built and the gate is asked."""
     from looper.baselines import newest_baseline
 
-    approved = newest_baseline(ctx.root / "baselines")
+    try:
+        approved = newest_baseline(ctx.root / "baselines", store=ctx.store)
+    except UsageError as exc:  # planted or edited since the preflight: the harness cannot trust its gate
+        raise HarnessError(f"gate: {exc}") from exc
+
     def runs_of(exp: ExperimentRecord) -> list[dict]:
         return [r.metrics for r in ctx.store.run_records(exp.id) if r.metrics]
 
@@ -344,6 +348,9 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
     outcome = result.outcome
     # reasons may quote run logs: secrets never reach the database, the display or a page
     verdict = result.verdict.model_copy(update={"blocking": [ctx.redact(b) for b in result.verdict.blocking]})
+    off = sandbox_opt_out(ctx)
+    if off:  # every verdict says when train.py ran without its sandbox
+        verdict = verdict.model_copy(update={"metrics": {**verdict.metrics, "sandbox": off}})
     if cand.moves_git and outcome.advances_branch:
         advance_branch(ctx, cand)
     elif cand.moves_git and outcome.resets_checkout:
@@ -365,6 +372,13 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
             sigs = ctx.store.recent_signatures(ctx.tag, 2 * ctx.cfg.loop.stuck_after)
             result = dataclasses.replace(result, stuck=core_failure.is_stuck(sigs, ctx.cfg.loop.stuck_after))
     return result
+
+
+def sandbox_opt_out(ctx: Context) -> str | None:
+    """The line a verdict carries when ``[executor] sandbox = "none"`` (None when sandboxed)."""
+    from looper.sandbox import SandboxPolicy, opt_out_line
+
+    return opt_out_line(SandboxPolicy.from_section(ctx.cfg.executor))
 
 
 def advance_branch(ctx: Context, cand: Candidate) -> None:

@@ -20,6 +20,7 @@ from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
 from looper.core.verdict import Outcome, Verdict
 from looper.datahash import fixed_hashes
+from looper.sandbox import WEIGHTS_REFUSED_EXIT
 
 
 @dataclass
@@ -94,9 +95,14 @@ def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Exe
 
 
 def preflight(ctx: Context, w: Worker) -> Verdict:
-    """The executor answers, the fixed files and data are as pinned, the checkout is clean."""
+    """The executor answers, the fixed files and data are as pinned, every approved baseline file is
+    one the database recorded (with its hash), the checkout is clean."""
+    from looper.baselines import unrecorded
+
+    planted = unrecorded(ctx.root / "baselines", ctx.store)
     parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu),
-             "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor)}
+             "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor),
+             "baselines": Verdict.errored(*planted) if planted else Verdict.passed()}
     dirty = [c.path for c in w.wt.changes()]
     parts["checkout"] = (Verdict.errored(f"checkout not clean: {', '.join(dirty[:5])}") if dirty
                          else Verdict.passed())
@@ -173,6 +179,11 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
     m.eval, m.eval_seconds = ev, ev.seconds
     if ev.cancelled or ctx.cancel.is_set():
         return m.ended(Outcome.INTERRUPTED, "the daemon was stopped during evaluation")
+    if ev.exit_code == WEIGHTS_REFUSED_EXIT and not (ev.transport_error or ev.timed_out or ev.stalled):
+        # evaluate.py (the harness's copy) refused what train.py handed over: the change broke the contract
+        last = (ev.log_tail.strip().splitlines()[-1:] or ["weights refused"])[0][:200]
+        m.signature = core_failure.signature_of("weights refused: the weights train.py wrote are not data")
+        return m.ended(Outcome.CRASH, f"the weights train.py wrote are not data: {last}")
     if not ev.clean_exit:
         last = ev.log_tail.strip().splitlines()[-1:] or ["(no output)"]
         code = ev.exit_code if ev.exit_code is not None else "by signal " + str(ev.signal)

@@ -26,7 +26,6 @@ This module builds argument lists and checks; it starts nothing but ``bwrap``'s 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import stat
@@ -293,38 +292,6 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
 
 
 # ---------------------------------------------------------------------------- the evaluator
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def scoring_files() -> dict[str, Path]:
-    """The looper modules evaluate.py imports: they decide a score, so they are pinned by hash."""
-    import looper
-    import looper.core
-    import looper.core.metrics
-
-    return {"looper/__init__.py": Path(looper.__file__), "looper/core/__init__.py": Path(looper.core.__file__),
-            "looper/core/metrics.py": Path(looper.core.metrics.__file__)}
-
-
-def pin(evaluate_py: Path) -> dict[str, str]:
-    """sha256 of every file that decides a score: evaluate.py and the looper modules it imports."""
-    pins = {"evaluate.py": sha256_file(evaluate_py)}
-    pins.update({name: sha256_file(p) for name, p in scoring_files().items()})
-    return pins
-
-
-def pin_changes(expected: Mapping[str, str], evaluate_py: Path) -> list[str]:
-    """What changed since ``expected`` was taken, in words; empty when nothing did."""
-    now = pin(evaluate_py)
-    return [f"{name} changed since the daemon started (sha256 {expected[name][:12]} -> {now.get(name, 'gone')[:12]})"
-            for name in sorted(expected) if now.get(name) != expected[name]]
-
-
 def prepare_evaluator(evaluate_py: Path, eval_dir: Path) -> tuple[Path, Path]:
     """A harness-owned copy of evaluate.py in a fresh ``eval_dir`` and its empty output folder.
 

@@ -153,3 +153,13 @@ def test_suggest_explains_each_strategy_in_one_line(ws: Path):
     for name in ("random", "evolve"):  # each names knob changes "NAME old -> new" and its own reason
         assert re.match(r"[A-Z_0-9]+ \S+ -> \S+", out["strategies"][name]), out["strategies"][name]
         assert f"(why: {name}: " in out["strategies"][name]
+
+
+def test_run_refuses_to_start_without_bubblewrap_and_names_the_install(ws: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no bwrap on PATH
+    r = runner.invoke(app, ["run", "--max-experiments", "1"])
+    assert r.exit_code == 2, r.output
+    assert "bubblewrap (bwrap) is not installed" in r.output and "apt-get install -y bubblewrap" in r.output
+    assert 'sandbox = "none"' in r.output
+    assert not (ws / "experiments.db").exists()  # refused before anything started

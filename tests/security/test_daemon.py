@@ -101,3 +101,42 @@ def _cmdline(p: Path) -> bytes:
         return (p / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_pickled_weights_are_a_crash_of_the_change_and_never_loaded(make_ws) -> None:  # noqa: F811
+    """A train.py that hands over a pickle instead of data: the evaluator refuses it (exit 65, as
+    the real evaluate.py does; tests/security/test_attacks.py shows that one on real weights) and
+    the loop records a crash of the change, not a harness error: the night goes on."""
+    ws = make_ws()
+    src = (FIXTURE / "train.py").read_text() + '''
+import os, pickle
+out = os.environ["LOOPER_OUT"]
+with open(os.path.join(out, "weights.pt"), "wb") as f:
+    pickle.dump({"model": "anything", "payload": ("os", "system")}, f)
+'''
+    ws.enqueue("pickled weights", source=src)
+    r = ws.looper("run", "--max-experiments", "1", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    row = ws.by_description()["pickled weights"]
+    reasons = " ".join(json.loads(row["blocking_json"]))
+    assert row["status"] == "crash", (row["status"], reasons)
+    assert "the weights train.py wrote are not data" in reasons and "weights refused" in reasons
+    assert row["failure_signature"] and row["score"] is None
+
+
+def test_a_planted_baseline_file_halts_before_it_is_used(make_ws) -> None:  # noqa: F811
+    """A baselines/ file the database never recorded (planted by anything but `looper baseline
+    approve`) is a harness error naming it, before any candidate is gated against it."""
+    ws = make_ws()
+    ws.enqueue("a change", source=(FIXTURE / "train.py").read_text() + "\n# a change\n")
+    (ws.root / "baselines").mkdir(exist_ok=True)
+    planted = ws.root / "baselines" / "2999-12-31.json"
+    planted.write_text(json.dumps({"metrics": {"weighted_f1": 0.0, "classes": {}}, "score": 0.0}))
+    r = ws.looper("run", "--max-experiments", "1", timeout=300)
+    assert r.returncode == 3, r.stdout + r.stderr
+    with ws.db() as con:
+        rows = [dict(x) for x in con.execute("SELECT * FROM experiments ORDER BY id")]
+        halts = [x["message"] for x in con.execute("SELECT message FROM events WHERE kind = 'halt'")]
+    assert len(halts) == 1 and "baselines/2999-12-31.json was not approved through looper" in halts[0], halts
+    assert "baselines/2999-12-31.json" in r.stdout + r.stderr
+    assert not [row for row in rows if row["kind"] == "candidate" and row["status"] in ("keep", "discard")]
