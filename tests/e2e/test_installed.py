@@ -206,6 +206,8 @@ def test_installed_looper_inits_and_measures_a_baseline(installed: Installed, ni
     assert base["status"] == "keep" and base["score"] is not None, (night.rows, night.said)
     assert len(night.candidates) == 1, (night.rows, night.said)
     assert list((night.ws / "runs" / "tiny").glob("*/*/out/weights.pt")), night.said
+    # evaluated in the sandbox: from the harness's read-only copy of evaluate.py (looper/sandbox.py)
+    assert list((night.ws / "runs" / "tiny").glob("*/*/eval/evaluate.py")), night.said
 
 
 def test_installed_night_with_a_baseline_that_found_something_exits_0(night: Night) -> None:
