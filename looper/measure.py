@@ -49,7 +49,10 @@ class Measurement:
 
 
 def mean_metrics(runs: list[dict]) -> dict:
-    """Average the numeric fields of several METRICS.json objects (reruns of one source)."""
+    """Average the numeric fields of several METRICS.json objects (reruns of one source).
+
+    Rates are mean values; counts (tp, fp, fn, support) are the mean rounded to a whole number;
+    per-instance lists are left out (each run's own METRICS.json keeps them, in the runs table)."""
     if len(runs) == 1:
         return runs[0]
 
@@ -66,9 +69,16 @@ def mean_metrics(runs: list[dict]) -> dict:
     for name, first in runs[0].get("classes", {}).items():
         row: dict[str, Any] = {}
         for k in first:
+            if isinstance(first[k], list):
+                continue  # per-instance lists ("found") belong to one run: each run keeps its own
             vals = [r.get("classes", {}).get(name, {}).get(k) for r in runs]
             nums = [v for v in vals if numeric(v)]
-            row[k] = statistics.fmean(nums) if len(nums) == len(vals) and nums else first[k]
+            if len(nums) != len(vals) or not nums:
+                row[k] = first[k]
+            elif all(isinstance(v, int) for v in nums):  # counts (tp, fp, fn, support) stay whole numbers
+                row[k] = round(statistics.fmean(nums))
+            else:
+                row[k] = statistics.fmean(nums)
         classes[name] = row
     out["classes"] = classes
     out["runs"] = len(runs)
