@@ -275,6 +275,52 @@ class _State:
     lines: int = 0
 
 
+def _pump(proc: subprocess.Popen, state: _State, log: Any, on_line: Callable[[str], None] | None) -> None:
+    """Read the child's output until it closes: the log, the tail, the line count, signs of life."""
+    try:
+        assert proc.stdout is not None
+        # Read raw chunks: progress bars use '\r' without '\n' and still count as life.
+        buf = b""
+        while True:
+            chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096)
+            if not chunk:
+                break
+            state.last_output = time.monotonic()
+            lines, buf = split_lines(buf + chunk)
+            state.lines += len(lines)
+            emit_lines(lines, log, state.tail, on_line)
+        lines, _ = split_lines(buf, final=True)
+        state.lines += len(lines)
+        emit_lines(lines, log, state.tail, on_line)
+    except (ValueError, OSError):  # the log or pipe was closed under us: the run is over
+        pass
+
+
+def _enforce(proc: subprocess.Popen, state: _State, limits: Limits, start: float,
+             cancel: threading.Event | None) -> str:
+    """Wait for the child, enforcing the budget, the stall limit and a cancel from outside
+    (SIGTERM to the group, SIGKILL ``kill_after`` later); what stopped it, "" when it ended itself."""
+    stopped_by = ""
+    term_at: float | None = None
+    while proc.poll() is None:
+        now = time.monotonic()
+        if not stopped_by:
+            if limits.budget_seconds is not None and now - start > limits.budget_seconds:
+                stopped_by = "budget"
+            elif limits.stall_seconds is not None and now - state.last_output > limits.stall_seconds:
+                stopped_by = "stall"
+            elif cancel is not None and cancel.is_set():
+                stopped_by = "cancel"
+            if stopped_by:
+                _kill_group(proc, signal.SIGTERM)
+                term_at = now
+        elif term_at is not None and now - term_at > limits.kill_after:
+            _kill_group(proc, signal.SIGKILL)
+            term_at = None
+        time.sleep(0.1)
+    return stopped_by
+
+
 def supervise(
     argv: Sequence[str],
     *,
@@ -304,49 +350,9 @@ def supervise(
         trail = _trail_add(proc.pid, argv)
         if on_start:
             on_start(proc.pid)
-
-        def pump() -> None:
-            try:
-                _pump()
-            except (ValueError, OSError):  # the log or pipe was closed under us: the run is over
-                pass
-
-        def _pump() -> None:
-            assert proc.stdout is not None
-            # Read raw chunks: progress bars use '\r' without '\n' and still count as life.
-            buf = b""
-            while True:
-                chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096)
-                if not chunk:
-                    break
-                state.last_output = time.monotonic()
-                lines, buf = split_lines(buf + chunk)
-                state.lines += len(lines)
-                emit_lines(lines, log, state.tail, on_line)
-            lines, _ = split_lines(buf, final=True)
-            state.lines += len(lines)
-            emit_lines(lines, log, state.tail, on_line)
-
-        reader = threading.Thread(target=pump, daemon=True)
+        reader = threading.Thread(target=_pump, args=(proc, state, log, on_line), daemon=True)
         reader.start()
-        stopped_by = ""
-        term_at: float | None = None
-        while proc.poll() is None:
-            now = time.monotonic()
-            if not stopped_by:
-                if limits.budget_seconds is not None and now - start > limits.budget_seconds:
-                    stopped_by = "budget"
-                elif limits.stall_seconds is not None and now - state.last_output > limits.stall_seconds:
-                    stopped_by = "stall"
-                elif cancel is not None and cancel.is_set():
-                    stopped_by = "cancel"
-                if stopped_by:
-                    _kill_group(proc, signal.SIGTERM)
-                    term_at = now
-            elif term_at is not None and now - term_at > limits.kill_after:
-                _kill_group(proc, signal.SIGKILL)
-                term_at = None
-            time.sleep(0.1)
+        stopped_by = _enforce(proc, state, limits, start, cancel)
         # The leader is gone; make sure nothing of its group outlives it.
         _kill_group(proc, signal.SIGKILL)
         reader.join(timeout=5)
