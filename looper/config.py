@@ -86,6 +86,7 @@ class LoopConfig(_Section):
     until: str = ""
     stuck_after: int = Field(default=3, ge=1)
     noise_reruns: int = Field(default=2, ge=0)
+    baseline_seeds: int = Field(default=3, ge=2)  # seeds of a tag's baseline: the measured noise (>= 2)
     workers: int = Field(default=1, ge=1)
 
     @field_validator("tag")

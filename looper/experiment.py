@@ -401,9 +401,9 @@ def reset_checkout(cand: Candidate) -> None:
 
 # ====================================================================== the baseline and verify
 def measure_baseline(ctx: Context, w: Worker) -> Result:
-    """Measure the train.py the tag starts from with noise_reruns + 1 seeds: the noise the gate uses."""
+    """Measure the train.py the tag starts from with ``baseline_seeds`` seeds: the noise the gate uses."""
     assert ctx.wt is not None
-    seeds = [ctx.cfg.data.seed + i for i in range(ctx.cfg.loop.noise_reruns + 1)]
+    seeds = [ctx.cfg.data.seed + i for i in range(ctx.cfg.loop.baseline_seeds)]
     source = (ctx.wt.path / "train.py").read_text()
     description = "baseline: the train.py the tag started from"
     exp_id = ctx.store.start_experiment(tag=ctx.tag, kind="baseline", parent=None, seed=seeds[0],

@@ -246,3 +246,13 @@ def test_a_halt_page_shows_only_the_facts_of_its_own_failure(ws, pages):
     assert "No experiment finished this run." in body
     (halt,) = ws.events("halt")
     assert halt["experiment_id"] is None
+
+
+@pytest.mark.parametrize("seeds", [2, 3])
+def test_the_baseline_runs_baseline_seeds_seeds_whatever_the_candidate_reruns(ws, seeds):
+    loop = ready(ws, **{"loop.baseline_seeds": seeds, "loop.noise_reruns": 0})
+    (base,) = baselines(ws)
+    runs = loop.ctx.store.run_records(base["id"])
+    assert sorted(r.seed for r in runs) == list(range(seeds))
+    verdict = json.loads(base["verdict_json"])
+    assert verdict["status"] == "pass"
