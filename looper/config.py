@@ -87,6 +87,7 @@ class LoopConfig(_Section):
     stuck_after: int = Field(default=3, ge=1)
     noise_reruns: int = Field(default=2, ge=0)
     baseline_seeds: int = Field(default=3, ge=2)  # seeds of a tag's baseline: the measured noise (>= 2)
+    max_steps: int = Field(default=0, ge=0)  # a step budget for every run (LOOPER_MAX_STEPS); 0: wall clock only
     workers: int = Field(default=1, ge=1)
 
     @field_validator("tag")

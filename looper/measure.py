@@ -142,7 +142,7 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
     tr = w.executor.train(
         TrainJob(checkout=ck, out_dir=out, seed=seed, budget_seconds=budget,
                  grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
-                 log_path=rd / "train.log", device=w.device),
+                 log_path=rd / "train.log", device=w.device, max_steps=ctx.cfg.loop.max_steps),
         ctx.display.log_line, ctx.cancel)
     m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd)
     if tr.cancelled or ctx.cancel.is_set():
@@ -258,7 +258,7 @@ def canary(ctx: Context, w: Worker, exp_id: int) -> bool:
         tr = w.executor.train(
             TrainJob(checkout=scratch, out_dir=rd / "out", seed=ctx.cfg.data.seed, budget_seconds=budget,
                      grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
-                     log_path=rd / "train.log", device=w.device),
+                     log_path=rd / "train.log", device=w.device, max_steps=ctx.cfg.loop.max_steps),
             ctx.display.log_line, ctx.cancel)
         failed = not tr.clean_exit and not tr.cancelled
         ctx.event("note", f"canary of kept {kept[:10]}: {'FAILED' if failed else 'ok'}", exp_id)

@@ -256,3 +256,12 @@ def test_the_baseline_runs_baseline_seeds_seeds_whatever_the_candidate_reruns(ws
     assert sorted(r.seed for r in runs) == list(range(seeds))
     verdict = json.loads(base["verdict_json"])
     assert verdict["status"] == "pass"
+
+
+@pytest.mark.parametrize("max_steps", [0, 77])
+def test_a_step_budget_reaches_every_run_through_the_sandbox(ws, max_steps):
+    """[loop] max_steps -> LOOPER_MAX_STEPS in train.py's environment (absent when 0)."""
+    loop = ready(ws, **{"loop.max_steps": max_steps})
+    (base,) = baselines(ws)
+    seen = [r.train.get("max_steps") for r in loop.ctx.store.run_records(base["id"])]
+    assert seen and all(s == max_steps for s in seen), seen

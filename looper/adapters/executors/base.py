@@ -51,6 +51,7 @@ class TrainJob:
     stall_seconds: float
     log_path: Path
     device: str = ""
+    max_steps: int = 0  # a step budget (LOOPER_MAX_STEPS); 0: the wall clock alone
 
 
 @dataclass

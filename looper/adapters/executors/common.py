@@ -46,13 +46,16 @@ def child_env(yolo_config_dir: str, extra: dict[str, str] | None = None, **value
 
 def train_vars(job: TrainJob, data: str, out: str) -> dict[str, str]:
     """The train.py interface (docs: the workspace contract) as environment variables."""
-    return {
+    env = {
         "LOOPER_BUDGET_SECONDS": str(int(job.budget_seconds)),
         "LOOPER_DATA": data,
         "LOOPER_OUT": out,
         "LOOPER_SEED": str(job.seed),
         "LOOPER_DEVICE": job.device or "cpu",
     }
+    if job.max_steps > 0:  # a step budget: a busy machine cannot silently shrink a run
+        env["LOOPER_MAX_STEPS"] = str(int(job.max_steps))
+    return env
 
 
 def eval_command(python: str, evaluate_py: str, weights: str, data: str, out: str, device: str) -> list[str]:
