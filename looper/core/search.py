@@ -143,6 +143,14 @@ def _check(knobs: Sequence[Knob], current: Mapping[str, Any]) -> None:
         raise PlanError(f"search plan ranks knob(s) {', '.join(missing)} that train.py's block does not have")
 
 
+def _space(knobs: Sequence[Knob], current: Mapping[str, Any], history: Sequence[PastExperiment],
+           in_flight: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], _Seen, list[_Gene]]:
+    """What each experiment ran with, what may not be drawn, and the genes: a strategy's search space."""
+    _check(knobs, current)
+    ran, bases = _reconstruct(current, history)
+    return ran, _seen(knobs, current, history, in_flight, ran, bases), _genes(knobs, current)
+
+
 def _proposal(current: Mapping[str, Any], values: Mapping[str, Any], phase: int, rationale: str) -> PlanProposal:
     changes = {n: (current[n], v) for n, v in values.items() if _norm(v) != _norm(current[n])}
     return PlanProposal(changes, phase, describe(changes), rationale)
@@ -153,10 +161,7 @@ def random_proposal(knobs: Sequence[Knob], current: Mapping[str, Any], history: 
     """Every ranked knob drawn uniformly from its ladder (plus its current value)."""
     if not knobs:
         return Exhausted("the search plan ranks no knobs")
-    _check(knobs, current)
-    ran, bases = _reconstruct(current, history)
-    seen = _seen(knobs, current, history, in_flight, ran, bases)
-    genes = _genes(knobs, current)
+    _ran, seen, genes = _space(knobs, current, history, in_flight)
     rng = random.Random(f"random:{seed}:{len(history)}")
     for attempt in range(_DRAWS):
         values = {g.knob.name: rng.choice(g.values) for g in genes}
@@ -188,10 +193,7 @@ def evolve_proposal(knobs: Sequence[Knob], current: Mapping[str, Any], history: 
     """A mutation of a fit parent's knob set (the Ultralytics Tuner's scheme on the gated score)."""
     if not knobs:
         return Exhausted("the search plan ranks no knobs")
-    _check(knobs, current)
-    ran, bases = _reconstruct(current, history)
-    seen = _seen(knobs, current, history, in_flight, ran, bases)
-    genes = _genes(knobs, current)
+    ran, seen, genes = _space(knobs, current, history, in_flight)
     # The population: the current best (its score is the best known) and every measured run.
     best = baseline_score
     pop: list[tuple[float, dict[str, Any], str]] = []
