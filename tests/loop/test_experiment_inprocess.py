@@ -24,6 +24,8 @@ from looper.loop import Loop
 from looper.program import parse_program
 from looper.store import Store
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: real git, real sandboxed runs of the fixture train.py
+
 
 def night(ws, pages=None, display: Display | None = None, **over: object) -> Loop:
     """A Loop on the workspace, as `looper run` builds it; ``over``: "section.key" -> value."""

@@ -26,12 +26,10 @@ import pytest
 from looper import proc, sandbox
 from looper.core.failure import FailureEvidence, classify_failure
 from looper.core.verdict import Outcome
-from looper.sandbox import SandboxPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(sandbox.find_bwrap(SandboxPolicy()) is None, reason="bubblewrap is not installed"),
 ]
 
 # The honest part every attack runs first: a few real optimiser steps of a tiny YOLO detector,

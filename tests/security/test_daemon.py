@@ -21,12 +21,8 @@ from pathlib import Path
 import pytest
 from harness import FIXTURE, make_ws, pages  # noqa: F401  (pytest fixtures)
 
-from looper import sandbox
-from looper.sandbox import SandboxPolicy
-
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(sandbox.find_bwrap(SandboxPolicy()) is None, reason="bubblewrap is not installed"),
 ]
 
 SITE = Path(next(p for p in sys.path if p.endswith("site-packages")))

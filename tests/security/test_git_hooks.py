@@ -10,7 +10,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from looper.adapters.gitops import Workspace, no_hooks_dir
+
+pytestmark = pytest.mark.e2e  # the end-to-end tier: real git
 
 HOOKS = ("post-commit", "prepare-commit-msg", "reference-transaction", "post-checkout", "post-merge",
          "pre-auto-gc", "post-rewrite", "pre-commit", "commit-msg")

@@ -8,7 +8,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from looper import proc
+
+pytestmark = pytest.mark.e2e  # the end-to-end tier: real process groups
 
 
 def _alive(pid: int) -> bool:

@@ -19,8 +19,9 @@ import pytest
 from looper import proc, sandbox
 from looper.sandbox import SandboxPolicy
 
-pytestmark = pytest.mark.skipif(sandbox.find_bwrap(SandboxPolicy()) is None,
-                                reason="bubblewrap is not installed (apt-get install bubblewrap)")
+# The end-to-end tier (a real sandbox). bubblewrap is in the base set scripts/setup_system.sh installs:
+# a machine without it fails these tests (the sandbox's own error names the install), never skips them.
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture()

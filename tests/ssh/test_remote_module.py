@@ -19,6 +19,8 @@ from looper import remote
 from looper.datahash import tree_hash
 from looper.proc import group_gone
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: real processes and process groups
+
 
 @pytest.fixture
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
