@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,12 +215,15 @@ def _env_args(env: Mapping[str, str], clear: bool = True) -> list[str]:
 
 
 def _python_roots(python: str) -> list[Path]:
-    """The interpreter's folders (venv and base install) and the looper package's source."""
+    """The interpreter's folders (venv and base install), the looper package's source, and every
+    package folder on this process's import path (a .pth file can add another venv's site-packages;
+    the run's python is the daemon's own for a local executor)."""
     import looper
 
     exe = Path(shutil.which(python) or python)
     roots = [exe.parent.parent, Path(os.path.realpath(exe)).parent.parent,
              Path(looper.__file__).resolve().parent.parent]
+    roots += [Path(p) for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages")]
     return roots
 
 

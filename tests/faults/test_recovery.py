@@ -14,6 +14,8 @@ import subprocess
 import pytest
 from faultkit import assert_nothing_lost, baseline_only, kill_pids, procs_with_env, runs_rows
 
+from looper.proc import group_gone
+
 pytestmark = pytest.mark.e2e
 
 
@@ -112,7 +114,8 @@ def test_kill_9_during_evaluation(make_ws):
     killed, _new = _restart_and_continue(ws)
     _assert_interrupted(killed)
     assert ws.events("recover")
-    for pgid in left:  # the orphaned evaluator was ended
+    for pgid in left:  # the orphaned evaluator (it would sleep 60 s) was ended by the recovery
+        assert group_gone(pgid, within=15), f"process group {pgid} outlived the recovery"
         with pytest.raises(ProcessLookupError):
             os.killpg(pgid, 0)
     assert_nothing_lost(ws, recovered=True)
