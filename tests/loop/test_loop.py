@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from faults.faultkit import assert_nothing_lost, baseline_only
 
+from looper.proc import group_gone
+
 pytestmark = pytest.mark.e2e
 
 
@@ -340,7 +342,8 @@ def test_kill_9_mid_training_then_restart_recovers_and_continues(make_ws):
     base = _one(ws.rows("baseline"))
     assert kept["parent"] == base["commit"]  # continued from the last kept commit
     assert ws.events("recover")
-    for p in left:  # the orphaned training process group was ended
+    for p in left:  # the orphaned training process group (it hangs for 60 s) was ended by the recovery
+        assert group_gone(int(p.stem), within=15), f"process group {p.stem} outlived the recovery"
         with pytest.raises(ProcessLookupError):
             os.killpg(int(p.stem), 0)
     assert_nothing_lost(ws, recovered=True)
