@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from looper import proc
-from looper.adapters.executors.base import RunResult, TrainJob
+from looper.adapters.executors.base import EvalJob, RunResult, TrainJob
 from looper.core.verdict import Verdict
 from looper.datahash import tree_hash
 
@@ -118,3 +118,14 @@ class DataFolder:
 
     def use_data(self, data_dir: str) -> None:
         self._data_dir = data_dir
+
+
+def sandboxed_eval_argv(python: str, job: EvalJob, data_dir: Path, env: dict[str, str], policy: Any,
+                        **node: Any) -> list[str]:
+    """``python -I`` on the harness's copy of evaluate.py (``eval/`` next to METRICS.json) in the
+    evaluation sandbox, writing ``eval/out/METRICS.json``; ``node``: a compute node's device list and bwrap."""
+    from looper import sandbox
+
+    eval_dir = job.metrics_path.parent / "eval"
+    return sandbox.eval_argv(python, eval_dir / "evaluate.py", weights=job.weights, data_dir=data_dir,
+                             out_dir=eval_dir / "out", env=env, device=job.device, policy=policy, **node)

@@ -17,6 +17,7 @@ from looper.adapters.executors.common import (
     local_preflight,
     prepare_local_data,
     run_result,
+    sandboxed_eval_argv,
     train_vars,
 )
 from looper.adapters.gpu import NvmlProbe
@@ -58,11 +59,8 @@ class LocalExecutor(DataFolder):
         evaluation sandbox, writing ``eval/out/METRICS.json``; the plain command when opted out."""
         if not self.sandbox.enabled:
             return self.plain_eval_argv(job)
-        eval_dir = job.metrics_path.parent / "eval"
         env = self._env(LOOPER_DEVICE=job.device or "cpu")  # no secrets in an argv: the rest is inherited
-        return sandbox.eval_argv(self.python, eval_dir / "evaluate.py", weights=job.weights,
-                                 data_dir=self._data_path(self._data_dir), out_dir=eval_dir / "out", env=env,
-                                 device=job.device, policy=self.sandbox)
+        return sandboxed_eval_argv(self.python, job, self._data_path(self._data_dir), env, self.sandbox)
 
     def plain_train_argv(self, job: TrainJob) -> list[str]:
         """The training command, run in ``job.checkout``."""

@@ -57,6 +57,7 @@ from looper.adapters.executors.common import (
     last_lines,
     local_preflight,
     prepare_local_data,
+    sandboxed_eval_argv,
     train_vars,
 )
 from looper.core.verdict import Verdict
@@ -372,11 +373,9 @@ class SlurmExecutor(DataFolder):
         shared filesystem) in the evaluation sandbox on the node; the plain command when opted out."""
         if not self.sandbox.enabled:
             return self.plain_eval_argv(job)
-        eval_dir = job.metrics_path.parent / "eval"
         env = self._env(LOOPER_DEVICE=job.device or "cpu")  # no secrets in an argv: the rest is inherited
-        return sandbox.eval_argv(self.python, eval_dir / "evaluate.py", weights=job.weights,
-                                 data_dir=self._data_path(self._data_dir), out_dir=eval_dir / "out", env=env,
-                                 device=job.device, policy=self.sandbox, devices=NODE_GPU_DEVICES, bwrap="bwrap")
+        return sandboxed_eval_argv(self.python, job, self._data_path(self._data_dir), env, self.sandbox,
+                                   devices=NODE_GPU_DEVICES, bwrap="bwrap")
 
     def plain_train_argv(self, job: TrainJob) -> list[str]:
         """The training command, run in ``job.checkout`` on the compute node."""
