@@ -33,7 +33,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
@@ -87,8 +87,18 @@ class LoopConfig(_Section):
     stuck_after: int = Field(default=3, ge=1)
     noise_reruns: int = Field(default=2, ge=0)
     baseline_seeds: int = Field(default=3, ge=2)  # seeds of a tag's baseline: the measured noise (>= 2)
-    max_steps: int = Field(default=0, ge=0)  # a step budget for every run (LOOPER_MAX_STEPS); 0: wall clock only
+    # a step budget for every run (LOOPER_MAX_STEPS); 0: wall clock only; "auto": measured per tag
+    # by a warm-up run (looper.core.budget)
+    max_steps: Annotated[int, Field(ge=0)] | Literal["auto"] = 0
     workers: int = Field(default=1, ge=1)
+
+    @field_validator("max_steps", mode="before")
+    @classmethod
+    def _max_steps(cls, v: Any) -> Any:
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            return v
+        raise ValueError('expected a whole number of optimizer steps >= 0 (0: the wall clock alone) or "auto" '
+                         f"(measured per tag by a warm-up run), got {v!r}")
 
     @field_validator("tag")
     @classmethod

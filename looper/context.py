@@ -63,7 +63,8 @@ class NightStats:
 
 
 # What a tag's baseline depends on: a change to any of these since it was measured starts a new one.
-BASELINE_DEPENDS_ON = (("loop", "budget_seconds"), ("data", "scale"), ("data", "seed"), ("executor", "kind"))
+BASELINE_DEPENDS_ON = (("loop", "budget_seconds"), ("loop", "max_steps"), ("data", "scale"), ("data", "seed"),
+                       ("executor", "kind"))
 
 
 def baseline_drift(then: dict | None, now: dict) -> list[str]:
@@ -150,6 +151,14 @@ class Context:
     def last_kept_commit(self) -> str | None:
         commits = [r.commit for r in self.store.find_experiments(tag=self.tag, status=Outcome.KEEP) if r.commit]
         return commits[-1] if commits else None
+
+    def max_steps(self) -> int:
+        """The step budget every run of the tag trains (LOOPER_MAX_STEPS; 0: the wall clock alone):
+        ``[loop] max_steps``, or with ``"auto"`` the one the tag's warm-up run measured (0 until then)."""
+        if self.cfg.loop.max_steps != "auto":
+            return int(self.cfg.loop.max_steps)
+        noise = (self.pinned.noise if self.pinned else None) or {}
+        return int(noise.get("max_steps") or 0)
 
     def branch_tip(self) -> str:
         assert self.wt is not None

@@ -31,6 +31,10 @@ from looper.errors import HarnessError, LooperError, StuckError, UsageError
 from looper.measure import Measurement, mean_metrics, measure, preflight, record_run
 from looper.store import ExperimentRecord
 
+CUT_SHORT_ADVICE = ("The wall clock ended a baseline run before the tag's step budget: this machine is slower now "
+                    "than when the budget was measured (another job on it?). Free the machine, or lower "
+                    "[loop] max_steps (with \"auto\", starting again measures a new warm-up), and start `looper run` "
+                    "again.")
 RACE_REASON = "conflicts with kept change"  # a raced candidate's idea is handed back, not excluded
 GATE_ADVICE = ("The gate cannot judge candidates against this baseline. Change what the baseline depends on "
                "(a longer loop.budget_seconds, another data.scale or data.seed, another executor kind) and "
@@ -237,6 +241,7 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     if not m.measured:
         return ended(m, role)
     runs = [m.metrics]
+    cut = [f"seed {m.seed}: {m.cut_short}"] if m.cut_short else []
     simpler = core_scope.code_lines(cand.source) < core_scope.code_lines(cand.parent_source)
     reruns_left = cand.reruns
     while True:
@@ -249,11 +254,29 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
             if not r.measured:
                 return ended(r, "rerun")
             runs.append(r.metrics)
+            cut += [f"seed {r.seed}: {r.cut_short}"] if r.cut_short else []
     if d.outcome is Outcome.ERROR:
         baseline_cannot_gate = any(b.startswith("the baseline cannot gate") for b in d.verdict.blocking)
         return Result(Outcome.ERROR, d.verdict, halt="gate: " + "; ".join(d.verdict.blocking),
                       advice=GATE_ADVICE if baseline_cannot_gate else None)
-    return Result(d.outcome, d.verdict, score=d.score, metrics=mean_metrics(runs))
+    outcome, verdict = d.outcome, d.verdict
+    if cut:  # it did not train the tag's step budget: a keep stands (it won with fewer steps), a loss may be the clock's
+        outcome, verdict = not_comparable(d, cut, ctx.max_steps())
+    return Result(outcome, verdict, score=d.score, metrics=mean_metrics(runs))
+
+
+def not_comparable(d: core_gate.GateDecision, cut: list[str], max_steps: int) -> tuple[Outcome, Verdict]:
+    """A candidate run the wall clock ended before the tag's step budget trained less than its rivals.
+    A KEEP stands (it won with fewer steps); a DISCARD becomes INCONCLUSIVE (the loss may be the clock's,
+    a busy machine, not the change's); the verdict says which runs and why."""
+    note = (f"not comparable: {'; '.join(cut)} (the tag's runs train {max_steps} steps; the machine was slower "
+            "than when that budget was measured, or the change makes a step slower)")
+    metrics = {**d.verdict.metrics, "cut_short": cut,
+               "notes": [*(d.verdict.metrics.get("notes") or []), note]}
+    if d.outcome is not Outcome.DISCARD:
+        return d.outcome, d.verdict.model_copy(update={"metrics": metrics})
+    reasons = [note, *(f"would have discarded: {b}" for b in d.verdict.blocking)]
+    return Outcome.INCONCLUSIVE, Verdict.failed(*reasons, metrics=metrics)
 
 
 def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
@@ -410,6 +433,12 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
                                         config=ctx.cfg.redacted_dict(), description=description, source=source)
     ctx.store.update_experiment(exp_id, commit=ctx.wt.head(), started_at=now_iso())
     cand = Candidate("baseline", exp_id, w, None, source, source, description)
+    budget: dict[str, Any] = {}
+    if ctx.cfg.loop.max_steps == "auto":
+        warm = warm_up(ctx, cand)
+        if isinstance(warm, Result):
+            return settle(ctx, cand, warm)
+        budget = warm
     ctx.display.note(f"measuring the baseline with {len(seeds)} seed(s) to learn the noise")
     results = []
     for seed in seeds:
@@ -421,20 +450,59 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
                 Outcome.ERROR, Verdict.errored(*(f"baseline seed {seed}: {b}" for b in m.blocking)),
                 signature=m.signature, halt=f"the baseline train.py could not produce a result (seed {seed}, "
                                             f"{m.outcome.value}): " + "; ".join(m.blocking)))
+        if m.cut_short:  # the tag's reference did not train the tag's budget: nothing may be judged against it
+            why = f"baseline seed {seed}: {m.cut_short}"
+            return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=CUT_SHORT_ADVICE))
         results.append(m)
     scores = [float(r.metrics[ctx.cfg.gate.score]) for r in results]
     mean, sigma = statistics.fmean(scores), (statistics.stdev(scores) if len(scores) > 1 else None)
     metrics = {**mean_metrics([r.metrics for r in results]), "seed_scores": scores}
-    ctx.store.set_tag_noise(ctx.tag, {"sigma": sigma, "scores": scores, "seeds": seeds})
+    ctx.store.set_tag_noise(ctx.tag, {**budget, "sigma": sigma, "scores": scores, "seeds": seeds})
     ctx.pinned = ctx.store.tag_record(ctx.tag)
     result = settle(ctx, cand, Result(Outcome.KEEP, Verdict.passed({"score": mean, "noise_sigma": sigma,
-                                                                     "seeds": seeds}), score=mean, metrics=metrics))
+                                                                     "seeds": seeds, **budget}),
+                                      score=mean, metrics=metrics))
     dead = core_gate.dead_gates(metrics, ctx.cfg.gate.max_class_drop)
     ctx.event("baseline", f"baseline #{exp_id}: {ctx.cfg.gate.score} mean {mean:.4f} over seeds {seeds}, "
                           f"sigma {sigma if sigma is None else round(sigma, 4)}; {len(dead)} dead gate(s)",
               exp_id, {"dead_gates": dead})
     ctx.display.outcome(exp_id, "baseline", mean, f"sigma={sigma}", mean)
     return result
+
+
+def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
+    """``[loop] max_steps = "auto"``: train the baseline once under the wall clock alone (it also takes
+    the tag's cold start) and pin the tag's step budget from the steps it fitted (core.budget). Returns
+    what is pinned, or the Result that ends the baseline when the warm-up could not train."""
+    from looper.core.budget import HEADROOM, step_budget
+    from looper.measure import train
+
+    ctx.store.set_tag_noise(ctx.tag, {})  # a new baseline forgets the old budget: the warm-up runs unbudgeted
+    ctx.pinned = ctx.store.tag_record(ctx.tag)
+    seed = ctx.cfg.data.seed
+    ctx.display.note("warm-up: one run under the wall clock alone measures the tag's step budget")
+    rd = ctx.runs_dir(cand.exp_id, "warmup", seed)
+    (rd / "out").mkdir()
+    m = train(ctx, cand.worker, cand.exp_id, "warmup", seed, float(ctx.cfg.loop.budget_seconds),
+              cand.checkout or cand.worker.wt.path, rd)
+    cand.spent += m.train_seconds
+    cand.timing["train_seconds"] = cand.timing.get("train_seconds", 0.0) + m.train_seconds  # the baseline's cost
+    if m.outcome is Outcome.INTERRUPTED:
+        return Result(Outcome.INTERRUPTED, Verdict.errored("stopped during the warm-up run"))
+    if not m.measured:
+        return Result(Outcome.ERROR, Verdict.errored(*(f"warm-up: {b}" for b in m.blocking)), signature=m.signature,
+                      halt=f"the baseline train.py could not train its warm-up run ({m.outcome.value}): "
+                           + "; ".join(m.blocking))
+    tj = m.train_json or {}
+    steps = tj.get("steps")
+    pinned = {"max_steps": step_budget(int(steps)),
+              "warmup": {"steps": steps, "seconds": tj.get("seconds"), "stopped_by": tj.get("stopped_by"),
+                         "headroom": HEADROOM}}
+    ctx.store.set_tag_noise(ctx.tag, pinned)
+    ctx.pinned = ctx.store.tag_record(ctx.tag)
+    ctx.event("baseline", f"warm-up #{cand.exp_id}: {steps} steps in {ctx.cfg.loop.budget_seconds} s; "
+                          f"the tag's runs train {pinned['max_steps']} steps ({HEADROOM:.0%})", cand.exp_id, pinned)
+    return pinned
 
 
 def verify(ctx: Context) -> Verdict:

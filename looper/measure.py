@@ -16,6 +16,7 @@ from typing import Any
 from looper.adapters.executors import EvalJob, Executor, RunResult, TrainJob
 from looper.adapters.executors.base import FIXED_FILES
 from looper.context import Context, Worker, now_iso
+from looper.core import budget as core_budget
 from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
 from looper.core.verdict import Outcome, Verdict
@@ -38,6 +39,7 @@ class Measurement:
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
     run_dir: Path | None = None
+    cut_short: str | None = None  # the wall clock ended it before its step budget (core.budget.cut_short)
 
     @property
     def measured(self) -> bool:
@@ -137,12 +139,13 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
           rd: Path) -> Measurement:
     """The training run and the evidence it left: a Measurement still PENDING when it trained."""
     out = rd / "out"
+    max_steps = ctx.max_steps()
     ctx.store.set_phase(exp_id, f"train ({role}, seed {seed})")
     ctx.display.set_phase(exp_id, f"{ctx.wlabel(w)}train {role} seed={seed}", budget)
     tr = w.executor.train(
         TrainJob(checkout=ck, out_dir=out, seed=seed, budget_seconds=budget,
                  grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
-                 log_path=rd / "train.log", device=w.device, max_steps=ctx.cfg.loop.max_steps),
+                 log_path=rd / "train.log", device=w.device, max_steps=max_steps),
         ctx.display.log_line, ctx.cancel)
     m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd)
     if tr.cancelled or ctx.cancel.is_set():
@@ -161,6 +164,7 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         train_json=m.train_json))
     if not tv.ok:
         return m.ended(Outcome.VACUOUS if core_evidence.is_vacuous(tv) else Outcome.ERROR, *tv.blocking)
+    m.cut_short = core_budget.cut_short(m.train_json, max_steps)
     return m
 
 
@@ -258,7 +262,7 @@ def canary(ctx: Context, w: Worker, exp_id: int) -> bool:
         tr = w.executor.train(
             TrainJob(checkout=scratch, out_dir=rd / "out", seed=ctx.cfg.data.seed, budget_seconds=budget,
                      grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
-                     log_path=rd / "train.log", device=w.device, max_steps=ctx.cfg.loop.max_steps),
+                     log_path=rd / "train.log", device=w.device, max_steps=ctx.max_steps()),
             ctx.display.log_line, ctx.cancel)
         failed = not tr.clean_exit and not tr.cancelled
         ctx.event("note", f"canary of kept {kept[:10]}: {'FAILED' if failed else 'ok'}", exp_id)

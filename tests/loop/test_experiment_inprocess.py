@@ -176,17 +176,17 @@ def test_a_changed_budget_starts_a_new_baseline_and_says_so(ws):
     assert loop.ctx.store.best("t").id == second["id"]  # candidates now compare with the new one
 
 
-def test_what_a_baseline_depends_on_budget_data_scale_and_seed_executor_kind():
-    then = {"loop": {"budget_seconds": 20, "tag": "a"}, "data": {"scale": "tiny", "seed": 0},
+def test_what_a_baseline_depends_on_budget_step_budget_data_scale_and_seed_executor_kind():
+    then = {"loop": {"budget_seconds": 20, "max_steps": 0, "tag": "a"}, "data": {"scale": "tiny", "seed": 0},
             "executor": {"kind": "local"}, "agent": {"kind": "planner"}}
     now = json.loads(json.dumps(then))
     assert baseline_drift(then, now) == []
     now["loop"]["tag"], now["agent"]["kind"] = "b", "command"  # not what a baseline measures
     assert baseline_drift(then, now) == []
     now["loop"]["budget_seconds"], now["data"]["scale"], now["data"]["seed"] = 90, "demo", 1
-    now["executor"]["kind"] = "ssh"
-    assert baseline_drift(then, now) == ["loop.budget_seconds 20 -> 90", "data.scale tiny -> demo",
-                                         "data.seed 0 -> 1", "executor.kind local -> ssh"]
+    now["executor"]["kind"], now["loop"]["max_steps"] = "ssh", "auto"
+    assert baseline_drift(then, now) == ["loop.budget_seconds 20 -> 90", "loop.max_steps 0 -> auto",
+                                         "data.scale tiny -> demo", "data.seed 0 -> 1", "executor.kind local -> ssh"]
     assert baseline_drift(None, now) == [] and baseline_drift({"loop": {}}, now) == []  # unknown: unchanged
 
 
@@ -260,10 +260,64 @@ def test_the_baseline_runs_baseline_seeds_seeds_whatever_the_candidate_reruns(ws
     assert verdict["status"] == "pass"
 
 
-@pytest.mark.parametrize("max_steps", [0, 77])
+@pytest.mark.parametrize("max_steps", [0, 7])
 def test_a_step_budget_reaches_every_run_through_the_sandbox(ws, max_steps):
     """[loop] max_steps -> LOOPER_MAX_STEPS in train.py's environment (absent when 0)."""
     loop = ready(ws, **{"loop.max_steps": max_steps})
     (base,) = baselines(ws)
     seen = [r.train.get("max_steps") for r in loop.ctx.store.run_records(base["id"])]
     assert seen and all(s == max_steps for s in seen), seen
+
+
+# ---------------------------------------------------------------- the tag's step budget, measured ("auto")
+def test_auto_step_budget_warms_up_then_every_run_trains_the_pinned_steps(ws):
+    """max_steps = "auto": one warm-up under the wall clock alone (the fixture fits 10 steps), the tag pins
+    floor(0.8 x 10) = 8, and every baseline seed and every candidate run trains exactly 8."""
+    loop = ready(ws, **{"loop.max_steps": "auto"})
+    (base,) = baselines(ws)
+    warm = ws.root / "runs" / "t" / f"{base['id']:05d}" / "warmup-s0" / "out" / "train.json"
+    assert json.loads(warm.read_text())["max_steps"] == 0  # the warm-up had no step budget
+    noise = loop.ctx.store.tag_record("t").noise
+    n = loop.ctx.cfg.loop.baseline_seeds
+    assert noise["max_steps"] == 8 and noise["warmup"]["steps"] == 10 and len(noise["scores"]) == n
+    assert loop.ctx.max_steps() == 8
+    seen = [(r.train["max_steps"], r.train["steps"]) for r in loop.ctx.store.run_records(base["id"])]
+    assert seen == [(8, 8)] * n  # the warm-up is not one of the baseline's scored runs
+    (said,) = [e["message"] for e in ws.events("baseline") if e["message"].startswith("warm-up")]
+    assert "10 steps in 6 s" in said and "train 8 steps (80%)" in said
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    assert r.outcome is Outcome.KEEP and "cut_short" not in r.verdict.metrics
+    assert [x.train["max_steps"] for x in loop.ctx.store.run_records(r.exp_id)] == [8]
+    ready(ws, **{"loop.max_steps": "auto"})  # a restart keeps the tag's budget: no new warm-up, no new baseline
+    assert len(baselines(ws)) == 1 and loop.ctx.store.tag_record("t").noise["max_steps"] == 8
+
+
+def test_a_candidate_cut_short_by_the_wall_clock_is_not_discarded_on_its_loss(ws):
+    """A candidate whose runs stopped before the step budget trained less than the baseline: its loss may be
+    the clock's, so it is inconclusive and says why; the checkout is reset all the same."""
+    loop = ready(ws, **{"loop.max_steps": "auto"})
+    base = tip(ws)
+    ws.enqueue("slower and worse", knobs={"QUALITY": 0.2, "STEPS_FIT": 5})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    assert r.outcome is Outcome.INCONCLUSIVE, r.verdict
+    assert r.verdict.metrics["cut_short"] == ["seed 0: stopped by the wall clock at 5 of 8 steps"]
+    assert r.verdict.blocking[0].startswith("not comparable: seed 0: stopped by the wall clock at 5 of 8 steps")
+    assert any(b.startswith("would have discarded: ") for b in r.verdict.blocking[1:])
+    assert tip(ws) == base and ws.git("status", "--porcelain", cwd=ws.worktree) == ""
+    ws.enqueue("slower but better", knobs={"QUALITY": 0.9, "STEPS_FIT": 5})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    assert r.outcome is Outcome.KEEP  # it won with fewer steps: the win stands, flagged
+    assert r.verdict.metrics["cut_short"] == ["seed 0: stopped by the wall clock at 5 of 8 steps"]
+    assert any(n.startswith("not comparable: ") for n in r.verdict.metrics["notes"])
+
+
+def test_a_baseline_cut_short_by_the_wall_clock_halts_with_advice(ws):
+    """A step budget the machine cannot train (50 steps where the clock fits 10): the baseline is no reference."""
+    loop = night(ws, **{"loop.max_steps": 50})
+    halted = loop.setup()
+    assert halted is not None and isinstance(halted.error, HarnessError)
+    assert str(halted.error) == "baseline seed 0: stopped by the wall clock at 10 of 50 steps"
+    assert "slower now than when the budget was measured" in halted.advice
+    (row,) = ws.rows("baseline")
+    assert row["status"] == "error" and row["score"] is None

@@ -1,0 +1,48 @@
+"""The step budget of a tag (pure: no files, no clock).
+
+A wall-clock budget alone lets a busy machine shrink a run silently: the same train.py and seed
+fitted 455 to 591 optimizer steps into the same 150 s, and the score followed the steps
+(bench/RESULTS.md, "Noise at the source"). With ``[loop] max_steps = "auto"`` a tag starts with a
+warm-up run of its baseline train.py under the wall clock alone (it also takes the cold start:
+caches, page cache, settings); the tag's step budget is :func:`step_budget` of the steps that
+run fitted, stored with the tag, and every later run of the tag trains exactly that many steps
+(``LOOPER_MAX_STEPS``) while the wall clock is still enforced from outside. A run the wall clock
+ended before its step budget did not train what the others trained: :func:`cut_short` says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: The share of the warm-up's steps the tag's runs get: room for a machine up to 25 % slower (or a
+#: change up to 25 % slower per step) before the wall clock cuts a run short.
+HEADROOM = 0.8
+
+
+def step_budget(warmup_steps: int, headroom: float = HEADROOM) -> int:
+    """The tag's step budget from the optimizer steps its warm-up run fitted into the budget.
+
+    >>> step_budget(250)
+    200
+    """
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 1:
+        raise ValueError(f"the warm-up run must have trained at least one step, got {warmup_steps!r}")
+    if not (0.0 < headroom <= 1.0):
+        raise ValueError(f"headroom must be in (0, 1], got {headroom!r}")
+    return max(1, math.floor(warmup_steps * headroom))
+
+
+def cut_short(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
+    """Why a run did not train its step budget (the wall clock ended it first), or None.
+
+    ``train_json`` is the run's train.json (docs/INTERFACES.md): ``steps`` and ``stopped_by``.
+    Without a step budget (``max_steps`` 0) every run is what the wall clock made it: None."""
+    if max_steps <= 0 or not isinstance(train_json, dict):
+        return None
+    steps = train_json.get("steps")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps >= max_steps:
+        return None
+    by = train_json.get("stopped_by")
+    by = by if isinstance(by, str) and by else "something other than its step budget"
+    return f"stopped by the {'wall clock' if by == 'time' else by} at {steps} of {max_steps} steps"

@@ -1,0 +1,46 @@
+"""The tag's step budget (looper.core.budget): the warm-up's steps -> the budget; a run cut short."""
+
+from __future__ import annotations
+
+import pytest
+
+from looper.core.budget import HEADROOM, cut_short, step_budget
+
+
+@pytest.mark.parametrize("warmup, expected", [(1, 1), (2, 1), (10, 8), (250, 200), (251, 200), (455, 364)])
+def test_the_step_budget_is_the_headroom_share_of_the_warmup_steps_rounded_down(warmup, expected):
+    assert HEADROOM == 0.8
+    assert step_budget(warmup) == expected
+
+
+def test_the_step_budget_never_exceeds_what_the_warmup_fitted_and_never_drops_to_zero():
+    for steps in range(1, 2000):
+        assert 1 <= step_budget(steps) <= steps
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "250", True, None])
+def test_a_warmup_that_trained_nothing_has_no_step_budget(bad):
+    with pytest.raises(ValueError, match="at least one step"):
+        step_budget(bad)
+
+
+@pytest.mark.parametrize("headroom", [0.0, -0.1, 1.5])
+def test_a_headroom_outside_0_1_is_refused(headroom):
+    with pytest.raises(ValueError, match="headroom"):
+        step_budget(100, headroom)
+
+
+def test_a_run_the_wall_clock_ended_before_its_budget_is_cut_short_and_says_where():
+    assert cut_short({"steps": 150, "stopped_by": "time"}, 200) == "stopped by the wall clock at 150 of 200 steps"
+    assert cut_short({"steps": 3, "stopped_by": "epochs"}, 8) == "stopped by the epochs at 3 of 8 steps"
+    assert cut_short({"steps": 3}, 8) == "stopped by the something other than its step budget at 3 of 8 steps"
+
+
+@pytest.mark.parametrize("tj, budget", [
+    ({"steps": 200, "stopped_by": "steps"}, 200),  # met
+    ({"steps": 201, "stopped_by": "steps"}, 200),  # more is not less
+    ({"steps": 10, "stopped_by": "time"}, 0),  # no step budget: the wall clock is the budget
+    (None, 200), ({"steps": "150"}, 200), ({"steps": True}, 200), ({}, 200),  # nothing to read: train.json's check says so
+])
+def test_a_run_that_met_its_budget_or_had_none_is_not_cut_short(tj, budget):
+    assert cut_short(tj, budget) is None
