@@ -1,0 +1,184 @@
+"""Judge a pool of real runs with the real gate, many times over (issue 15, part 5).
+
+    .venv/bin/python bench/calibration_pool.py --scale demo --steps 200 --seeds 20 --degraded 12 --jobs 2
+    .venv/bin/python bench/calibration_resample.py --pool bench/out/calibration-pool
+
+The pool (bench/calibration_pool.py) holds real train.py + evaluate.py runs under one step budget:
+``baseline`` (the unchanged train.py), ``noop`` (train.py plus dead code) and ``degraded`` (LR0 too
+low), each seed its own run. Every judgement here is the loop's procedure on those runs: a
+baseline of ``--baseline-seeds`` runs, then candidate runs one seed at a time, handed with their
+METRICS.json to ``looper.core.gate.decide`` (the real gate) until it stops asking for seeds or
+``--reruns`` are spent. The runs of one judgement are distinct seeds, drawn at random from the pool:
+
+- A/A: baseline from ``baseline``, candidate from ``noop`` -> false-keep and false-discard rates;
+- planted: baseline from ``baseline``, candidate from ``degraded`` -> discard rate (detection);
+- repair: baseline (and current best) from ``degraded``, candidate from ``baseline`` + ``noop``
+  (the unchanged code) -> keep rate (detection).
+
+Why resample: a judgement costs 4 to 6 real runs; 10 independent judgements of each kind are
+hours on this CPU, while a pool of a few tens of seeds supports thousands of draws. Draws share
+runs, so they are not independent: the rate over ``--draws`` draws is a point estimate for this
+pool, and its uncertainty is that of the pool, stated as an exact (Clopper-Pearson) interval for
+the number of **disjoint** judgements the pool holds (every run used once), which is honest and
+wide. ``--check-pairs`` also reports whether the no-op reproduced the baseline's weights on the
+same seeds (pool runs ``noop-s0..2`` when present).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from scipy import stats as st  # noqa: E402
+
+from looper.core import gate as core_gate  # noqa: E402
+from looper.core.verdict import Outcome  # noqa: E402
+from looper.measure import mean_metrics  # noqa: E402
+
+
+def load_pool(root: Path, score: str) -> dict[str, list[dict[str, Any]]]:
+    """label -> runs (seed, metrics, steps, seconds), from ``root/runs/<label>-s<seed>``."""
+    pool: dict[str, list[dict[str, Any]]] = {}
+    for ck in sorted((root / "runs").glob("*-s*")):
+        label, _, seed = ck.name.rpartition("-s")
+        metrics_path, tj_path = ck / "METRICS.json", ck / "out" / "train.json"
+        if not (metrics_path.is_file() and tj_path.is_file()):
+            continue
+        metrics, tj = json.loads(metrics_path.read_text()), json.loads(tj_path.read_text())
+        pool.setdefault(label, []).append({"seed": int(seed), "metrics": metrics, "score": metrics.get(score),
+                                           "steps": tj.get("steps"), "max_steps": tj.get("max_steps"),
+                                           "seconds": tj.get("seconds")})
+    return pool
+
+
+def judge(cfg: core_gate.GateConfig, baseline: list[dict], best: list[dict], candidates: list[dict]) -> tuple[str, int]:
+    """The loop's judgement: one candidate seed, then one more per inconclusive look asking for it."""
+    base_metrics = [r["metrics"] for r in baseline]
+    reference = mean_metrics(base_metrics)
+    d = None
+    for i in range(len(candidates)):
+        inp = core_gate.GateInput(candidate=[r["metrics"] for r in candidates[:i + 1]],
+                                  best=[r["metrics"] for r in best], baseline=reference,
+                                  baseline_source="tag-start", baseline_runs=base_metrics)
+        d = core_gate.decide(inp, cfg, len(candidates) - 1 - i)
+        if d.outcome is not Outcome.INCONCLUSIVE or d.needs_reruns <= 0:
+            return d.outcome.value, i + 1
+    assert d is not None
+    return d.outcome.value, len(candidates)
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    if n == 0:
+        return 0.0, 1.0
+    a = (1 - level) / 2
+    lo = 0.0 if k == 0 else float(st.beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(st.beta.ppf(1 - a, k + 1, n - k))
+    return lo, hi
+
+
+def simulate(kind: str, base_pool: list[dict], cand_pool: list[dict], draws: int, n_base: int, looks: int,
+             cfg: core_gate.GateConfig, rng: random.Random) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    seeds_used: list[int] = []
+    if len(base_pool) < n_base or len([r for r in cand_pool if r not in base_pool]) < looks:
+        return {"kind": kind, "draws": 0, "counts": {}, "seeds_per_decision": 0.0, "disjoint_judgements": 0,
+                "skipped": f"the pool is too small: {len(base_pool)} reference and {len(cand_pool)} candidate runs"}
+    for _ in range(draws):
+        base = rng.sample(base_pool, n_base)
+        pool = [r for r in cand_pool if r not in base]
+        cand = rng.sample(pool, looks)
+        outcome, used = judge(cfg, base, base, cand)
+        counts[outcome] = counts.get(outcome, 0) + 1
+        seeds_used.append(used)
+    disjoint = min(len(base_pool) // n_base, len(cand_pool) // looks) if base_pool is not cand_pool else \
+        len(base_pool) // (n_base + looks)
+    return {"kind": kind, "draws": draws, "counts": counts, "seeds_per_decision": statistics.fmean(seeds_used),
+            "disjoint_judgements": disjoint}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pool", type=Path, default=HERE / "out" / "calibration-pool")
+    ap.add_argument("--draws", type=int, default=2000)
+    ap.add_argument("--baseline-seeds", type=int, default=3)
+    ap.add_argument("--reruns", type=int, default=2, help="the loop's noise_reruns: up to reruns + 1 candidate seeds")
+    ap.add_argument("--score", default="weighted_f1")
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--max-class-drop", type=float, default=0.05)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None, help="write the results here too")
+    args = ap.parse_args(argv)
+    pool = load_pool(args.pool, args.score)
+    if not pool.get("baseline") or not pool.get("noop"):
+        print(f"calibration_resample: {args.pool} holds no baseline and noop runs (bench/calibration_pool.py)",
+              file=sys.stderr)
+        return 2
+    cfg = core_gate.GateConfig(score=args.score, max_class_drop=args.max_class_drop, alpha=args.alpha)
+    rng = random.Random(args.seed)
+    looks = args.reruns + 1
+    same_seed = {r["seed"]: r for r in pool["baseline"]}
+    pairs = [r for r in pool["noop"] if r["seed"] in same_seed]  # noop-s0..2: the loop's own seeds
+    base = [r for r in pool["baseline"]]
+    noop = [r for r in pool["noop"] if r["seed"] not in same_seed]
+    unchanged = base + noop
+    print(f"pool {args.pool}: " + ", ".join(f"{k} {len(v)} runs" for k, v in sorted(pool.items())))
+    for label, runs in sorted(pool.items()):
+        scores = [r["score"] for r in runs]
+        steps = sorted({r["steps"] for r in runs})
+        print(f"  {label}: {args.score} mean {statistics.fmean(scores):.4f} sd "
+              f"{statistics.stdev(scores) if len(scores) > 1 else float('nan'):.4f} range "
+              f"[{min(scores):.4f}, {max(scores):.4f}], steps {steps}, train s mean "
+              f"{statistics.fmean(r['seconds'] or 0 for r in runs):.0f}")
+    if pool.get("degraded"):
+        t = st.ttest_ind([r["score"] for r in unchanged], [r["score"] for r in pool["degraded"]], equal_var=False)
+        print(f"  planted effect: unchanged {statistics.fmean(r['score'] for r in unchanged):.4f} vs degraded "
+              f"{statistics.fmean(r['score'] for r in pool['degraded']):.4f}, Welch t {t.statistic:.2f}, "
+              f"p {t.pvalue:.2g} over {len(unchanged)} + {len(pool['degraded'])} seeds")
+    results = [simulate("A/A: no-op vs the baseline", base, noop, args.draws, args.baseline_seeds, looks, cfg, rng)]
+    if pool.get("degraded"):
+        results.append(simulate("planted: degraded vs the baseline", unchanged, pool["degraded"], args.draws,
+                                args.baseline_seeds, looks, cfg, rng))
+        if len(pool["degraded"]) >= args.baseline_seeds:
+            results.append(simulate("repair: unchanged vs the degraded", pool["degraded"], unchanged, args.draws,
+                                    args.baseline_seeds, looks, cfg, rng))
+    print()
+    print(f"gate: {cfg}; baseline {args.baseline_seeds} seeds, candidate up to {looks} seeds, {args.draws} draws each")
+    print("| judgement | draws | keep | discard | inconclusive | error | seeds per decision | disjoint judgements "
+          "in the pool | 95 % interval of the rate that matters (disjoint count) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in results:
+        c, n = r["counts"], r["draws"]
+        if not n:
+            print(f"| {r['kind']} | 0 | {r['skipped']} | | | | | | |")
+            continue
+
+        def pct(key: str) -> str:
+            return f"{100.0 * c.get(key, 0) / n:.1f} %"
+
+        what = {"A": ("keep", "discard"), "p": ("discard",), "r": ("keep",)}[r["kind"][0]]
+        iv = []
+        for key in what:
+            k = round(c.get(key, 0) / n * r["disjoint_judgements"])
+            lo, hi = clopper_pearson(k, r["disjoint_judgements"])
+            iv.append(f"{key} {k}/{r['disjoint_judgements']}: [{100 * lo:.0f}, {100 * hi:.0f}] %")
+        print(f"| {r['kind']} | {n} | {pct('keep')} | {pct('discard')} | {pct('inconclusive')} | {pct('error')} "
+              f"| {r['seeds_per_decision']:.2f} | {r['disjoint_judgements']} | {'; '.join(iv)} |")
+    if pairs:
+        same = [(r["seed"], r["metrics"].get(args.score) == same_seed[r["seed"]]["metrics"].get(args.score))
+                for r in pairs]
+        print(f"\nno-op on the baseline's own seeds (the loop's pairing): identical {args.score} per seed: {same}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
+                                        indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
