@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['kind']} | 0 | {r['skipped']} | | | | | | |")
             continue
 
-        def pct(key: str) -> str:
+        def pct(key: str, c: dict[str, int] = c, n: int = n) -> str:
             return f"{100.0 * c.get(key, 0) / n:.1f} %"
 
         what = {"A": ("keep", "discard"), "p": ("discard",), "r": ("keep",)}[r["kind"][0]]

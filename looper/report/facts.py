@@ -60,6 +60,7 @@ _FIGURES: dict[str, tuple[str, str]] = {
     "cand": ("verdict", "$.metrics.candidate_scores"),
     "best": ("verdict", "$.metrics.best_scores"),
     "simpler": ("verdict", "$.metrics.candidate_simpler"),
+    "cut_short": ("verdict", "$.metrics.cut_short"),
     "sandbox": ("config", "$.executor.sandbox"),
     "network": ("config", "$.executor.sandbox_network"),
 }
@@ -610,8 +611,19 @@ def _sandbox_warnings(n: Night) -> list[Attention]:
     return out
 
 
+def _cut_short_warning(n: Night) -> list[Attention]:
+    """Experiments whose runs the wall clock ended before the tag's step budget (not comparable)."""
+    cut = [i for i, f in n.figures.items() if f.get("cut_short")]
+    if not cut:
+        return []
+    return [Attention(
+        "warn", f"{len(cut)} experiment(s) trained fewer steps than the tag's step budget (the wall clock cut "
+                f"them short: a busy machine, or a slower change): {id_list(cut)}; a loss there is inconclusive, "
+                "not a discard, and a keep stands flagged (loop.max_steps, docs/REFERENCE.md)", cut[-1])]
+
+
 def _warnings(n: Night) -> list[Attention]:
-    out: list[Attention] = _sandbox_warnings(n)
+    out: list[Attention] = [*_sandbox_warnings(n), *_cut_short_warning(n)]
     starts = [ev for ev in n.events if ev.kind == "start"]
     if starts:
         after = [ev for ev in n.events if ev.id > starts[-1].id and ev.kind in ("stop", "halt", "stuck")]

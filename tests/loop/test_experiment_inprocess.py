@@ -22,6 +22,7 @@ from looper.errors import HarnessError
 from looper.experiment import run_candidate
 from looper.loop import Loop
 from looper.program import parse_program
+from looper.report import report_text
 from looper.store import Store
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: real git, real sandboxed runs of the fixture train.py
@@ -310,6 +311,10 @@ def test_a_candidate_cut_short_by_the_wall_clock_is_not_discarded_on_its_loss(ws
     assert r.outcome is Outcome.KEEP  # it won with fewer steps: the win stands, flagged
     assert r.verdict.metrics["cut_short"] == ["seed 0: stopped by the wall clock at 5 of 8 steps"]
     assert any(n.startswith("not comparable: ") for n in r.verdict.metrics["notes"])
+    text = report_text(loop.ctx.store, ws.root, console_width=400)  # the morning report says it to a person
+    (line,) = [x for x in text.splitlines() if "trained fewer steps than the tag's step budget" in x]
+    ids = [row["id"] for row in outcome_rows(ws)]
+    assert line.startswith(" ! ") and "2 experiment(s)" in line and " ".join(f"#{i}" for i in ids) in line
 
 
 def test_a_baseline_cut_short_by_the_wall_clock_halts_with_advice(ws):
