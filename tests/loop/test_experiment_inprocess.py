@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import statistics
 import subprocess
 
 import pytest
@@ -281,6 +282,8 @@ def test_auto_step_budget_warms_up_then_every_run_trains_the_pinned_steps(ws):
     noise = loop.ctx.store.tag_record("t").noise
     n = loop.ctx.cfg.loop.baseline_seeds
     assert noise["max_steps"] == 8 and noise["warmup"]["steps"] == 10 and len(noise["scores"]) == n
+    classes = base_metrics_classes(loop, base["id"])
+    assert noise["class_recall_sd"] == {c: 0.0 for c in classes} and classes  # NOISE = 0: every seed alike
     assert loop.ctx.max_steps() == 8
     seen = [(r.train["max_steps"], r.train["steps"]) for r in loop.ctx.store.run_records(base["id"])]
     assert seen == [(8, 8)] * n  # the warm-up is not one of the baseline's scored runs
@@ -326,3 +329,23 @@ def test_a_baseline_cut_short_by_the_wall_clock_halts_with_advice(ws):
     assert "slower now than when the budget was measured" in halted.advice
     (row,) = ws.rows("baseline")
     assert row["status"] == "error" and row["score"] is None
+
+
+def base_metrics_classes(loop: Loop, exp_id: int) -> list[str]:
+    (first, *_) = [r.metrics for r in loop.ctx.store.run_records(exp_id)]
+    return sorted(first["classes"])
+
+
+def test_the_tag_stores_the_seed_spread_of_every_class_recall(ws):
+    """The baseline's per-class recall sd over its seeds, stored with the tag (a class that varies)."""
+    src = (ws.root / "train.py").read_text().replace('WEAK_CLASS = ""', 'WEAK_CLASS = "vav_box"').replace(
+        "WEAK_RECALL = 0.0", "WEAK_RECALL = 0.2 + 0.4 * (int(os.environ.get('LOOPER_SEED', '0')) % 2)")
+    (ws.root / "train.py").write_text(src)
+    ws.git("commit", "-qam", "a class whose recall follows the seed")
+    loop = ready(ws, **{"loop.baseline_seeds": 3})
+    (base,) = baselines(ws)
+    sd = loop.ctx.store.tag_record("t").noise["class_recall_sd"]
+    recalls = [r.metrics["classes"]["vav_box"]["recall"] for r in loop.ctx.store.run_records(base["id"])]
+    assert len(set(recalls)) == 2  # the fixture did make it vary
+    assert sd["vav_box"] == pytest.approx(statistics.stdev(recalls), abs=1e-6) and sd["vav_box"] > 0.1
+    assert all(v == 0.0 for c, v in sd.items() if c != "vav_box") and len(sd) == 4
