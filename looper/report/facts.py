@@ -745,6 +745,19 @@ def with_intervals(reason: str) -> str:
     return f"{reason}; 95% intervals {a:.2f}-{b:.2f} -> {c:.2f}-{d:.2f}"
 
 
+def step_budget_line(n: Night) -> str | None:
+    """The tag's step budget in words, when its baseline ran under one (``loop.max_steps``)."""
+    verdict = n.baseline.verdict if n.baseline is not None else None
+    metrics = (verdict.get("metrics") if isinstance(verdict, dict) else None) or {}
+    steps = metrics.get("max_steps")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0:
+        return None
+    warm = metrics.get("warmup") if isinstance(metrics.get("warmup"), dict) else None
+    how = (f"80 % of the {warm.get('steps')} steps its warm-up run fitted into the wall clock" if warm
+           else "set in looper.toml")
+    return f"step budget: every run trains {steps} optimizer steps ({how})"
+
+
 def nothing_kept(n: Night) -> list[str]:
     """Why the window kept no candidate, in numbers; [] when something was kept or nothing judged.
 

@@ -20,6 +20,7 @@ from looper.report.facts import (
     gather,
     gpu_line,
     nothing_kept,
+    step_budget_line,
     with_intervals,
     worker_lines,
 )
@@ -146,10 +147,12 @@ def _glance_html(n: Night) -> str:
     table = "".join(f'<tr><td><i class="sw" style="background:{COLORS[s]}"></i>{s}</td>'
                     f'<td class="n" data-outcome="{s}">{n.counts[s]}</td></tr>'
                     for s in OUTCOME_ORDER if n.counts.get(s))
+    budget = step_budget_line(n)
+    budget_html = f'<p id="step-budget">{html.escape(budget)}</p>' if budget else ""
     why = "".join(f"<li>{html.escape(line)}</li>" for line in nothing_kept(n))
     why_html = f'<div id="why-nothing-kept" class="why"><b>Kept nothing:</b><ul>{why}</ul></div>' if why else ""
     return (f'<section id="glance"><h2>The night at a glance</h2><div class="kpis">{cards}</div>'
-            f'<p>{counts or "no experiments"}</p>{why_html}{outcome_svg(n)}'
+            f'<p>{counts or "no experiments"}</p>{budget_html}{why_html}{outcome_svg(n)}'
             f'<table id="outcomes"><tr><th>outcome</th><th>experiments</th></tr>{table}</table></section>')
 
 

@@ -13,6 +13,7 @@ from looper.report.facts import (
     gather,
     gpu_line,
     nothing_kept,
+    step_budget_line,
     with_intervals,
     worker_lines,
 )
@@ -112,6 +113,9 @@ def _glance(con: Any, n: Night) -> None:
             best_line += (f" vs baseline {fmt(n.baseline_score)} ({n.baseline_source}): "
                           f"{signed((n.best.score or 0.0) - n.baseline_score)}")
     con.print(Text(best_line))
+    budget = step_budget_line(n)
+    if budget:
+        con.print(Text(budget))
     for line in nothing_kept(n):
         con.print(Text(f"kept nothing: {line}"))
     halts = [a for a in n.attention if a.level == "halt"]

@@ -23,7 +23,7 @@ from looper.errors import HarnessError
 from looper.experiment import run_candidate
 from looper.loop import Loop
 from looper.program import parse_program
-from looper.report import report_text
+from looper.report import report_text, write_html
 from looper.store import Store
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: real git, real sandboxed runs of the fixture train.py
@@ -293,6 +293,10 @@ def test_auto_step_budget_warms_up_then_every_run_trains_the_pinned_steps(ws):
     r = run_candidate(loop.ctx, loop.ctx.workers[0])
     assert r.outcome is Outcome.KEEP and "cut_short" not in r.verdict.metrics
     assert [x.train["max_steps"] for x in loop.ctx.store.run_records(r.exp_id)] == [8]
+    text = report_text(loop.ctx.store, ws.root, console_width=400)
+    assert "step budget: every run trains 8 optimizer steps (80 % of the 10 steps its warm-up run fitted" in text
+    page = write_html(loop.ctx.store, ws.root, ws.root / "report.html").read_text()
+    assert '<p id="step-budget">step budget: every run trains 8 optimizer steps' in page
     ready(ws, **{"loop.max_steps": "auto"})  # a restart keeps the tag's budget: no new warm-up, no new baseline
     assert len(baselines(ws)) == 1 and loop.ctx.store.tag_record("t").noise["max_steps"] == 8
 
