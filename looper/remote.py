@@ -15,7 +15,8 @@ Remote layout under ``remote_dir`` (the parent of the working directory)::
 Commands:
 
 - ``root``: create ``runs/``; the absolute remote_dir.
-- ``facts``: free disk under remote_dir, this Python's version, whether rsync is installed.
+- ``facts``: free disk under remote_dir, this Python's version, whether rsync is installed and,
+  with ``--sandbox``, whether bubblewrap can build the training sandbox on this host.
 - ``check FILE... [--run DIR --keep N]``: sha256 of checkout files; optionally create a run
   folder and prune old ones (never one whose run.pid is still there) in the same round trip.
 - ``run-dir DIR [--keep N] [--cached PATH]``: create and prune as above; whether PATH exists.
@@ -113,8 +114,14 @@ def cmd_root(args: argparse.Namespace) -> int:
 
 def cmd_facts(args: argparse.Namespace) -> int:
     root = Path.cwd().parent
-    return _say({"free_bytes": shutil.disk_usage(root).free, "python": platform.python_version(),
-                 "rsync": shutil.which("rsync") is not None})
+    facts: dict[str, object] = {"free_bytes": shutil.disk_usage(root).free, "python": platform.python_version(),
+                                "rsync": shutil.which("rsync") is not None}
+    if args.sandbox:  # can this host build the sandbox train.py will run in? (a real `bwrap ... true`)
+        from looper.sandbox import SandboxPolicy, preflight
+
+        v = preflight(SandboxPolicy(mode="bwrap", network=args.sandbox == "network"))
+        facts["sandbox"] = {"ok": v.ok, "why": "; ".join(v.blocking)}
+    return _say(facts)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -217,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m looper.remote")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("root").set_defaults(fn=cmd_root)
-    sub.add_parser("facts").set_defaults(fn=cmd_facts)
+    p = sub.add_parser("facts")
+    p.add_argument("--sandbox", choices=("", "isolated", "network"), default="",
+                   help="also build the training sandbox once (isolated: no network)")
+    p.set_defaults(fn=cmd_facts)
     p = sub.add_parser("check")
     p.add_argument("files", nargs="+")
     p.add_argument("--run", default="")

@@ -212,7 +212,7 @@ def make_executor(sshd: SshServer, tmp_path: Path) -> Iterator[Callable[..., Ssh
 
     def make(host: str = HOST, remote: Path | None = None, **kw: Any) -> SshExecutor:
         section = {"kind": "ssh", "host": host, "remote_dir": str(remote or tmp_path / "remote"),
-                   "python": sys.executable, "require_gpu": kw.pop("require_gpu", False),
+                   "python": kw.pop("python", sys.executable), "require_gpu": kw.pop("require_gpu", False),
                    "ssh_options": [f"-F {sshd.ssh_config}"], "gpu_index": 0,
                    "sandbox": kw.pop("sandbox", "bwrap")}
         kw.setdefault("kill_after", 1.0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,6 +101,26 @@ def test_preflight_passes_and_reports_remote_facts(make_executor: Make, tmp_path
     assert v.metrics["host"] == "looper-test" and v.metrics["disk_free_gb"] > 0
     assert v.metrics["python"].startswith("3.")
     assert v.metrics["remote_dir"] == str((tmp_path / "remote").resolve())
+    assert v.metrics["sandbox"].startswith("bwrap")  # the host built the training sandbox once
+
+
+def test_preflight_fails_on_a_host_that_cannot_build_the_sandbox(make_executor: Make, tmp_path: Path) -> None:
+    """A host whose PATH has no bwrap (the remote python is a wrapper that runs it with such a PATH):
+    the night must not start there, and the error says which host and what to install."""
+    bare = tmp_path / "bare-bin"
+    bare.mkdir()
+    (bare / "rsync").symlink_to(shutil.which("rsync") or "/usr/bin/rsync")  # everything else the host needs
+    wrapper = tmp_path / "python-without-bwrap"
+    wrapper.write_text(f"#!/bin/sh\nPATH={bare} exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    v = make_executor(python=str(wrapper)).preflight(require_gpu=False)
+    assert v.status is Status.ERROR
+    (line,) = [b for b in v.blocking if "sandbox" in b]
+    assert line.startswith("train.py cannot run in its sandbox on looper-test: bubblewrap (bwrap) is not installed")
+    assert "apt-get install" in line or "install it with" in line
+    opted_out = make_executor(python=str(wrapper), sandbox="none").preflight(require_gpu=False)
+    assert opted_out.status is Status.PASS, opted_out.blocking  # an explicit opt-out asks the host nothing
+    assert "sandbox" not in opted_out.metrics
 
 
 # The "remote" is this machine (sshd on 127.0.0.1): one test per machine condition, decided

@@ -288,7 +288,8 @@ class SshExecutor(DataFolder):
                 return Verdict.errored(self.describe(got), metrics=metrics)
             root = self.remote.root()
             metrics["remote_dir"] = root
-            facts = self.remote.ask("facts", what="checking the remote host")
+            probe = (["--sandbox", "network" if self.sandbox.network else "isolated"] if self.sandbox.enabled else [])
+            facts = self.remote.ask("facts", *probe, what="checking the remote host")
         except TransportFault as fault:
             return Verdict.errored(str(fault), metrics=metrics)
         problems: list[str] = []
@@ -300,6 +301,12 @@ class SshExecutor(DataFolder):
         metrics["python"] = str(facts.get("python", ""))
         if not facts.get("rsync"):
             problems.append(f"rsync is not installed on {self.host}")
+        boxed = facts.get("sandbox")
+        if self.sandbox.enabled:
+            metrics["sandbox"] = self.sandbox.describe()
+            if not isinstance(boxed, dict) or not boxed.get("ok"):
+                why = boxed.get("why") if isinstance(boxed, dict) else "the host did not answer the sandbox check"
+                problems.append(f"train.py cannot run in its sandbox on {self.host}: {why}")
         if require_gpu and not problems:
             metrics["gpu"], problem = self._remote_gpu()
             if problem:
