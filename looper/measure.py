@@ -164,6 +164,10 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         train_json=m.train_json))
     if not tv.ok:
         return m.ended(Outcome.VACUOUS if core_evidence.is_vacuous(tv) else Outcome.ERROR, *tv.blocking)
+    overran = core_budget.overran(m.train_json, max_steps)
+    if overran:  # the change dropped the step budget: a crash of the change, not a score
+        m.signature = core_failure.signature_of("step budget ignored: trained more steps than LOOPER_MAX_STEPS")
+        return m.ended(Outcome.CRASH, overran)
     m.cut_short = core_budget.cut_short(m.train_json, max_steps)
     return m
 

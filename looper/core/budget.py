@@ -46,3 +46,19 @@ def cut_short(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
     by = train_json.get("stopped_by")
     by = by if isinstance(by, str) and by else "something other than its step budget"
     return f"stopped by the {'wall clock' if by == 'time' else by} at {steps} of {max_steps} steps"
+
+
+def overran(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
+    """Why a run broke the tag's step budget (it trained more steps than LOOPER_MAX_STEPS), or None.
+
+    More steps than the tag's other runs is an advantage no gate should credit: a train.py that drops
+    the step budget and trains to the wall clock would beat an unchanged one by budget, not by idea.
+    (train.json is written by train.py, so this catches the honest mistake; the sandbox keeps a
+    dishonest train.py from the verdict itself.)"""
+    if max_steps <= 0 or not isinstance(train_json, dict):
+        return None
+    steps = train_json.get("steps")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps <= max_steps:
+        return None
+    return (f"train.py trained {steps} optimizer steps; the tag's step budget is {max_steps} "
+            "(LOOPER_MAX_STEPS): a run must stop at it")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from looper.core.budget import HEADROOM, cut_short, step_budget
+from looper.core.budget import HEADROOM, cut_short, overran, step_budget
 
 
 @pytest.mark.parametrize("warmup, expected", [(1, 1), (2, 1), (10, 8), (250, 200), (251, 200), (455, 364)])
@@ -44,3 +44,16 @@ def test_a_run_the_wall_clock_ended_before_its_budget_is_cut_short_and_says_wher
 ])
 def test_a_run_that_met_its_budget_or_had_none_is_not_cut_short(tj, budget):
     assert cut_short(tj, budget) is None
+
+
+def test_a_run_that_trained_more_steps_than_its_budget_overran_it():
+    assert overran({"steps": 201, "stopped_by": "time"}, 200) == (
+        "train.py trained 201 optimizer steps; the tag's step budget is 200 (LOOPER_MAX_STEPS): a run must stop at it")
+
+
+@pytest.mark.parametrize("tj, budget", [
+    ({"steps": 200}, 200), ({"steps": 3}, 200), ({"steps": 900}, 0), (None, 200), ({"steps": "900"}, 200),
+    ({"steps": True}, 1), ({}, 5),
+])
+def test_a_run_within_its_budget_or_without_one_did_not_overrun(tj, budget):
+    assert overran(tj, budget) is None

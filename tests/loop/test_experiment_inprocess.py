@@ -353,3 +353,20 @@ def test_the_tag_stores_the_seed_spread_of_every_class_recall(ws):
     assert len(set(recalls)) == 2  # the fixture did make it vary
     assert sd["vav_box"] == pytest.approx(statistics.stdev(recalls), abs=1e-6) and sd["vav_box"] > 0.1
     assert all(v == 0.0 for c, v in sd.items() if c != "vav_box") and len(sd) == 4
+
+
+def test_a_candidate_that_ignores_the_step_budget_is_a_crash_of_the_change(ws):
+    """train.py that drops LOOPER_MAX_STEPS and trains to the wall clock (more steps than the baseline
+    had) must not win by budget: a crash naming the steps, the checkout reset, the night goes on."""
+    loop = ready(ws, **{"loop.max_steps": "auto"})
+    base = tip(ws)
+    src = (ws.worktree / "train.py").read_text()
+    fitted = "min(STEPS_FIT, max_steps) if max_steps else STEPS_FIT"
+    assert fitted in src
+    ws.enqueue("train to the wall clock", source=src.replace(fitted, "STEPS_FIT").replace(
+        "QUALITY = 0.5", "QUALITY = 0.9"))
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    assert r.outcome is Outcome.CRASH and r.halt_error is None, r.verdict
+    assert r.verdict.blocking == ["train.py trained 10 optimizer steps; the tag's step budget is 8 "
+                                  "(LOOPER_MAX_STEPS): a run must stop at it"]
+    assert tip(ws) == base and ws.git("status", "--porcelain", cwd=ws.worktree) == ""
