@@ -4,7 +4,9 @@
 
 Runs, round-robin so that a pool stopped early stays balanced, under ``<out>/runs/<label>-s<seed>``:
 ``baseline`` (the unchanged train.py, seeds 0..), ``noop`` (train.py plus dead code, seeds 1000..)
-and ``degraded`` (LR0 divided by ``--lr-factor``, seeds 2000..). Every run is a real train.py +
+and ``degraded`` (LR0 divided by ``--lr-factor``, seeds 2000..); with ``--paired N`` also ``noop`` and
+``degraded`` on the baseline's own seeds 0..N-1 (the loop runs a candidate's seed k against the baseline's
+seed k: these runs measure what that pairing does). Every run is a real train.py +
 evaluate.py run under the step budget (``LOOPER_MAX_STEPS``; the wall clock is still enforced from
 outside), so its result does not depend on the machine's load. ``--resume`` (default on) reuses
 finished runs. ``bench/bench_calibration.py --from-pool <out>`` then judges with the real gate.
@@ -26,9 +28,11 @@ from bench_noise import REPO, ensure_data, finished_run, load, run_once  # noqa:
 FIRST_SEED = {"baseline": 0, "noop": 1000, "degraded": 2000}
 
 
-def plan(seeds: int, degraded: int) -> list[tuple[str, int]]:
-    """(label, seed) in round-robin order: baseline, noop, degraded, baseline, ..."""
-    out: list[tuple[str, int]] = []
+def plan(seeds: int, degraded: int, paired: int = 0) -> list[tuple[str, int]]:
+    """(label, seed) in round-robin order: baseline, noop, degraded, baseline, ...; with ``paired``, first
+    the no-op and the degraded train.py on the baseline's own seeds 0..paired-1 (the loop's pairing:
+    candidate seed k against baseline seed k)."""
+    out: list[tuple[str, int]] = [(label, k) for k in range(paired) for label in ("noop", "degraded")]
     for i in range(max(seeds, degraded)):
         if i < seeds:
             out += [("baseline", FIRST_SEED["baseline"] + i), ("noop", FIRST_SEED["noop"] + i)]
@@ -45,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=None)
     ap.add_argument("--seeds", type=int, default=18, help="runs of the unchanged train.py and of the no-op each")
     ap.add_argument("--degraded", type=int, default=12, help="runs of the degraded train.py")
+    ap.add_argument("--paired", type=int, default=0,
+                    help="also run the no-op and the degraded train.py on the baseline's seeds 0..N-1")
     ap.add_argument("--lr-factor", type=float, default=6.0)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--device", default="cpu")
@@ -70,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"calibration_pool: scale={args.scale} steps={steps} budget={budget:g}s seeds={args.seeds} "
           f"degraded={args.degraded} lr/{args.lr_factor:g} jobs={args.jobs} load={load()} out={args.out}", flush=True)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        list(pool.map(one, plan(args.seeds, args.degraded)))
+        list(pool.map(one, plan(args.seeds, args.degraded, args.paired)))
     return 0
 
 

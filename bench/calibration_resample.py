@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pool", type=Path, default=HERE / "out" / "calibration-pool")
     ap.add_argument("--draws", type=int, default=2000)
-    ap.add_argument("--baseline-seeds", type=int, default=3)
-    ap.add_argument("--reruns", type=int, default=2, help="the loop's noise_reruns: up to reruns + 1 candidate seeds")
+    ap.add_argument("--configs", default="3:2,3:0,5:4",
+                    help="baseline_seeds:noise_reruns pairs to judge with (3:2 is looper.toml's, 3:0 the demo's)")
     ap.add_argument("--score", default="weighted_f1")
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--max-class-drop", type=float, default=0.05)
@@ -122,11 +122,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg = core_gate.GateConfig(score=args.score, max_class_drop=args.max_class_drop, alpha=args.alpha)
     rng = random.Random(args.seed)
-    looks = args.reruns + 1
+    configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",") if c]
     same_seed = {r["seed"]: r for r in pool["baseline"]}
-    pairs = [r for r in pool["noop"] if r["seed"] in same_seed]  # noop-s0..2: the loop's own seeds
-    base = [r for r in pool["baseline"]]
-    noop = [r for r in pool["noop"] if r["seed"] not in same_seed]
+    # runs on the baseline's own seeds (calibration_pool.py --paired) are the loop's pairing: kept apart
+    # from the fresh-seed draws, where a shared seed would correlate the two sides of a judgement
+    pairs = {label: [r for r in runs if r["seed"] in same_seed] for label, runs in pool.items() if label != "baseline"}
+    pool = {label: (runs if label == "baseline" else [r for r in runs if r["seed"] not in same_seed])
+            for label, runs in pool.items()}
+    base = list(pool["baseline"])
+    noop = list(pool["noop"])
     unchanged = base + noop
     print(f"pool {args.pool}: " + ", ".join(f"{k} {len(v)} runs" for k, v in sorted(pool.items())))
     for label, runs in sorted(pool.items()):
@@ -141,22 +145,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  planted effect: unchanged {statistics.fmean(r['score'] for r in unchanged):.4f} vs degraded "
               f"{statistics.fmean(r['score'] for r in pool['degraded']):.4f}, Welch t {t.statistic:.2f}, "
               f"p {t.pvalue:.2g} over {len(unchanged)} + {len(pool['degraded'])} seeds")
-    results = [simulate("A/A: no-op vs the baseline", base, noop, args.draws, args.baseline_seeds, looks, cfg, rng)]
-    if pool.get("degraded"):
-        results.append(simulate("planted: degraded vs the baseline", unchanged, pool["degraded"], args.draws,
-                                args.baseline_seeds, looks, cfg, rng))
-        if len(pool["degraded"]) >= args.baseline_seeds:
-            results.append(simulate("repair: unchanged vs the degraded", pool["degraded"], unchanged, args.draws,
-                                    args.baseline_seeds, looks, cfg, rng))
+    results: list[dict[str, Any]] = []
+    for nb, reruns in configs:
+        looks = reruns + 1
+        runs = [simulate("A/A: no-op vs the baseline", base, noop, args.draws, nb, looks, cfg, rng)]
+        if pool.get("degraded"):
+            runs.append(simulate("planted: degraded vs the baseline", unchanged, pool["degraded"], args.draws,
+                                 nb, looks, cfg, rng))
+            runs.append(simulate("repair: unchanged vs the degraded", pool["degraded"], unchanged, args.draws,
+                                 nb, looks, cfg, rng))
+        results += [r | {"baseline_seeds": nb, "candidate_seeds": looks} for r in runs]
     print()
-    print(f"gate: {cfg}; baseline {args.baseline_seeds} seeds, candidate up to {looks} seeds, {args.draws} draws each")
-    print("| judgement | draws | keep | discard | inconclusive | error | seeds per decision | disjoint judgements "
-          "in the pool | 95 % interval of the rate that matters (disjoint count) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print(f"gate: {cfg}; {args.draws} draws per row")
+    print("| judgement | seeds: baseline / candidate up to | keep | discard | inconclusive | error | seeds per "
+          "decision | disjoint judgements in the pool | 95 % interval of the rate that matters (disjoint count) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in results:
         c, n = r["counts"], r["draws"]
+        seeds = f"{r['baseline_seeds']} / {r['candidate_seeds']}"
         if not n:
-            print(f"| {r['kind']} | 0 | {r['skipped']} | | | | | | |")
+            print(f"| {r['kind']} | {seeds} | {r['skipped']} | | | | | | |")
             continue
 
         def pct(key: str, c: dict[str, int] = c, n: int = n) -> str:
@@ -168,12 +176,21 @@ def main(argv: list[str] | None = None) -> int:
             k = round(c.get(key, 0) / n * r["disjoint_judgements"])
             lo, hi = clopper_pearson(k, r["disjoint_judgements"])
             iv.append(f"{key} {k}/{r['disjoint_judgements']}: [{100 * lo:.0f}, {100 * hi:.0f}] %")
-        print(f"| {r['kind']} | {n} | {pct('keep')} | {pct('discard')} | {pct('inconclusive')} | {pct('error')} "
+        print(f"| {r['kind']} | {seeds} | {pct('keep')} | {pct('discard')} | {pct('inconclusive')} | {pct('error')} "
               f"| {r['seeds_per_decision']:.2f} | {r['disjoint_judgements']} | {'; '.join(iv)} |")
-    if pairs:
-        same = [(r["seed"], r["metrics"].get(args.score) == same_seed[r["seed"]]["metrics"].get(args.score))
-                for r in pairs]
-        print(f"\nno-op on the baseline's own seeds (the loop's pairing): identical {args.score} per seed: {same}")
+    if pairs.get("noop"):
+        same = [(r["seed"], r["metrics"] == same_seed[r["seed"]]["metrics"]) for r in pairs["noop"]]
+        print(f"\nno-op on the baseline's own seeds (the loop's pairing): METRICS.json identical per seed: {same}")
+    if len(pairs.get("degraded", [])) >= 3:
+        ks = sorted(r["seed"] for r in pairs["degraded"])
+        deg = {r["seed"]: r["score"] for r in pairs["degraded"]}
+        b = [same_seed[k]["score"] for k in ks]
+        d = [deg[k] for k in ks]
+        rho = float(st.pearsonr(b, d).statistic)
+        diffs = [x - y for x, y in zip(d, b, strict=True)]
+        print(f"degraded on the baseline's own seeds {ks}: correlation of the paired scores {rho:.2f}; "
+              f"sd of the paired differences {statistics.stdev(diffs):.4f} vs sd of the scores "
+              f"{statistics.stdev(b):.4f} (baseline) and {statistics.stdev(d):.4f} (degraded)")
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
                                         indent=1) + "\n")
