@@ -370,3 +370,17 @@ def test_a_candidate_that_ignores_the_step_budget_is_a_crash_of_the_change(ws):
     assert r.verdict.blocking == ["train.py trained 10 optimizer steps; the tag's step budget is 8 "
                                   "(LOOPER_MAX_STEPS): a run must stop at it"]
     assert tip(ws) == base and ws.git("status", "--porcelain", cwd=ws.worktree) == ""
+
+
+def test_a_warmup_that_cannot_train_halts_before_any_baseline_seed(ws):
+    """The baseline train.py crashes in its warm-up: the night halts naming the warm-up; no seed ran."""
+    src = (ws.root / "train.py").read_text().replace('SCENARIO = "ok"', 'SCENARIO = "crash"')
+    (ws.root / "train.py").write_text(src)
+    ws.git("commit", "-qam", "a baseline that crashes")
+    halted = night(ws, **{"loop.max_steps": "auto"}).setup()
+    assert halted is not None and isinstance(halted.error, HarnessError)
+    assert str(halted.error).startswith("the baseline train.py could not train its warm-up run (")
+    assert "boom at step 17" in str(halted.error)
+    (row,) = ws.rows("baseline")
+    assert row["status"] == "error" and Store(ws.root / "experiments.db").run_records(row["id"]) == []
+    assert Store(ws.root / "experiments.db").tag_record("t").noise == {}  # no budget was pinned
