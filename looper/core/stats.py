@@ -29,6 +29,18 @@ estimate (Bouthillier et al., MLSys 2021) needs tens of seeds to be stable. The 
 equal-variance assumption, and the t distribution's heavy tails at 2 to 4 degrees of
 freedom (a wide band with few seeds, which is the honest answer).
 
+Why not a paired test on the score, when the loop runs a candidate's seed k against the
+baseline's seed k: a paired test estimates the variance of the differences from the pairs alone,
+so after 1 candidate seed it has none and after 2 or 3 it has 1 or 2 degrees of freedom (t
+quantiles of 6 to 19 at the loop's per-look alpha), while the pooled test has the baseline's
+seeds from the first look. Pairing pays when the paired scores are strongly correlated; measured
+on demo data at 300 steps (bench/RESULTS.md), a learning rate 6x too low against the unchanged
+train.py on the same 4 seeds correlated 0.19: the differences spread as much as the scores. A
+no-op on the baseline's own seeds reproduces the baseline's METRICS.json exactly (seed k = seed
+k), a tie the gate never keeps or discards. The pooled test treats the paired candidate as
+independent of the baseline; when it is positively correlated that overstates the variance of
+the difference, so the test errs on the side of inconclusive.
+
 Instances of one class in one run are not independent: a run that happens to learn a class
 late misses all of its instances together (the issue's A/A: "exhaust_fan 1.00 -> 0" on an
 unchanged train.py). Counted as independent, such a swing looks overwhelmingly significant.
