@@ -23,6 +23,10 @@ The baseline runs seeds 0..reruns (noise_reruns + 1, at least 3), like the loop'
 ``--steps N`` every run has the step budget LOOPER_MAX_STEPS=N (the wall clock, ``--budget``,
 is still enforced from outside); ``--steps 0`` runs under the wall clock only (the old way).
 Results go to <out>/calibration.json; a summary table is printed.
+
+Every judgement here runs its own seeds (hours for 10 of each kind on a CPU). For thousands of
+judgements from one pool of real runs, see bench/calibration_pool.py and
+bench/calibration_resample.py (what bench/RESULTS.md reports for the demo data).
 """
 
 from __future__ import annotations

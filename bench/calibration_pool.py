@@ -1,6 +1,7 @@
 """Real runs for a resampled calibration of the gate (issue 15, part 5): a pool of seeds.
 
-    .venv/bin/python bench/calibration_pool.py --scale demo --steps 200 --seeds 18 --degraded 12 --jobs 2
+    .venv/bin/python bench/calibration_pool.py --scale demo --steps 300 --seeds 16 --degraded 10 --paired 4 --jobs 2
+    .venv/bin/python bench/calibration_pool.py --scale full --require-gpu --seeds 16 --degraded 10 --paired 4   # a GPU
 
 Runs, round-robin so that a pool stopped early stays balanced, under ``<out>/runs/<label>-s<seed>``:
 ``baseline`` (the unchanged train.py, seeds 0..), ``noop`` (train.py plus dead code, seeds 1000..)
@@ -53,9 +54,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run the no-op and the degraded train.py on the baseline's seeds 0..N-1")
     ap.add_argument("--lr-factor", type=float, default=6.0)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default=None, help="cpu | 0 | cuda (default: 0 with --require-gpu, else cpu)")
+    ap.add_argument("--require-gpu", action="store_true", help="refuse to run without a CUDA GPU")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "calibration-pool")
     args = ap.parse_args(argv)
+    if args.require_gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("calibration_pool: --require-gpu but torch sees no CUDA GPU", file=sys.stderr)
+            return 2
+    args.device = args.device or ("0" if args.require_gpu else "cpu")
     steps = STEPS[args.scale] if args.steps is None else args.steps
     budget = BUDGET[args.scale] if args.budget is None else args.budget
     args.out.mkdir(parents=True, exist_ok=True)
