@@ -240,8 +240,8 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     m = measure_once(ctx, cand, role, ctx.cfg.data.seed)
     if not m.measured:
         return ended(m, role)
+    measured = [m]
     runs = [m.metrics]
-    cut = [f"seed {m.seed}: {m.cut_short}"] if m.cut_short else []
     simpler = core_scope.code_lines(cand.source) < core_scope.code_lines(cand.parent_source)
     reruns_left = cand.reruns
     while True:
@@ -253,13 +253,14 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
             reruns_left -= 1
             if not r.measured:
                 return ended(r, "rerun")
+            measured.append(r)
             runs.append(r.metrics)
-            cut += [f"seed {r.seed}: {r.cut_short}"] if r.cut_short else []
     if d.outcome is Outcome.ERROR:
         baseline_cannot_gate = any(b.startswith("the baseline cannot gate") for b in d.verdict.blocking)
         return Result(Outcome.ERROR, d.verdict, halt="gate: " + "; ".join(d.verdict.blocking),
                       advice=GATE_ADVICE if baseline_cannot_gate else None)
     outcome, verdict = d.outcome, d.verdict
+    cut = [f"seed {x.seed}: {x.cut_short}" for x in measured if x.cut_short]
     if cut:  # it did not train the tag's step budget: a keep stands (it won with fewer steps), a loss may be the clock's
         outcome, verdict = not_comparable(d, cut, ctx.max_steps())
     return Result(outcome, verdict, score=d.score, metrics=mean_metrics(runs))
@@ -443,13 +444,9 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
     results = []
     for seed in seeds:
         m = measure_once(ctx, cand, "baseline", seed, record_as="main")
-        if m.outcome is Outcome.INTERRUPTED:
-            return settle(ctx, cand, Result(Outcome.INTERRUPTED, Verdict.errored("stopped while measuring the baseline")))
         if not m.measured:
-            return settle(ctx, cand, Result(
-                Outcome.ERROR, Verdict.errored(*(f"baseline seed {seed}: {b}" for b in m.blocking)),
-                signature=m.signature, halt=f"the baseline train.py could not produce a result (seed {seed}, "
-                                            f"{m.outcome.value}): " + "; ".join(m.blocking)))
+            return settle(ctx, cand, baseline_failed(m, "while measuring the baseline", f"baseline seed {seed}",
+                                                     f"could not produce a result (seed {seed}, {m.outcome.value})"))
         if m.cut_short:  # the tag's reference did not train the tag's budget: nothing may be judged against it
             why = f"baseline seed {seed}: {m.cut_short}"
             return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=CUT_SHORT_ADVICE))
@@ -469,6 +466,14 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
               exp_id, {"dead_gates": dead})
     ctx.display.outcome(exp_id, "baseline", mean, f"sigma={sigma}", mean)
     return result
+
+
+def baseline_failed(m: Measurement, when: str, prefix: str, what: str) -> Result:
+    """The Result that ends a baseline whose run gave no result: interrupted, or an error that halts."""
+    if m.outcome is Outcome.INTERRUPTED:
+        return Result(Outcome.INTERRUPTED, Verdict.errored(f"stopped {when}"))
+    return Result(Outcome.ERROR, Verdict.errored(*(f"{prefix}: {b}" for b in m.blocking)), signature=m.signature,
+                  halt=f"the baseline train.py {what}: " + "; ".join(m.blocking))
 
 
 def class_recall_spread(runs: list[dict]) -> dict[str, float]:
@@ -499,12 +504,12 @@ def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
               cand.checkout or cand.worker.wt.path, rd)
     cand.spent += m.train_seconds
     cand.timing["train_seconds"] = cand.timing.get("train_seconds", 0.0) + m.train_seconds  # the baseline's cost
-    if m.outcome is Outcome.INTERRUPTED:
-        return Result(Outcome.INTERRUPTED, Verdict.errored("stopped during the warm-up run"))
+    if m.measured and int((m.train_json or {}).get("steps") or 0) < 1:  # e.g. steps 0.5: no whole step to budget
+        m.ended(Outcome.ERROR, f"train.json says {(m.train_json or {}).get('steps')!r} steps: less than one "
+                               "whole optimizer step, no step budget can be measured from it")
     if not m.measured:
-        return Result(Outcome.ERROR, Verdict.errored(*(f"warm-up: {b}" for b in m.blocking)), signature=m.signature,
-                      halt=f"the baseline train.py could not train its warm-up run ({m.outcome.value}): "
-                           + "; ".join(m.blocking))
+        return baseline_failed(m, "during the warm-up run", "warm-up",
+                               f"could not train its warm-up run ({m.outcome.value})")
     tj = m.train_json or {}
     steps = tj.get("steps")
     pinned = {"max_steps": step_budget(int(steps)),

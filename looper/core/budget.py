@@ -33,19 +33,27 @@ def step_budget(warmup_steps: int, headroom: float = HEADROOM) -> int:
     return max(1, math.floor(warmup_steps * headroom))
 
 
+def _steps(train_json: dict[str, Any] | None) -> float | None:
+    """train.json's ``steps`` as the training evidence reads it (core.evidence: any finite number,
+    not a bool), else None; a float must not slip past the budget checks that an int would fail."""
+    steps = train_json.get("steps") if isinstance(train_json, dict) else None
+    if isinstance(steps, bool) or not isinstance(steps, (int, float)) or not math.isfinite(steps):
+        return None
+    return float(steps)
+
+
 def cut_short(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
     """Why a run did not train its step budget (the wall clock ended it first), or None.
 
     ``train_json`` is the run's train.json (docs/INTERFACES.md): ``steps`` and ``stopped_by``.
     Without a step budget (``max_steps`` 0) every run is what the wall clock made it: None."""
-    if max_steps <= 0 or not isinstance(train_json, dict):
+    steps = _steps(train_json) if max_steps > 0 else None
+    if steps is None or steps >= max_steps:
         return None
-    steps = train_json.get("steps")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps >= max_steps:
-        return None
+    assert isinstance(train_json, dict)
     by = train_json.get("stopped_by")
     by = by if isinstance(by, str) and by else "something other than its step budget"
-    return f"stopped by the {'wall clock' if by == 'time' else by} at {steps} of {max_steps} steps"
+    return f"stopped by the {'wall clock' if by == 'time' else by} at {steps:g} of {max_steps} steps"
 
 
 def overran(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
@@ -55,10 +63,8 @@ def overran(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
     the step budget and trains to the wall clock would beat an unchanged one by budget, not by idea.
     (train.json is written by train.py, so this catches the honest mistake; the sandbox keeps a
     dishonest train.py from the verdict itself.)"""
-    if max_steps <= 0 or not isinstance(train_json, dict):
+    steps = _steps(train_json) if max_steps > 0 else None
+    if steps is None or steps <= max_steps:
         return None
-    steps = train_json.get("steps")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps <= max_steps:
-        return None
-    return (f"train.py trained {steps} optimizer steps; the tag's step budget is {max_steps} "
+    return (f"train.py trained {steps:g} optimizer steps; the tag's step budget is {max_steps} "
             "(LOOPER_MAX_STEPS): a run must stop at it")

@@ -57,3 +57,11 @@ def test_a_run_that_trained_more_steps_than_its_budget_overran_it():
 ])
 def test_a_run_within_its_budget_or_without_one_did_not_overrun(tj, budget):
     assert overran(tj, budget) is None
+
+
+def test_a_float_step_count_is_checked_like_an_int():
+    """The training evidence accepts any finite number of steps; the budget checks must read it the same."""
+    assert overran({"steps": 400.0}, 291) == (
+        "train.py trained 400 optimizer steps; the tag's step budget is 291 (LOOPER_MAX_STEPS): a run must stop at it")
+    assert cut_short({"steps": 150.5, "stopped_by": "time"}, 200) == "stopped by the wall clock at 150.5 of 200 steps"
+    assert overran({"steps": float("inf")}, 5) is None and cut_short({"steps": float("nan")}, 5) is None

@@ -384,3 +384,16 @@ def test_a_warmup_that_cannot_train_halts_before_any_baseline_seed(ws):
     (row,) = ws.rows("baseline")
     assert row["status"] == "error" and Store(ws.root / "experiments.db").run_records(row["id"]) == []
     assert Store(ws.root / "experiments.db").tag_record("t").noise == {}  # no budget was pinned
+
+
+def test_a_warmup_that_trained_less_than_one_step_halts_instead_of_pinning_zero(ws):
+    """train.json may say 0.5 steps (the training evidence takes any positive number): no whole step, no
+    budget; the night halts naming it rather than pinning a budget of 0 (the wall clock) or crashing."""
+    src = (ws.root / "train.py").read_text().replace("STEPS_FIT = 10", "STEPS_FIT = 0.5")
+    (ws.root / "train.py").write_text(src)
+    ws.git("commit", "-qam", "a baseline that reports half a step")
+    halted = night(ws, **{"loop.max_steps": "auto"}).setup()
+    assert halted is not None and isinstance(halted.error, HarnessError)
+    assert str(halted.error) == ("the baseline train.py could not train its warm-up run (error): train.json says 0.5 "
+                                 "steps: less than one whole optimizer step, no step budget can be measured from it")
+    assert Store(ws.root / "experiments.db").tag_record("t").noise == {}
