@@ -455,7 +455,7 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
     mean, sigma = statistics.fmean(scores), (statistics.stdev(scores) if len(scores) > 1 else None)
     metrics = {**mean_metrics([r.metrics for r in results]), "seed_scores": scores}
     ctx.store.set_tag_noise(ctx.tag, {**budget, "sigma": sigma, "scores": scores, "seeds": seeds,
-                                      "class_recall_sd": class_recall_spread([r.metrics for r in results])})
+                                      "class_recall_sd": core_gate.class_recall_spread([r.metrics for r in results])})
     ctx.pinned = ctx.store.tag_record(ctx.tag)
     result = settle(ctx, cand, Result(Outcome.KEEP, Verdict.passed({"score": mean, "noise_sigma": sigma,
                                                                      "seeds": seeds, **budget}),
@@ -474,17 +474,6 @@ def baseline_failed(m: Measurement, when: str, prefix: str, what: str) -> Result
         return Result(Outcome.INTERRUPTED, Verdict.errored(f"stopped {when}"))
     return Result(Outcome.ERROR, Verdict.errored(*(f"{prefix}: {b}" for b in m.blocking)), signature=m.signature,
                   halt=f"the baseline train.py {what}: " + "; ".join(m.blocking))
-
-
-def class_recall_spread(runs: list[dict]) -> dict[str, float]:
-    """The seed-to-seed standard deviation of every class's recall over the baseline's runs (the
-    per-class noise stored with the tag; the class gates' own test is in looper.core.stats)."""
-    out: dict[str, float] = {}
-    for name in (runs[0].get("classes") or {}) if len(runs) > 1 else ():
-        vals = [(r.get("classes") or {}).get(name, {}).get("recall") for r in runs]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-            out[name] = round(statistics.stdev(float(v) for v in vals), 6)
-    return out
 
 
 def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:

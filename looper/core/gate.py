@@ -194,6 +194,18 @@ def dead_gates(baseline: dict[str, Any], max_class_drop: float) -> list[str]:
         return dead
 
 
+def class_recall_spread(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """The seed-to-seed standard deviation of every class's recall over a baseline's runs (METRICS.json
+    objects; the per-class noise stored with the tag). Needs 2 runs; a class without a numeric recall
+    in every run is left out."""
+    out: dict[str, float] = {}
+    for name in _classes(runs[0]) if len(runs) > 1 else ():
+        vals = [_num(_classes(r).get(name, {}).get("recall")) for r in runs]
+        if all(v is not None for v in vals):
+            out[name] = round(statistics.stdev(v for v in vals if v is not None), 6)
+    return out
+
+
 def _scores(runs: list[dict[str, Any]], key: str, who: str) -> list[float]:
     out = []
     for i, run in enumerate(runs, start=1):

@@ -14,6 +14,7 @@ from scipy.stats import t as scipy_t
 from looper.core.gate import (
     GateConfig,
     GateInput,
+    class_recall_spread,
     dead_gates,
     decide,
 )
@@ -626,3 +627,11 @@ def test_a_loss_beyond_the_seed_spread_names_the_deflation() -> None:
     assert phi > 1 and d.outcome is Outcome.DISCARD
     assert d.verdict.blocking[0].startswith("recall.exhaust_fan: 40 of 40 found -> 0 of 40 vs baseline")
     assert f"(exact McNemar, counts / {phi:.1f} for seed spread, Holm over 7)" in d.verdict.blocking[0]
+
+
+def test_class_recall_spread_is_the_seed_sd_of_each_class_recall():
+    runs = [{"classes": {"a": {"recall": r_a}, "b": {"recall": 0.5}, "c": {"recall": c}}}
+            for r_a, c in ((0.2, 1.0), (0.6, None), (1.0, 0.0))]
+    assert class_recall_spread(runs) == {"a": 0.4, "b": 0.0}  # c lacks a recall in one run: left out
+    assert class_recall_spread(runs[:1]) == {}  # one run has no spread
+    assert class_recall_spread([{"classes": {"a": {"recall": True}}}, {"classes": {"a": {"recall": 1}}}]) == {}
