@@ -87,18 +87,19 @@ def simulate(kind: str, base_pool: list[dict], cand_pool: list[dict], draws: int
              cfg: core_gate.GateConfig, rng: random.Random) -> dict[str, Any]:
     counts: dict[str, int] = {}
     seeds_used: list[int] = []
-    if len(base_pool) < n_base or len([r for r in cand_pool if r not in base_pool]) < looks:
+    ids = {id(r) for r in base_pool}
+    if any(id(r) in ids for r in cand_pool):  # by construction two labels of the pool: never the same run
+        raise ValueError(f"{kind}: the reference and candidate pools share runs")
+    if len(base_pool) < n_base or len(cand_pool) < looks:
         return {"kind": kind, "draws": 0, "counts": {}, "seeds_per_decision": 0.0, "disjoint_judgements": 0,
                 "skipped": f"the pool is too small: {len(base_pool)} reference and {len(cand_pool)} candidate runs"}
     for _ in range(draws):
         base = rng.sample(base_pool, n_base)
-        pool = [r for r in cand_pool if r not in base]
-        cand = rng.sample(pool, looks)
+        cand = rng.sample(cand_pool, looks)
         outcome, used = judge(cfg, base, base, cand)
         counts[outcome] = counts.get(outcome, 0) + 1
         seeds_used.append(used)
-    disjoint = min(len(base_pool) // n_base, len(cand_pool) // looks) if base_pool is not cand_pool else \
-        len(base_pool) // (n_base + looks)
+    disjoint = min(len(base_pool) // n_base, len(cand_pool) // looks)
     return {"kind": kind, "draws": draws, "counts": counts, "seeds_per_decision": statistics.fmean(seeds_used),
             "disjoint_judgements": disjoint}
 
