@@ -2,7 +2,8 @@
 Ultralytics' own ``model.tune()``, each re-measured with seeds by the same evaluate.py.
 
     python bench/bench_search.py [--minutes 45] [--budget 150] [--scale demo] [--repeats 1]
-                                 [--arms planner,random,evolve,tune] [--reseeds 3] [--out bench/out/search]
+                                 [--arms planner,random,evolve,tune] [--reseeds 3] [--jobs 1]
+                                 [--out bench/out/search]
     python bench/bench_search.py --gpu        # full scale, 5-minute runs, 45 min per arm, require_gpu
 
 Per arm and repeat, on the same data and the same wall clock (``--minutes``):
@@ -16,6 +17,11 @@ Per arm and repeat, on the same data and the same wall clock (``--minutes``):
   the same ``--budget`` (``time=``), iterations until the arm's wall clock is spent (the
   tuning process is stopped from outside at the limit). Its best weights are scored by
   evaluate.py; its best hyperparameters are re-trained like every other arm.
+
+``--jobs N`` runs N arms at a time, each in its own process pinned to its own CPU with one compute
+thread (``sched_setaffinity``; training, evaluation and the Tuner's data loader inherit it), so
+arms that run side by side get the same compute and never share a core. Each arm's
+re-measurement runs on its arm's CPU right after it; the baseline's is one more job.
 
 Then every arm's final best (and the baseline train.py) is re-trained ``--reseeds`` times with
 fresh seeds at the same budget and scored by evaluate.py: the mean, the seed interval (mean
@@ -324,6 +330,70 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_arm(arm: str, rep: int, root: Path, data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One arm for ``--minutes`` of wall clock, then its final best re-measured with seeds."""
+    ws = root / arm
+    print(f"repeat {rep}: arm {arm} for {args.minutes} min (cpus {sorted(os.sched_getaffinity(0))})", flush=True)
+    if arm == "tune":
+        ws.mkdir(parents=True, exist_ok=True)
+        r = run_tune_arm(ws, args.minutes * 60, rep, args)
+    else:
+        make_workspace(ws, arm, rep, args)
+        r = run_looper_arm(ws, args.minutes * 60)
+    if r.get("best_source"):
+        r["remeasured"] = remeasure(r["best_source"], data, root / f"remeasure-{arm}", args)
+    r.pop("best_source", None)
+    return r
+
+
+def _pinned(cpu: int, out: Path, fn: Any, fargs: tuple) -> None:
+    """A job's process: pinned to one CPU with one compute thread (its children inherit both)."""
+    os.sched_setaffinity(0, {cpu})
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = "1"
+    t0 = time.time()
+    r = fn(*fargs)
+    out.write_text(json.dumps(r | {"cpu": cpu, "job_seconds": round(time.time() - t0, 1)}, default=str))
+
+
+def run_jobs(jobs: list[tuple[str, Any, tuple]], n: int, tmp: Path):
+    """Run ``(name, fn, args)`` jobs, ``n`` at a time; yield ``(name, result)`` as each ends.
+
+    ``n == 1``: in this process, in order, on every CPU. ``n > 1``: each job in its own process
+    pinned to one of the first ``n`` CPUs this process may use, so concurrent arms get the same
+    compute (one core each) and do not share a core."""
+    if n <= 1:
+        for name, fn, fargs in jobs:
+            yield name, fn(*fargs)
+        return
+    import multiprocessing
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < n:
+        raise SystemExit(f"bench_search: --jobs {n} needs {n} CPUs; this process may use {len(cpus)}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    ctx = multiprocessing.get_context("fork")
+    free, pending, running = cpus[:n], list(jobs), {}
+    while pending or running:
+        while pending and free:
+            name, fn, fargs = pending.pop(0)
+            cpu = free.pop(0)
+            out = tmp / f"{name}.json"
+            out.unlink(missing_ok=True)
+            proc = ctx.Process(target=_pinned, args=(cpu, out, fn, fargs), name=name)
+            proc.start()
+            running[name] = (proc, cpu, out)
+        time.sleep(2)
+        for name, (proc, cpu, out) in list(running.items()):
+            if proc.is_alive():
+                continue
+            proc.join()
+            del running[name]
+            free.append(cpu)
+            yield name, (json.loads(out.read_text()) if out.is_file()
+                         else {"error": f"job {name} exited {proc.exitcode} without a result"})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=45.0, help="wall clock per arm")
@@ -332,6 +402,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--reseeds", type=int, default=3)
     ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="arms run this many at a time, each pinned to its own CPU (1 thread): equal compute")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--require-gpu", action="store_true")
     ap.add_argument("--gpu", action="store_true", help="full scale, 300 s runs, cuda, require_gpu")
@@ -353,28 +425,29 @@ def main() -> int:
             done = sh([sys.executable, str(REPO / "prepare.py"), "--out", str(data), "--scale", args.scale])
             if done.returncode != 0:
                 raise SystemExit(f"prepare.py failed: {done.stderr.strip()}")
-        base = remeasure((REPO / "train.py").read_text(), data, root / "remeasure-baseline", args)
-        entry: dict[str, Any] = {"repeat": rep, "baseline": base, "arms": {}}
-        for arm in arms:
-            ws = root / arm
-            print(f"repeat {rep}: arm {arm} for {args.minutes} min", flush=True)
-            if arm == "tune":
-                ws.mkdir(parents=True, exist_ok=True)
-                r = run_tune_arm(ws, args.minutes * 60, rep, args)
+        entry: dict[str, Any] = {"repeat": rep, "baseline": {}, "arms": {}}
+
+        def save(entry: dict[str, Any] = entry) -> None:
+            (args.out / "results.json").write_text(json.dumps(results | {"repeats": [*results["repeats"], entry]},
+                                                              indent=1, default=str))
+
+        jobs = [(arm, run_arm, (arm, rep, root, data, args)) for arm in arms]
+        jobs.append(("baseline", remeasure, ((REPO / "train.py").read_text(), data, root / "remeasure-baseline",
+                                             args)))
+        for name, r in run_jobs(jobs, args.jobs, root / "jobs"):
+            if name == "baseline":
+                entry["baseline"] = r
             else:
-                make_workspace(ws, arm, rep, args)
-                r = run_looper_arm(ws, args.minutes * 60)
-            if r.get("best_source"):
-                r["remeasured"] = remeasure(r["best_source"], data, root / f"remeasure-{arm}", args)
+                entry["arms"][name] = r
+            save()
+        base = entry["baseline"]
+        for r in entry["arms"].values():
             m = r.get("remeasured", {})
             if "mean" in m and "high" in base:
                 r["beats_baseline"] = bool(m["low"] > base["high"])
                 kept = (r.get("keeps") or 0) > 0
                 r["false_keep_caught"] = bool(kept and m["mean"] <= base["mean"])
-            r.pop("best_source", None)
-            entry["arms"][arm] = r
-            (args.out / "results.json").write_text(json.dumps(results | {"repeats": [*results["repeats"], entry]},
-                                                              indent=1, default=str))
+        entry["arms"] = {arm: entry["arms"][arm] for arm in arms if arm in entry["arms"]}
         results["repeats"].append(entry)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     plot(results, args.out / "best_over_time.svg")
