@@ -9,7 +9,7 @@ Ultralytics' own ``model.tune()``, each re-measured with seeds by the same evalu
 Per arm and repeat, on the same data and the same wall clock (``--minutes``):
 
 - ``planner``, ``random``, ``evolve``: a fresh workspace (``looper init --preset demo``, the
-  arm's ``[agent] kind``, ``seed`` = the repeat), ``looper run`` stopped by SIGTERM when the
+  arm's ``[agent] kind``, ``seed`` = the repeat, ``noise_reruns`` = ``--noise-reruns``), ``looper run`` stopped by SIGTERM when the
   arm's wall clock is spent (the daemon finishes cleanly: the running experiment is marked
   interrupted). The best is the last kept train.py on ``looper/<tag>``.
 - ``tune``: ``YOLO(<the baseline's model yaml>).tune(...)`` from the baseline train.py's
@@ -87,6 +87,7 @@ def make_workspace(ws: Path, arm: str, seed: int, args: argparse.Namespace) -> N
     text = p.read_text()
     for section, key, value in (("agent", "kind", arm), ("agent", "seed", seed), ("loop", "tag", "bench"),
                                 ("loop", "budget_seconds", args.budget), ("loop", "max_experiments", 0),
+                                ("loop", "noise_reruns", args.noise_reruns),
                                 ("data", "scale", args.scale), ("executor", "require_gpu", args.require_gpu)):
         text = set_toml(text, section, key, value)
     p.write_text(text)
@@ -401,6 +402,9 @@ def main() -> int:
     ap.add_argument("--scale", default="demo")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--reseeds", type=int, default=3)
+    ap.add_argument("--noise-reruns", type=int, default=2,
+                    help="the looper arms' [loop] noise_reruns: looper.toml's 2 (3 baseline / up to 3 candidate "
+                         "seeds), not the demo preset's 0, whose single candidate seed keeps only a 3-sd jump")
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--jobs", type=int, default=1,
                     help="arms run this many at a time, each pinned to its own CPU (1 thread): equal compute")
