@@ -3,15 +3,15 @@ Ultralytics' own ``model.tune()``, each re-measured with seeds by the same evalu
 
     python bench/bench_search.py [--minutes 45] [--budget 150] [--scale demo] [--repeats 1]
                                  [--arms planner,random,evolve,tune] [--reseeds 3] [--jobs 1]
-                                 [--out bench/out/search]
+                                 [--out bench/out/search] [--first-repeat 0]
     python bench/bench_search.py --gpu        # full scale, 5-minute runs, 45 min per arm, require_gpu
 
 Per arm and repeat, on the same data and the same wall clock (``--minutes``):
 
 - ``planner``, ``random``, ``evolve``: a fresh workspace (``looper init --preset demo``, the
-  arm's ``[agent] kind``, ``seed`` = the repeat, ``noise_reruns`` = ``--noise-reruns``), ``looper run`` stopped by SIGTERM when the
-  arm's wall clock is spent (the daemon finishes cleanly: the running experiment is marked
-  interrupted). The best is the last kept train.py on ``looper/<tag>``.
+  arm's ``[agent] kind``, ``seed`` = the repeat, ``noise_reruns`` = ``--noise-reruns``),
+  ``looper run`` stopped by SIGTERM when the arm's wall clock is spent (the daemon finishes
+  cleanly: the running experiment is marked interrupted). The best is the last kept train.py on ``looper/<tag>``.
 - ``tune``: ``YOLO(<the baseline's model yaml>).tune(...)`` from the baseline train.py's
   settings (lr0, batch, optimizer, augmentation off as in train.py), each iteration trained for
   the same ``--budget`` (``time=``), iterations until the arm's wall clock is spent (the
@@ -135,11 +135,14 @@ def train_and_score(source: str, data: Path, out: Path, seed: int, args: argpars
     (out / "train.py").write_text(source)
     env = {**os.environ, "LOOPER_BUDGET_SECONDS": str(args.budget), "LOOPER_DATA": str(data),
            "LOOPER_OUT": str(out / "run"), "LOOPER_SEED": str(seed), "LOOPER_DEVICE": args.device,
-           "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(out / "ultralytics-settings")}
+           "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(out / "ultralytics-settings"),
+           "LOOPER_MAX_STEPS": str(args.remeasure_steps or "")}
     t = sh([sys.executable, str(out / "train.py")], cwd=out, env=env, timeout=args.budget + 120)
     if t.returncode != 0:
         return {"seed": seed, "error": f"train.py exit {t.returncode}: {t.stderr.strip()[-300:]}"}
-    return score_run(out / "run", data, out / "METRICS.json", args) | {"seed": seed}
+    trained = json.loads((out / "run" / "train.json").read_text())
+    return score_run(out / "run", data, out / "METRICS.json", args) | {
+        "seed": seed, "steps": trained.get("steps"), "stopped_by": trained.get("stopped_by")}
 
 
 def score_run(run: Path, data: Path, metrics: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -281,10 +284,13 @@ def interval(xs: list[float]) -> tuple[float, float, float]:
     return m, m - half, m + half
 
 
-def remeasure(source: str, data: Path, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    runs = [train_and_score(source, data, root / f"seed{s}", 1000 + s, args) for s in range(args.reseeds)]
+def remeasure(source: str, data: Path, root: Path, rep: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``--reseeds`` fresh runs of ``source``; seeds 1000 + 100 * repeat + i, so repeats do not share seeds."""
+    runs = [train_and_score(source, data, root / f"seed{s}", 1000 + 100 * rep + s, args)
+            for s in range(args.reseeds)]
     scores = [r["score"] for r in runs if "score" in r]
     out: dict[str, Any] = {"runs": runs}
+    out["remeasure_steps"] = args.remeasure_steps
     if scores:
         m, lo, hi = interval(scores)
         out.update(mean=round(m, 4), low=round(lo, 4), high=round(hi, 4),
@@ -317,17 +323,18 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"Arms at {a['minutes']} min each, {a['budget']} s per run, scale {a['scale']}, "
              f"{a['reseeds']} re-measuring seeds, {len(results['repeats'])} repeat(s), device {a['device']}.",
              "", "| repeat | arm | experiments | keeps | best in the arm | re-measured mean [95 % interval] "
-             "| classes found | beats baseline beyond noise | false keep caught |",
-             "|---:|---|---:|---:|---:|---|---:|---|---|"]
+             "| classes found | beats baseline beyond noise | Welch p (greater) | false keep caught |",
+             "|---:|---|---:|---:|---:|---|---:|---|---:|---|"]
     for rep in results["repeats"]:
         b = rep["baseline"]
         lines.append(f"| {rep['repeat']} | baseline train.py | | | | {b.get('mean')} [{b.get('low')}, {b.get('high')}] "
-                     f"| {b.get('classes_found')} | | |")
+                     f"| {b.get('classes_found')} | | | |")
         for arm, r in rep["arms"].items():
             m = r.get("remeasured", {})
             lines.append(f"| {rep['repeat']} | {arm} | {r.get('experiments')} | {r.get('keeps')} | "
                          f"{r.get('best_in_loop')} | {m.get('mean')} [{m.get('low')}, {m.get('high')}] | "
-                         f"{m.get('classes_found')} | {r.get('beats_baseline')} | {r.get('false_keep_caught')} |")
+                         f"{m.get('classes_found')} | {r.get('beats_baseline')} | {r.get('welch_p_greater')} | "
+                         f"{r.get('false_keep_caught')} |")
     return "\n".join(lines)
 
 
@@ -342,7 +349,7 @@ def run_arm(arm: str, rep: int, root: Path, data: Path, args: argparse.Namespace
         make_workspace(ws, arm, rep, args)
         r = run_looper_arm(ws, args.minutes * 60)
     if r.get("best_source"):
-        r["remeasured"] = remeasure(r["best_source"], data, root / f"remeasure-{arm}", args)
+        r["remeasured"] = remeasure(r["best_source"], data, root / f"remeasure-{arm}", rep, args)
     r.pop("best_source", None)
     return r
 
@@ -401,7 +408,16 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=150, help="training budget per run, s")
     ap.add_argument("--scale", default="demo")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--first-repeat", type=int, default=0,
+                    help="number the repeats from here and add them to the results.json already in --out "
+                         "(a second repeat on a later day)")
     ap.add_argument("--reseeds", type=int, default=3)
+    ap.add_argument("--remeasure-steps", type=int, default=0,
+                    help="re-measuring runs train exactly this many steps (the wall clock still caps them); 0: "
+                         "wall clock only, and a run's steps then depend on what else the machine is doing")
+    ap.add_argument("--remeasure-again", type=int, metavar="REPEAT",
+                    help="re-measure that repeat's arms and baseline again (e.g. with --remeasure-steps); the "
+                         "earlier re-measurement is kept as remeasured_before")
     ap.add_argument("--noise-reruns", type=int, default=2,
                     help="the looper arms' [loop] noise_reruns: looper.toml's 2 (3 baseline / up to 3 candidate "
                          "seeds), not the demo preset's 0, whose single candidate seed keeps only a 3-sd jump")
@@ -412,7 +428,15 @@ def main() -> int:
     ap.add_argument("--require-gpu", action="store_true")
     ap.add_argument("--gpu", action="store_true", help="full scale, 300 s runs, cuda, require_gpu")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "search")
+    ap.add_argument("--finish", action="store_true",
+                    help="compare, plot and print the results.json a stopped bench left in --out")
+    ap.add_argument("--baseline-from", help="with --finish: the arm whose re-measurement is the baseline's "
+                                            "(it kept nothing, so its best is train.py itself)")
     args = ap.parse_args()
+    if args.finish:
+        return finish_stopped(args.out, args.baseline_from)
+    if args.remeasure_again is not None:
+        return remeasure_again(args.out, args.remeasure_again, args)
     if args.gpu:
         args.scale, args.budget, args.device, args.require_gpu = "full", 300, "cuda", True
     arms = [a for a in args.arms.split(",") if a]
@@ -422,14 +446,18 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                                "repeats": []}
-    for rep in range(args.repeats):
+    if args.first_repeat and (args.out / "results.json").is_file():
+        earlier = json.loads((args.out / "results.json").read_text())
+        results["repeats"] = [e for e in earlier["repeats"] if e["repeat"] < args.first_repeat]
+    for rep in range(args.first_repeat, args.first_repeat + args.repeats):
         root = args.out / f"repeat{rep}"
         data = root / "data"
         if not (data / "dataset.yaml").is_file():
             done = sh([sys.executable, str(REPO / "prepare.py"), "--out", str(data), "--scale", args.scale])
             if done.returncode != 0:
                 raise SystemExit(f"prepare.py failed: {done.stderr.strip()}")
-        entry: dict[str, Any] = {"repeat": rep, "baseline": {}, "arms": {}}
+        entry: dict[str, Any] = {"repeat": rep, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                 "baseline": {}, "arms": {}}
 
         def save(entry: dict[str, Any] = entry) -> None:
             (args.out / "results.json").write_text(json.dumps(results | {"repeats": [*results["repeats"], entry]},
@@ -437,27 +465,90 @@ def main() -> int:
 
         jobs = [(arm, run_arm, (arm, rep, root, data, args)) for arm in arms]
         jobs.append(("baseline", remeasure, ((REPO / "train.py").read_text(), data, root / "remeasure-baseline",
-                                             args)))
+                                             rep, args)))
         for name, r in run_jobs(jobs, args.jobs, root / "jobs"):
             if name == "baseline":
                 entry["baseline"] = r
             else:
                 entry["arms"][name] = r
             save()
-        base = entry["baseline"]
-        for r in entry["arms"].values():
-            m = r.get("remeasured", {})
-            if "mean" in m and "high" in base:
-                r["beats_baseline"] = bool(m["low"] > base["high"])
-                kept = (r.get("keeps") or 0) > 0
-                r["false_keep_caught"] = bool(kept and m["mean"] <= base["mean"])
+        compare(entry)
         entry["arms"] = {arm: entry["arms"][arm] for arm in arms if arm in entry["arms"]}
         results["repeats"].append(entry)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    plot(results, args.out / "best_over_time.svg")
+    return finish(results, args.out)
+
+
+def remeasure_again(out: Path, rep: int, args: argparse.Namespace) -> int:
+    """``--remeasure-again REPEAT``: each arm's final best (the looper arms' ``looper/bench:train.py``,
+    the Tuner's best hyperparameters written into train.py) and the baseline re-measured anew."""
+    results = json.loads((out / "results.json").read_text())
+    entry = next(e for e in results["repeats"] if e["repeat"] == rep)
+    root, base = out / f"repeat{rep}", (REPO / "train.py").read_text()
+    sources = {"baseline": base}
+    for arm, r in entry["arms"].items():
+        if arm == "tune":
+            sources[arm] = tune_source(base, r["best_hyperparameters"])
+        else:
+            sources[arm] = sh(["git", "-C", str(root / arm), "show", "looper/bench:train.py"]).stdout
+    tag = f"steps{args.remeasure_steps}" if args.remeasure_steps else "wallclock"
+    jobs = [(arm, remeasure, (src, root / "data", root / f"remeasure-{tag}-{arm}", rep, args))
+            for arm, src in sources.items()]
+    for name, r in run_jobs(jobs, args.jobs, root / "jobs-again"):
+        r["remeasure_steps"] = args.remeasure_steps
+        if name == "baseline":
+            entry["baseline_before"], entry["baseline"] = entry["baseline"], r
+        else:
+            arm = entry["arms"][name]
+            arm["remeasured_before"], arm["remeasured"] = arm.get("remeasured"), r
+        (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    for e in results["repeats"]:
+        compare(e)
+    return finish(results, out)
+
+
+def compare(entry: dict[str, Any]) -> None:
+    """Each arm's re-measured seeds against the baseline's: beyond the noise (interval ends apart),
+    Welch's one-sided p, and a keep the re-measurement did not confirm (a false keep caught)."""
+    from scipy import stats
+
+    base = entry["baseline"]
+    base_scores = [r["score"] for r in base.get("runs", []) if "score" in r]
+    for r in entry["arms"].values():
+        m = r.get("remeasured", {})
+        if "mean" in m and "high" in base:
+            r["beats_baseline"] = bool(m["low"] > base["high"])
+            kept = (r.get("keeps") or 0) > 0
+            r["false_keep_caught"] = bool(kept and m["mean"] <= base["mean"])
+            scores = [x["score"] for x in m["runs"] if "score" in x]
+            if len(scores) >= 2 and len(base_scores) >= 2:
+                t = stats.ttest_ind(scores, base_scores, equal_var=False, alternative="greater")
+                r["welch_p_greater"] = round(float(t.pvalue), 4)
+
+
+def finish(results: dict[str, Any], out: Path) -> int:
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    plot(results, out / "best_over_time.svg")
     print(markdown(results))
-    print(f"\nresults: {args.out / 'results.json'}; plot: {args.out / 'best_over_time.svg'}")
+    print(f"\nresults: {out / 'results.json'}; plot: {out / 'best_over_time.svg'}")
     return 0
+
+
+def finish_stopped(out: Path, baseline_from: str | None) -> int:
+    """``--finish``: a bench stopped before its last job: compare, plot and print what it saved.
+    ``--baseline-from ARM``: the baseline's re-measurement is that arm's, allowed only when the
+    arm kept nothing and its final best is the baseline train.py byte for byte."""
+    results = json.loads((out / "results.json").read_text())
+    for entry in results["repeats"]:
+        if not entry["baseline"] and baseline_from:
+            arm = entry["arms"].get(baseline_from) or {}
+            ws = out / f"repeat{entry['repeat']}" / baseline_from
+            best = sh(["git", "-C", str(ws), "show", "looper/bench:train.py"]).stdout
+            if arm.get("keeps") != 0 or best != (REPO / "train.py").read_text():
+                raise SystemExit(f"bench_search: arm {baseline_from} kept a change or its best is not the baseline "
+                                 "train.py; its re-measurement is not the baseline's")
+            entry["baseline"] = arm["remeasured"] | {"from_arm": baseline_from}
+        compare(entry)
+    return finish(results, out)
 
 
 if __name__ == "__main__":
