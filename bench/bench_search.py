@@ -322,19 +322,26 @@ def markdown(results: dict[str, Any]) -> str:
     a = results["args"]
     lines = [f"Arms at {a['minutes']} min each, {a['budget']} s per run, scale {a['scale']}, "
              f"{a['reseeds']} re-measuring seeds, {len(results['repeats'])} repeat(s), device {a['device']}.",
-             "", "| repeat | arm | experiments | keeps | best in the arm | re-measured mean [95 % interval] "
-             "| classes found | beats baseline beyond noise | Welch p (greater) | false keep caught |",
-             "|---:|---|---:|---:|---:|---|---:|---|---:|---|"]
+             "", "| repeat | arm | experiments | keeps | best in the arm | re-measured scores | mean [95 % interval] "
+             "| steps per run | classes found | beats baseline beyond noise | Welch p (greater) | false keep caught |",
+             "|---:|---|---:|---:|---:|---|---|---|---:|---|---:|---|"]
+
+    def measured(m: dict[str, Any]) -> str:
+        runs = [x for x in m.get("runs", []) if "score" in x]
+        scores = " / ".join(f"{x['score']:.3f}" for x in runs)
+        steps = " / ".join(str(x.get("steps", "?")) for x in runs)
+        return (f"{scores} | {m.get('mean')} [{m.get('low')}, {m.get('high')}] | {steps} "
+                f"({'fixed' if m.get('remeasure_steps') else 'wall clock'}) | {m.get('classes_found')}")
+
+    def num(x: Any) -> str:
+        return f"{x:.4f}" if isinstance(x, float) else str(x)
+
     for rep in results["repeats"]:
-        b = rep["baseline"]
-        lines.append(f"| {rep['repeat']} | baseline train.py | | | | {b.get('mean')} [{b.get('low')}, {b.get('high')}] "
-                     f"| {b.get('classes_found')} | | | |")
+        lines.append(f"| {rep['repeat']} | baseline train.py | | | | {measured(rep['baseline'])} | | | |")
         for arm, r in rep["arms"].items():
-            m = r.get("remeasured", {})
-            lines.append(f"| {rep['repeat']} | {arm} | {r.get('experiments')} | {r.get('keeps')} | "
-                         f"{r.get('best_in_loop')} | {m.get('mean')} [{m.get('low')}, {m.get('high')}] | "
-                         f"{m.get('classes_found')} | {r.get('beats_baseline')} | {r.get('welch_p_greater')} | "
-                         f"{r.get('false_keep_caught')} |")
+            lines.append(f"| {rep['repeat']} | {arm} | {r.get('experiments')} | {num(r.get('keeps'))} | "
+                         f"{num(r.get('best_in_loop'))} | {measured(r.get('remeasured', {}))} | "
+                         f"{r.get('beats_baseline')} | {r.get('welch_p_greater')} | {r.get('false_keep_caught')} |")
     return "\n".join(lines)
 
 
@@ -533,12 +540,25 @@ def finish(results: dict[str, Any], out: Path) -> int:
     return 0
 
 
+def _steps_from_disk(root: Path, entry: dict[str, Any]) -> None:
+    """Runs recorded before results.json kept their steps: read them from each run's train.json."""
+    measured = {"baseline": entry["baseline"], **{a: r.get("remeasured", {}) for a, r in entry["arms"].items()}}
+    for arm, m in measured.items():
+        for i, run in enumerate(m.get("runs", [])):
+            tj = root / f"remeasure-{arm}" / f"seed{i}" / "run" / "train.json"
+            if "steps" not in run and not m.get("remeasure_steps") and tj.is_file():
+                trained = json.loads(tj.read_text())
+                if trained.get("seed") == run.get("seed"):
+                    run.update(steps=trained.get("steps"), stopped_by=trained.get("stopped_by"))
+
+
 def finish_stopped(out: Path, baseline_from: str | None) -> int:
     """``--finish``: a bench stopped before its last job: compare, plot and print what it saved.
     ``--baseline-from ARM``: the baseline's re-measurement is that arm's, allowed only when the
     arm kept nothing and its final best is the baseline train.py byte for byte."""
     results = json.loads((out / "results.json").read_text())
     for entry in results["repeats"]:
+        _steps_from_disk(out / f"repeat{entry['repeat']}", entry)
         if not entry["baseline"] and baseline_from:
             arm = entry["arms"].get(baseline_from) or {}
             ws = out / f"repeat{entry['repeat']}" / baseline_from
