@@ -440,6 +440,7 @@ def main() -> int:
     ap.add_argument("--baseline-from", help="with --finish: the arm whose re-measurement is the baseline's "
                                             "(it kept nothing, so its best is train.py itself)")
     args = ap.parse_args()
+    args.out = args.out.resolve()  # the arms run in their own folders: a relative --out would nest
     if args.finish:
         return finish_stopped(args.out, args.baseline_from)
     if args.remeasure_again is not None:
