@@ -48,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from looper.core.hyperblock import read_knobs, rewrite_knobs
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 LOOPER = str(BIN / "looper")
@@ -159,8 +161,6 @@ def score_run(run: Path, data: Path, metrics: Path, args: argparse.Namespace) ->
 def tune_source(base_source: str, hyp: dict[str, float]) -> str:
     """train.py with the Tuner's best hyperparameters: knobs it shares with train.py set in the
     block, the rest (shear, mixup, copy-paste, hsv, ...) passed to ``model.train`` as train.py would."""
-    from looper.core.hyperblock import read_knobs, rewrite_knobs
-
     knobs = read_knobs(base_source)
     changes = {}
     for knob, arg in KNOB_TO_ARG.items():
@@ -183,49 +183,57 @@ def tune_source(base_source: str, hyp: dict[str, float]) -> str:
     return src.replace(anchor, anchor + f" **{extra!r},")
 
 
-TUNE_SCRIPT = r"""
+def yolo_args(knobs: dict[str, Any], data: Path, project: Path, name: str, seed: int,
+              args: argparse.Namespace) -> dict[str, Any]:
+    """The baseline train.py's settings as arguments of Ultralytics' own training, as a YOLO user
+    would pass them to ``model.tune()`` or ``model.train()``: the knobs train.py sets, colour
+    augmentation off, ``time=`` the run budget (Ultralytics plans the epochs and the learning-rate
+    schedule from it), validation each epoch (the Tuner's fitness, and ``best.pt``)."""
+    return {"data": str(data / "dataset.yaml"), "epochs": 1000, "time": args.budget / 3600.0, "patience": 0,
+            "imgsz": knobs["IMGSZ"], "batch": knobs["BATCH"], "nbs": knobs["BATCH"],
+            "optimizer": knobs["OPTIMIZER"], **{arg: knobs[knob] for knob, arg in KNOB_TO_ARG.items()},
+            "close_mosaic": 0, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0, "device": args.device, "workers": 1,
+            "seed": seed, "amp": False, "plots": False, "val": True, "project": str(project), "name": name,
+            "exist_ok": True, "pretrained": False, "verbose": False}
+
+
+# ``YOLO(yaml).<method>(**kwargs)`` in a process of its own: argv[1] = {"yaml", "method", "kwargs"}
+YOLO_SCRIPT = r"""
 import json, os, sys
-from pathlib import Path
 os.environ.setdefault("YOLO_OFFLINE", "1")
 from ultralytics import YOLO
 a = json.loads(sys.argv[1])
-model = YOLO(a["yaml"])
-model.tune(data=a["data"], epochs=1000, time=a["budget"] / 3600.0, iterations=a["iterations"], patience=0,
-           imgsz=a["imgsz"], batch=a["batch"], nbs=a["batch"], optimizer=a["optimizer"], lr0=a["lr0"],
-           lrf=a["lrf"], momentum=a["momentum"], weight_decay=a["weight_decay"],
-           warmup_epochs=a["warmup_epochs"], mosaic=a["mosaic"], close_mosaic=0, scale=a["scale"],
-           translate=a["translate"], fliplr=a["fliplr"], flipud=a["flipud"], hsv_h=0.0, hsv_s=0.0, hsv_v=0.0,
-           box=a["box"], cls=a["cls"], dfl=a["dfl"], device=a["device"], workers=1, seed=a["seed"],
-           amp=False, plots=False, val=True, project=a["project"], name="tune", exist_ok=True,
-           pretrained=False, verbose=False)
+getattr(YOLO(a["yaml"]), a["method"])(**a["kwargs"])
 """
+
+
+def baseline_model_yaml(ws: Path, data: Path, args: argparse.Namespace) -> Path:
+    """The baseline's architecture yaml: train.py writes it into LOOPER_OUT (run it for 1 s of budget)."""
+    yaml_dir = ws / "model"
+    if not (yaml_dir / "model.yaml").is_file():
+        env = {**os.environ, "LOOPER_BUDGET_SECONDS": "1", "LOOPER_DATA": str(data), "LOOPER_OUT": str(yaml_dir),
+               "LOOPER_SEED": "0", "LOOPER_DEVICE": args.device,
+               "YOLO_CONFIG_DIR": str(ws / "ultralytics-settings")}
+        sh([sys.executable, str(REPO / "train.py")], cwd=ws, env=env, timeout=600)
+    if not (yaml_dir / "model.yaml").is_file():
+        raise SystemExit("bench_search: train.py wrote no model.yaml")
+    return yaml_dir / "model.yaml"
 
 
 def run_tune_arm(ws: Path, seconds: float, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """model.tune() from the baseline settings, stopped from outside at the arm's wall clock."""
-    from looper.core.hyperblock import read_knobs
-
     data = ws / "data"
     if not (data / "dataset.yaml").is_file():
         done = sh([sys.executable, str(REPO / "prepare.py"), "--out", str(data), "--scale", args.scale])
         if done.returncode != 0:
             raise SystemExit(f"prepare.py failed: {done.stderr.strip()}")
     base = (REPO / "train.py").read_text()
-    k = read_knobs(base)
-    yaml_dir = ws / "model"
-    # the baseline's architecture yaml: train.py writes it into LOOPER_OUT (run it for 1 s of budget)
-    env = {**os.environ, "LOOPER_BUDGET_SECONDS": "1", "LOOPER_DATA": str(data), "LOOPER_OUT": str(yaml_dir),
-           "LOOPER_SEED": "0", "LOOPER_DEVICE": args.device, "YOLO_CONFIG_DIR": str(ws / "ultralytics-settings")}
-    sh([sys.executable, str(REPO / "train.py")], cwd=ws, env=env, timeout=600)
-    if not (yaml_dir / "model.yaml").is_file():
-        raise SystemExit("bench_search: train.py wrote no model.yaml")
-    a = {"yaml": str(yaml_dir / "model.yaml"), "data": str(data / "dataset.yaml"), "budget": args.budget,
-         "iterations": max(1, int(seconds // (args.budget + 20)) + 1), "project": str(ws / "tune"), "seed": seed,
-         "device": args.device, "imgsz": k["IMGSZ"], "batch": k["BATCH"], "optimizer": k["OPTIMIZER"],
-         **{arg: k[knob] for knob, arg in KNOB_TO_ARG.items()}}
+    kwargs = yolo_args(read_knobs(base), data, ws / "tune", "tune", seed, args)
+    kwargs["iterations"] = max(1, int(seconds // (args.budget + 20)) + 1)
+    a = {"yaml": str(baseline_model_yaml(ws, data, args)), "method": "tune", "kwargs": kwargs}
     t0 = time.time()
     log = (ws / "tune.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-c", TUNE_SCRIPT, json.dumps(a)], cwd=ws, stdout=log,
+    proc = subprocess.Popen([sys.executable, "-c", YOLO_SCRIPT, json.dumps(a)], cwd=ws, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "YOLO_CONFIG_DIR": str(ws / "ultralytics-settings")})
     try:
@@ -288,9 +296,39 @@ def remeasure(source: str, data: Path, root: Path, rep: int, args: argparse.Name
     """``--reseeds`` fresh runs of ``source``; seeds 1000 + 100 * repeat + i, so repeats do not share seeds."""
     runs = [train_and_score(source, data, root / f"seed{s}", 1000 + 100 * rep + s, args)
             for s in range(args.reseeds)]
+    return summarize(runs) | {"remeasure_steps": args.remeasure_steps}
+
+
+def remeasure_own(hyp: dict[str, Any], data: Path, root: Path, rep: int, args: argparse.Namespace,
+                  only: list[int] | None = None) -> dict[str, Any]:
+    """The Tuner's best hyperparameters re-trained ``--reseeds`` times by Ultralytics' own training
+    (``model.train(**baseline settings, **hyp)``, ``time=`` the budget, the same seeds as
+    :func:`remeasure`) and each run's ``best.pt`` scored by evaluate.py: what a YOLO user gets from
+    the Tuner's answer, without the luck of the one iteration the Tuner picked."""
+    base = read_knobs((REPO / "train.py").read_text())
+    runs = []
+    for s in range(args.reseeds) if only is None else only:
+        seed, out = 1000 + 100 * rep + s, root / f"seed{s}"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        kwargs = yolo_args(base, data, out, "train", seed, args) | dict(hyp) | {"seed": seed}
+        a = {"yaml": str(baseline_model_yaml(root, data, args)), "method": "train", "kwargs": kwargs}
+        t = sh([sys.executable, "-c", YOLO_SCRIPT, json.dumps(a)], cwd=out, timeout=args.budget + 600,
+               env={**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(out / "ultralytics-settings")})
+        best = out / "train" / "weights" / "best.pt"
+        if t.returncode != 0 or not best.is_file():
+            runs.append({"seed": seed, "error": f"model.train exit {t.returncode}: {t.stderr.strip()[-300:]}"})
+            continue
+        csv = out / "train" / "results.csv"
+        epochs = max(0, len(csv.read_text().splitlines()) - 1) if csv.is_file() else None
+        runs.append(score_tuner_weights(best, data, out, args) | {"seed": seed, "epochs": epochs})
+    return summarize(runs) | {"training": "ultralytics model.train, best.pt"}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Re-measuring runs -> their mean, 95 % t interval and the most classes found."""
     scores = [r["score"] for r in runs if "score" in r]
     out: dict[str, Any] = {"runs": runs}
-    out["remeasure_steps"] = args.remeasure_steps
     if scores:
         m, lo, hi = interval(scores)
         out.update(mean=round(m, 4), low=round(lo, 4), high=round(hi, 4),
@@ -329,9 +367,12 @@ def markdown(results: dict[str, Any]) -> str:
     def measured(m: dict[str, Any]) -> str:
         runs = [x for x in m.get("runs", []) if "score" in x]
         scores = " / ".join(f"{x['score']:.3f}" for x in runs)
-        steps = " / ".join(str(x.get("steps", "?")) for x in runs)
-        return (f"{scores} | {m.get('mean')} [{m.get('low')}, {m.get('high')}] | {steps} "
-                f"({'fixed' if m.get('remeasure_steps') else 'wall clock'}) | {m.get('classes_found')}")
+        if m.get("training"):  # Ultralytics' own training: epochs under time=, not train.py's steps
+            steps = " / ".join(str(x.get("epochs", "?")) for x in runs) + " epochs (time=)"
+        else:
+            steps = " / ".join(str(x.get("steps", "?")) for x in runs)
+            steps += f" ({'at most ' + str(m['remeasure_steps']) if m.get('remeasure_steps') else 'wall clock'})"
+        return f"{scores} | {m.get('mean')} [{m.get('low')}, {m.get('high')}] | {steps} | {m.get('classes_found')}"
 
     def num(x: Any) -> str:
         return f"{x:.4f}" if isinstance(x, float) else str(x)
@@ -342,6 +383,11 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(f"| {rep['repeat']} | {arm} | {r.get('experiments')} | {num(r.get('keeps'))} | "
                          f"{num(r.get('best_in_loop'))} | {measured(r.get('remeasured', {}))} | "
                          f"{r.get('beats_baseline')} | {r.get('welch_p_greater')} | {r.get('false_keep_caught')} |")
+            own = r.get("remeasured_own")
+            if own:
+                lines.append(f"| {rep['repeat']} | {arm}: its best hyperparameters, Ultralytics' own training "
+                             f"(best.pt) | | | | {measured(own)} | {own.get('beats_baseline')} | "
+                             f"{own.get('welch_p_greater')} | |")
     return "\n".join(lines)
 
 
@@ -357,6 +403,8 @@ def run_arm(arm: str, rep: int, root: Path, data: Path, args: argparse.Namespace
         r = run_looper_arm(ws, args.minutes * 60)
     if r.get("best_source"):
         r["remeasured"] = remeasure(r["best_source"], data, root / f"remeasure-{arm}", rep, args)
+    if arm == "tune" and r.get("best_hyperparameters"):
+        r["remeasured_own"] = remeasure_own(r["best_hyperparameters"], data, root / "remeasure-tune-own", rep, args)
     r.pop("best_source", None)
     return r
 
@@ -425,6 +473,9 @@ def main() -> int:
     ap.add_argument("--remeasure-again", type=int, metavar="REPEAT",
                     help="re-measure that repeat's arms and baseline again (e.g. with --remeasure-steps); the "
                          "earlier re-measurement is kept as remeasured_before")
+    ap.add_argument("--remeasure-own", type=int, metavar="REPEAT",
+                    help="re-train that repeat's Tuner answer with Ultralytics' own training (--reseeds seeds, "
+                         "best.pt scored by evaluate.py); a bench run today does it after the tune arm")
     ap.add_argument("--noise-reruns", type=int, default=2,
                     help="the looper arms' [loop] noise_reruns: looper.toml's 2 (3 baseline / up to 3 candidate "
                          "seeds), not the demo preset's 0, whose single candidate seed keeps only a 3-sd jump")
@@ -445,6 +496,8 @@ def main() -> int:
         return finish_stopped(args.out, args.baseline_from)
     if args.remeasure_again is not None:
         return remeasure_again(args.out, args.remeasure_again, args)
+    if args.remeasure_own is not None:
+        return remeasure_own_again(args.out, args.remeasure_own, args)
     if args.gpu:
         args.scale, args.budget, args.device, args.require_gpu = "full", 300, "cuda", True
     arms = [a for a in args.arms.split(",") if a]
@@ -514,6 +567,26 @@ def remeasure_again(out: Path, rep: int, args: argparse.Namespace) -> int:
     return finish(results, out)
 
 
+def remeasure_own_again(out: Path, rep: int, args: argparse.Namespace) -> int:
+    """``--remeasure-own REPEAT``: that repeat's Tuner answer re-trained by Ultralytics' own
+    training (:func:`remeasure_own`), one job per seed, added to results.json as ``remeasured_own``."""
+    results = json.loads((out / "results.json").read_text())
+    entry = next(e for e in results["repeats"] if e["repeat"] == rep)
+    tune = entry["arms"].get("tune") or {}
+    if not tune.get("best_hyperparameters"):
+        raise SystemExit(f"bench_search: repeat {rep} has no tune arm with best hyperparameters in {out}")
+    root, data = out / f"repeat{rep}" / "remeasure-tune-own", out / f"repeat{rep}" / "data"
+    baseline_model_yaml(root, data, args)  # once, before jobs that would all write it
+    jobs = [(f"seed{s}", remeasure_own, (tune["best_hyperparameters"], data, root, rep, args, [s]))
+            for s in range(args.reseeds)]
+    done = dict(run_jobs(jobs, args.jobs, root / "jobs"))
+    runs = [run for s in range(args.reseeds) for run in done[f"seed{s}"].get("runs", [])]
+    tune["remeasured_own"] = summarize(runs) | {"training": "ultralytics model.train, best.pt"}
+    for e in results["repeats"]:
+        compare(e)
+    return finish(results, out)
+
+
 def compare(entry: dict[str, Any]) -> None:
     """Each arm's re-measured seeds against the baseline's: beyond the noise (interval ends apart),
     Welch's one-sided p, and a keep the re-measurement did not confirm (a false keep caught)."""
@@ -521,16 +594,23 @@ def compare(entry: dict[str, Any]) -> None:
 
     base = entry["baseline"]
     base_scores = [r["score"] for r in base.get("runs", []) if "score" in r]
+
+    def against(m: dict[str, Any], into: dict[str, Any]) -> None:
+        into["beats_baseline"] = bool(m["low"] > base["high"])
+        scores = [x["score"] for x in m["runs"] if "score" in x]
+        if len(scores) >= 2 and len(base_scores) >= 2:
+            t = stats.ttest_ind(scores, base_scores, equal_var=False, alternative="greater")
+            into["welch_p_greater"] = round(float(t.pvalue), 4)
+
     for r in entry["arms"].values():
         m = r.get("remeasured", {})
         if "mean" in m and "high" in base:
-            r["beats_baseline"] = bool(m["low"] > base["high"])
+            against(m, r)
             kept = (r.get("keeps") or 0) > 0
             r["false_keep_caught"] = bool(kept and m["mean"] <= base["mean"])
-            scores = [x["score"] for x in m["runs"] if "score" in x]
-            if len(scores) >= 2 and len(base_scores) >= 2:
-                t = stats.ttest_ind(scores, base_scores, equal_var=False, alternative="greater")
-                r["welch_p_greater"] = round(float(t.pvalue), 4)
+        own = r.get("remeasured_own", {})
+        if "mean" in own and "high" in base:
+            against(own, own)
 
 
 def finish(results: dict[str, Any], out: Path) -> int:

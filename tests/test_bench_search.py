@@ -76,6 +76,20 @@ def test_compare_beyond_noise_needs_the_interval_ends_apart(bench) -> None:
     assert arms["tune"]["false_keep_caught"] is False and arms["tune"]["beats_baseline"] is False
 
 
+def test_compare_judges_the_tuners_own_training_on_its_own_record(bench) -> None:
+    own = measured([0.30, 0.31, 0.29]) | {"training": "ultralytics model.train, best.pt"}
+    entry = {"baseline": measured([0.20, 0.21, 0.22]),
+             "arms": {"tune": {"keeps": None, "remeasured": measured([0.19, 0.20, 0.21]), "remeasured_own": own}}}
+    bench.compare(entry)
+    tune = entry["arms"]["tune"]
+    assert tune["beats_baseline"] is False  # through train.py
+    assert own["beats_baseline"] is True and own["welch_p_greater"] < 0.01  # Ultralytics' own training
+    table = bench.markdown({"args": {"minutes": 45, "budget": 150, "scale": "demo", "reseeds": 3, "device": "cpu"},
+                            "repeats": [entry | {"repeat": 0}]})
+    assert "| 0 | tune: its best hyperparameters, Ultralytics' own training (best.pt) |" in table
+    assert "? / ? / ? epochs (time=)" in table
+
+
 def test_compare_without_a_baseline_interval_claims_nothing(bench) -> None:
     entry = {"baseline": {}, "arms": {"planner": {"keeps": 1, "remeasured": measured([0.4, 0.5])}}}
     bench.compare(entry)
@@ -126,4 +140,4 @@ def test_finish_on_a_saved_bench_with_a_relative_out(bench, tmp_path, monkeypatc
     assert (tmp_path / "out" / "best_over_time.svg").read_text().lstrip().startswith("<?xml")
     table = capsys.readouterr().out
     assert "| 0 | planner | 5 | 1 | 0.3000 | 0.300 / 0.310 / 0.320 | 0.31 [" in table
-    assert "316 / 316 / 316 (fixed)" in table
+    assert "316 / 316 / 316 (at most 316)" in table
