@@ -379,6 +379,10 @@ def markdown(results: dict[str, Any]) -> str:
 
     for rep in results["repeats"]:
         lines.append(f"| {rep['repeat']} | baseline train.py | | | | {measured(rep['baseline'])} | | | |")
+        own = rep.get("baseline_own")
+        if own:
+            lines.append(f"| {rep['repeat']} | baseline settings, Ultralytics' own training (best.pt) | | | | "
+                         f"{measured(own)} | {own.get('beats_baseline')} | {own.get('welch_p_greater')} | |")
         for arm, r in rep["arms"].items():
             lines.append(f"| {rep['repeat']} | {arm} | {r.get('experiments')} | {num(r.get('keeps'))} | "
                          f"{num(r.get('best_in_loop'))} | {measured(r.get('remeasured', {}))} | "
@@ -527,9 +531,14 @@ def main() -> int:
         jobs = [(arm, run_arm, (arm, rep, root, data, args)) for arm in arms]
         jobs.append(("baseline", remeasure, ((REPO / "train.py").read_text(), data, root / "remeasure-baseline",
                                              rep, args)))
+        if "tune" in arms:  # the Tuner's reference: the baseline's settings in Ultralytics' own training
+            baseline_model_yaml(root / "remeasure-baseline-own", data, args)
+            jobs.append(("baseline-own", remeasure_own, ({}, data, root / "remeasure-baseline-own", rep, args)))
         for name, r in run_jobs(jobs, args.jobs, root / "jobs"):
             if name == "baseline":
                 entry["baseline"] = r
+            elif name == "baseline-own":
+                entry["baseline_own"] = r
             else:
                 entry["arms"][name] = r
             save()
@@ -568,20 +577,29 @@ def remeasure_again(out: Path, rep: int, args: argparse.Namespace) -> int:
 
 
 def remeasure_own_again(out: Path, rep: int, args: argparse.Namespace) -> int:
-    """``--remeasure-own REPEAT``: that repeat's Tuner answer re-trained by Ultralytics' own
-    training (:func:`remeasure_own`), one job per seed, added to results.json as ``remeasured_own``."""
+    """``--remeasure-own REPEAT``: that repeat's Tuner answer, and the baseline's settings, each
+    re-trained by Ultralytics' own training (:func:`remeasure_own`), one job per seed, added to
+    results.json (``remeasured_own`` of the tune arm, ``baseline_own``)."""
     results = json.loads((out / "results.json").read_text())
     entry = next(e for e in results["repeats"] if e["repeat"] == rep)
     tune = entry["arms"].get("tune") or {}
     if not tune.get("best_hyperparameters"):
         raise SystemExit(f"bench_search: repeat {rep} has no tune arm with best hyperparameters in {out}")
-    root, data = out / f"repeat{rep}" / "remeasure-tune-own", out / f"repeat{rep}" / "data"
-    baseline_model_yaml(root, data, args)  # once, before jobs that would all write it
-    jobs = [(f"seed{s}", remeasure_own, (tune["best_hyperparameters"], data, root, rep, args, [s]))
-            for s in range(args.reseeds)]
-    done = dict(run_jobs(jobs, args.jobs, root / "jobs"))
-    runs = [run for s in range(args.reseeds) for run in done[f"seed{s}"].get("runs", [])]
-    tune["remeasured_own"] = summarize(runs) | {"training": "ultralytics model.train, best.pt"}
+    data = out / f"repeat{rep}" / "data"
+    what = {"tune": (tune["best_hyperparameters"], out / f"repeat{rep}" / "remeasure-tune-own"),
+            "baseline": ({}, out / f"repeat{rep}" / "remeasure-baseline-own")}
+    for _hyp, root in what.values():
+        baseline_model_yaml(root, data, args)  # once, before jobs that would all write it
+    jobs = [(f"{name}-seed{s}", remeasure_own, (hyp, data, root, rep, args, [s]))
+            for name, (hyp, root) in what.items() for s in range(args.reseeds)]
+    done = dict(run_jobs(jobs, args.jobs, out / f"repeat{rep}" / "jobs-own"))
+    for name in what:
+        runs = [run for s in range(args.reseeds) for run in done[f"{name}-seed{s}"].get("runs", [])]
+        own = summarize(runs) | {"training": "ultralytics model.train, best.pt"}
+        if name == "tune":
+            tune["remeasured_own"] = own
+        else:
+            entry["baseline_own"] = own
     for e in results["repeats"]:
         compare(e)
     return finish(results, out)
@@ -611,6 +629,9 @@ def compare(entry: dict[str, Any]) -> None:
         own = r.get("remeasured_own", {})
         if "mean" in own and "high" in base:
             against(own, own)
+    own = entry.get("baseline_own", {})
+    if "mean" in own and "high" in base:
+        against(own, own)
 
 
 def finish(results: dict[str, Any], out: Path) -> int:
