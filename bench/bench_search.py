@@ -210,6 +210,7 @@ getattr(YOLO(a["yaml"]), a["method"])(**a["kwargs"])
 def baseline_model_yaml(ws: Path, data: Path, args: argparse.Namespace) -> Path:
     """The baseline's architecture yaml: train.py writes it into LOOPER_OUT (run it for 1 s of budget)."""
     yaml_dir = ws / "model"
+    ws.mkdir(parents=True, exist_ok=True)
     if not (yaml_dir / "model.yaml").is_file():
         env = {**os.environ, "LOOPER_BUDGET_SECONDS": "1", "LOOPER_DATA": str(data), "LOOPER_OUT": str(yaml_dir),
                "LOOPER_SEED": "0", "LOOPER_DEVICE": args.device,
