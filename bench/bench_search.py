@@ -28,7 +28,10 @@ fresh seeds at the same budget and scored by evaluate.py: the mean, the seed int
 +- t * sd / sqrt(n), 95 %) and the classes with recall > 0. "Beats the baseline beyond the
 noise" means the arm's lower interval end is above the baseline's upper end. A keep the
 re-measurement does not confirm (its re-measured mean not above the baseline's) is counted as a
-false keep caught. Outputs: ``<out>/results.json``, ``<out>/best_over_time.svg`` (best score
+false keep caught. The Tuner's answer is also re-trained by Ultralytics' own ``model.train``
+(its best hyperparameters; each seed's ``best.pt`` scored by evaluate.py), beside the baseline's
+settings trained the same way (``baseline_own``): the Tuner's one ``best.pt`` is the best of its
+iterations on the validation tiles, and these runs say how much of it was the draw. Outputs: ``<out>/results.json``, ``<out>/best_over_time.svg`` (best score
 over wall time per arm) and a markdown block printed for bench/RESULTS.md.
 """
 
@@ -338,23 +341,41 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
+    """Best score over wall time per arm (in the arm: the looper arms' current best, the Tuner's
+    best weights at its end), and at the right each arm's re-measured mean with its 95 % interval
+    (the baseline's as a band): ``path`` (SVG) and the same as PNG beside it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    end = float(results["args"].get("minutes") or 45)
     for rep in results["repeats"]:
-        for arm, r in rep["arms"].items():
+        base = rep.get("baseline") or {}
+        if "low" in base and math.isfinite(base["low"]):
+            ax.axhspan(base["low"], base["high"], color="0.85", zorder=0,
+                       label=f"baseline train.py re-measured, 95 % (repeat {rep['repeat']})")
+        for i, (arm, r) in enumerate(rep["arms"].items()):
             pts = r.get("curve") or []
+            line = None
             if pts:
                 xs, ys = zip(*[(t / 60, s) for t, s in pts], strict=True)
-                ax.step(xs, ys, where="post", marker="o", label=f"{arm} (repeat {rep['repeat']})")
-    ax.set_xlabel("wall time, minutes")
-    ax.set_ylabel("best page-level weighted F1 (in the arm)")
-    ax.legend(fontsize=7)
+                (line,) = ax.step(xs, ys, where="post", marker="o", label=f"{arm}: in the arm (repeat {rep['repeat']})")
+            for j, key in enumerate(("remeasured", "remeasured_own")):
+                m = r.get(key) or {}
+                if "mean" in m and math.isfinite(m.get("low", math.nan)):
+                    x = end + 2 + 1.5 * i + 0.5 * j
+                    ax.errorbar([x], [m["mean"]], yerr=[[m["mean"] - m["low"]], [m["high"] - m["mean"]]],
+                                fmt="s" if j == 0 else "D", capsize=3, color=line.get_color() if line else None,
+                                label=f"{arm}: re-measured{', own training' if j else ''}")
+    ax.axvline(end, color="0.5", lw=0.8, ls=":")
+    ax.set_xlabel("wall time, minutes (right of the dotted line: the re-measurement, 3 seeds)")
+    ax.set_ylabel("page-level weighted F1")
+    ax.legend(fontsize=6, loc="upper left")
     fig.tight_layout()
     fig.savefig(path)
+    fig.savefig(path.with_suffix(".png"), dpi=110)
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -373,6 +394,8 @@ def markdown(results: dict[str, Any]) -> str:
         else:
             steps = " / ".join(str(x.get("steps", "?")) for x in runs)
             steps += f" ({'at most ' + str(m['remeasure_steps']) if m.get('remeasure_steps') else 'wall clock'})"
+        if m.get("same_as"):
+            scores = f"(its best is the {m['same_as']} train.py: that re-measurement) {scores}"
         return f"{scores} | {m.get('mean')} [{m.get('low')}, {m.get('high')}] | {steps} | {m.get('classes_found')}"
 
     def num(x: Any) -> str:
@@ -561,6 +584,11 @@ def remeasure_again(out: Path, rep: int, args: argparse.Namespace) -> int:
             sources[arm] = tune_source(base, r["best_hyperparameters"])
         else:
             sources[arm] = sh(["git", "-C", str(root / arm), "show", "looper/bench:train.py"]).stdout
+    # Arms whose best is the baseline train.py byte for byte (they kept nothing): the first is
+    # re-measured anyway (the bench's own A/A: under a step budget it must reproduce the
+    # baseline's scores), the others take the baseline's re-measurement.
+    same = [arm for arm, src in sources.items() if arm != "baseline" and src == base]
+    sources = {arm: src for arm, src in sources.items() if arm not in same[1:]}
     tag = f"steps{args.remeasure_steps}" if args.remeasure_steps else "wallclock"
     jobs = [(arm, remeasure, (src, root / "data", root / f"remeasure-{tag}-{arm}", rep, args))
             for arm, src in sources.items()]
@@ -572,6 +600,9 @@ def remeasure_again(out: Path, rep: int, args: argparse.Namespace) -> int:
             arm = entry["arms"][name]
             arm["remeasured_before"], arm["remeasured"] = arm.get("remeasured"), r
         (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    for name in same[1:]:
+        arm = entry["arms"][name]
+        arm["remeasured_before"], arm["remeasured"] = arm.get("remeasured"), entry["baseline"] | {"same_as": "baseline"}
     for e in results["repeats"]:
         compare(e)
     return finish(results, out)
