@@ -656,8 +656,9 @@ def compare(entry: dict[str, Any]) -> None:
         m = r.get("remeasured", {})
         if "mean" in m and "high" in base:
             against(m, r)
-            kept = (r.get("keeps") or 0) > 0
-            r["false_keep_caught"] = bool(kept and m["mean"] <= base["mean"])
+            r.pop("false_keep_caught", None)
+            if r.get("keeps") is not None:  # the Tuner keeps nothing by gate: no false keep to catch, not "False"
+                r["false_keep_caught"] = bool(r["keeps"] > 0 and m["mean"] <= base["mean"])
         own = r.get("remeasured_own", {})
         if "mean" in own and "high" in base:
             against(own, own)
