@@ -51,6 +51,18 @@ def pytest_configure(config: pytest.Config) -> None:
     import tiers
 
     tiers.skipped()  # an unknown tier name in LOOPER_SKIP_TIERS stops the run before any test
+    _register_clock(config)
+
+
+def _register_clock(config: pytest.Config) -> None:
+    """scripts/pytest_clock.py: every run ends with its duration, the fast tier with its 30 s budget
+    and, over it, its slowest tests (issue 26). verify_json.py loads it itself with ``-p``."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import pytest_clock
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    pytest_clock.register(config)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
