@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -62,7 +63,8 @@ def test_manifest_hashes_every_file(tiny_data: Path) -> None:
 
 def test_verify_catches_a_changed_file(tiny_data: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
-    prepare.build(copy, "tiny", 0)
+    shutil.copytree(tiny_data, copy)  # the session's build, verified clean by test_manifest_hashes_every_file
+    assert prepare.verify(copy) == []
     page = copy / "pages/test/page_000.json"
     page.write_text(page.read_text().replace("supply", "return", 1))
     assert any("page_000.json" in p for p in prepare.verify(copy))
