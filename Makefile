@@ -40,6 +40,8 @@ test: system $(STAMP)
 	  --cov-fail-under=100 --cov-report=term-missing:skip-covered
 	$(BIN)/python -m pytest -q
 
+# The fast tier: budget 30 s on an idle 2-core machine; the run ends with its duration and, over the
+# budget, its slowest tests (scripts/pytest_clock.py, tests/tiers.py).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not e2e"
 
