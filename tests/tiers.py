@@ -16,7 +16,9 @@ Two speed tiers cut across these (issue 26):
   tests, and over the budget its ten slowest tests. What collection imports counts too:
   ``python -X importtime -m pytest --collect-only -q -s -m "not e2e" 2>imp.txt`` shows it;
   a test file imports heavy libraries (torch, ultralytics) inside its tests, not at the top.
-  Its ``tmp_path`` folders are on /dev/shm when that has room (tests/conftest.py).
+  Its ``tmp_path`` folders are on /dev/shm when that has room (tests/conftest.py);
+  ``make test-fast`` and ``make verify-json`` write bytecode caches (git-ignored __pycache__)
+  even where PYTHONDONTWRITEBYTECODE is set: recompiling every file costs about 3 s a run.
 - the end-to-end tier, ``@pytest.mark.e2e`` (a module's ``pytestmark``, or the tests/e2e
   folder): real training, real git, sandbox, sshd, slurm, chromium, torch. ``make test`` runs
   both tiers, every test once.
