@@ -150,11 +150,16 @@ def with_clock(verdict: Verdict, clock: pytest_clock.Clock | None, timed_out: bo
     if not timed_out:
         return verdict.with_metrics(**facts)
     facts["running_when_stopped"] = clock.running
+    total_s = pytest_clock.total_s(clock)
     if clock.collect_s is None:
         why = f"pytest: stopped while collecting ({clock.last_at:.0f} s in)"
     else:
         done = len(clock.durations)
-        why = f"pytest: stopped after {done} of {clock.collected} tests (collection {clock.collect_s:.1f} s)"
+        if done == clock.collected and not clock.running:
+            why = (f"pytest: all {done} tests finished (collection {clock.collect_s:.1f} s, the session "
+                   f"{total_s:.1f} s) but pytest had not exited")
+        else:
+            why = f"pytest: stopped after {done} of {clock.collected} tests (collection {clock.collect_s:.1f} s)"
         if clock.running:
             why += f", during {clock.running}"
         if facts["slowest"]:

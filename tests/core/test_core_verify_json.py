@@ -229,5 +229,11 @@ def test_stopped_at_the_deadline_names_the_running_and_slowest_tests_in_its_reas
     assert v.blocking[1] == ("pytest: stopped after 11 of 12 tests (collection 2.0 s), during t::stuck; "
                              "slowest: 11.00 s t::11, 10.00 s t::10, 9.00 s t::9")
     assert v.metrics["running_when_stopped"] == "t::stuck" and len(v.metrics["slowest"]) == 10
+    ended = vj.with_clock(timed, vj.pytest_clock.summarise(_events(
+        {"event": "collected", "tests": 1, "at": 2.0}, {"event": "start", "test": "t::1", "at": 2.0},
+        {"event": "done", "test": "t::1", "seconds": 40.0, "at": 42.0}, {"event": "finished", "at": 42.5})),
+        timed_out=True, seconds=47.0)
+    assert ended.blocking[1] == ("pytest: all 1 tests finished (collection 2.0 s, the session 42.5 s) but pytest "
+                                 "had not exited; slowest: 40.00 s t::1")
     early = vj.with_clock(timed, _clock(collected=False), timed_out=True, seconds=47.0)
     assert early.blocking[1] == "pytest: stopped while collecting (3 s in)" and "collect_seconds" not in early.metrics
