@@ -149,7 +149,7 @@ def test_script_stopped_at_its_deadline_names_the_running_and_the_slowest_tests(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     body = ("import time\n\n\ndef test_a_quick_one():\n    time.sleep(0.3)\n\n\n"
             "def test_z_never_ends():\n    time.sleep(60)\n")
-    monkeypatch.setattr(vj, "DEADLINE_S", 8.0)
+    monkeypatch.setattr(vj, "DEADLINE_S", 15.0)  # room for a slow start on a busy machine
     code = vj.main(["--root", str(_repo(tmp_path, body))])
     captured = capsys.readouterr()
     verdict = json.loads(captured.out.strip().splitlines()[-1])
