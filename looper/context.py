@@ -106,6 +106,9 @@ class Context:
         self.agent_lock = threading.Lock()
         self.count_lock = threading.Lock()
         self.in_flight: dict[int, dict] = {}  # worker id -> knobs of the candidate it runs
+        from looper import proc
+
+        proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)  # every run's log and lines
 
     # ------------------------------------------------------------------ the journal
     def event(self, kind: str, message: str, experiment_id: int | None = None, data: dict | None = None) -> None:

@@ -260,12 +260,102 @@ def emit_lines(lines: list[str], log: Any, tail: deque, on_line: Callable[[str],
     log.flush()
 
 
+# Output caps (``[limits]`` log_max_bytes, line_max_bytes; set once by the daemon): a 2 GB print
+# must not fill the disk, an 8 MiB line must not reach a pattern (issue 23).
+_CAPS = {"log_max_bytes": 64 * 1024 * 1024, "line_max_bytes": 16 * 1024}
+
+
+def set_output_caps(log_max_bytes: int, line_max_bytes: int) -> None:
+    """The caps every later :class:`Limits` starts from."""
+    _CAPS.update(log_max_bytes=int(log_max_bytes), line_max_bytes=int(line_max_bytes))
+
+
 @dataclass
 class Limits:
     budget_seconds: float | None = None  # hard wall clock (budget + grace)
     stall_seconds: float | None = None  # log silence that means hung
     kill_after: float = 10.0  # SIGTERM -> SIGKILL delay
     tail_lines: int = 80
+    log_max_bytes: int = field(default_factory=lambda: _CAPS["log_max_bytes"])  # the log file on disk
+    line_max_bytes: int = field(default_factory=lambda: _CAPS["line_max_bytes"])  # one line, cut past it
+
+
+class LineCutter:
+    """A byte stream -> lines, each cut to ``max_bytes`` (the cut said at its end) as it arrives:
+    memory and work stay linear in the output, however long a line is. '\r' ends a line too."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max = max(1, int(max_bytes))
+        self.buf = bytearray()
+        self.cut = 0
+
+    def _add(self, part: bytes) -> None:
+        room = self.max - len(self.buf)
+        if room > 0:
+            self.buf += part[:room]
+        self.cut += max(0, len(part) - max(room, 0))
+
+    def _take(self) -> str:
+        text = bytes(self.buf).decode("utf-8", "replace")
+        if self.cut:
+            text += f" [looper: {self.cut} more bytes of this line cut ([limits] line_max_bytes = {self.max})]"
+        self.buf.clear()
+        self.cut = 0
+        return text
+
+    def feed(self, chunk: bytes, final: bool = False) -> list[str]:
+        """The non-blank lines ``chunk`` completes (with ``final``, the unfinished rest too)."""
+        parts = chunk.replace(b"\r", b"\n").split(b"\n")
+        rest = parts.pop()
+        lines = []
+        for part in parts:
+            self._add(part)
+            lines.append(self._take())
+        self._add(rest)
+        if final and (self.buf or self.cut):
+            lines.append(self._take())
+        return [ln for ln in lines if ln.strip()]
+
+
+class CappedLog:
+    """A run log on disk kept under ``max_bytes``: its head is written as it comes; past half the
+    cap only the latest lines (the other half) are kept in memory, written with one line that says
+    what was cut when the run ends (:meth:`close_tail`)."""
+
+    def __init__(self, log: Any, max_bytes: int) -> None:
+        self.log = log
+        self.max = max(2, int(max_bytes))
+        self.head_left = self.max // 2
+        self.tail: deque[str] = deque()
+        self.tail_bytes = 0
+        self.cut_bytes = 0
+        self.cut_lines = 0
+
+    def write(self, text: str) -> None:
+        n = len(text.encode("utf-8", "replace"))
+        if not self.tail and n <= self.head_left:
+            self.head_left -= n
+            self.log.write(text)
+            return
+        self.head_left = 0
+        self.tail.append(text)
+        self.tail_bytes += n
+        while self.tail and self.tail_bytes > self.max // 2:
+            old = self.tail.popleft()
+            self.tail_bytes -= len(old.encode("utf-8", "replace"))
+            self.cut_bytes += len(old.encode("utf-8", "replace"))
+            self.cut_lines += 1
+
+    def flush(self) -> None:
+        self.log.flush()
+
+    def close_tail(self) -> None:
+        if self.cut_lines:
+            self.log.write(f"[looper: {self.cut_bytes} bytes ({self.cut_lines} lines) of output cut here: the log "
+                           f"keeps its head and its tail within [limits] log_max_bytes = {self.max}]\n")
+        self.log.writelines(self.tail)
+        self.tail.clear()
+        self.log.flush()
 
 
 @dataclass
@@ -275,21 +365,23 @@ class _State:
     lines: int = 0
 
 
-def _pump(proc: subprocess.Popen, state: _State, log: Any, on_line: Callable[[str], None] | None) -> None:
-    """Read the child's output until it closes: the log, the tail, the line count, signs of life."""
+def _pump(proc: subprocess.Popen, state: _State, log: Any, on_line: Callable[[str], None] | None,
+          line_max_bytes: int = 16 * 1024) -> None:
+    """Read the child's output until it closes: the log, the tail, the line count, signs of life.
+    Lines are cut to ``line_max_bytes`` as they arrive (no pattern ever sees a longer one)."""
     try:
         assert proc.stdout is not None
         # Read raw chunks: progress bars use '\r' without '\n' and still count as life.
-        buf = b""
+        cutter = LineCutter(line_max_bytes)
         while True:
             chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096)
             if not chunk:
                 break
             state.last_output = time.monotonic()
-            lines, buf = split_lines(buf + chunk)
+            lines = cutter.feed(chunk)
             state.lines += len(lines)
             emit_lines(lines, log, state.tail, on_line)
-        lines, _ = split_lines(buf, final=True)
+        lines = cutter.feed(b"", final=True)
         state.lines += len(lines)
         emit_lines(lines, log, state.tail, on_line)
     except (ValueError, OSError):  # the log or pipe was closed under us: the run is over
@@ -337,7 +429,8 @@ def supervise(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     state = _State(tail=deque(maxlen=limits.tail_lines))
     start = time.monotonic()
-    with open(log_path, "a", encoding="utf-8", errors="replace") as log:
+    with open(log_path, "a", encoding="utf-8", errors="replace") as raw_log:
+        log = CappedLog(raw_log, limits.log_max_bytes)
         proc = subprocess.Popen(
             list(argv),
             cwd=str(cwd),
@@ -350,7 +443,7 @@ def supervise(
         trail = _trail_add(proc.pid, argv)
         if on_start:
             on_start(proc.pid)
-        reader = threading.Thread(target=_pump, args=(proc, state, log, on_line), daemon=True)
+        reader = threading.Thread(target=_pump, args=(proc, state, log, on_line, limits.line_max_bytes), daemon=True)
         reader.start()
         stopped_by = _enforce(proc, state, limits, start, cancel)
         # The leader is gone; make sure nothing of its group outlives it.
@@ -363,6 +456,10 @@ def supervise(
             except (OSError, ValueError):
                 pass
             reader.join(timeout=1)
+        try:
+            log.close_tail()
+        except (OSError, ValueError, RuntimeError):  # disk full, or a reader still alive: the head stays
+            pass
     _trail_remove(trail)
     rc = proc.returncode
     sig = -rc if rc is not None and rc < 0 else None
