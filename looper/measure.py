@@ -210,7 +210,7 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
     ev = w.executor.evaluate(
         EvalJob(checkout=ck, weights=rd / "out" / "weights.pt", metrics_path=metrics_path,
                 log_path=rd / "eval.log", timeout_seconds=limit or max(600.0, 2 * budget),
-                stall_seconds=max(float(ctx.cfg.loop.stall_seconds), limit or 0.0), device=w.device),
+                stall_seconds=max(float(ctx.cfg.loop.stall_seconds), (limit or 0.0) + 5.0), device=w.device),
         ctx.display.log_line, ctx.cancel)
     m.eval, m.eval_seconds = ev, ev.seconds
     if ev.cancelled or ctx.cancel.is_set():
