@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime
 
 import pytest
 from faults.faultkit import assert_nothing_lost, patch_config
@@ -162,6 +163,10 @@ def test_outsized_output_costs_the_daemon_a_bounded_log_time_and_database(make_w
     assert "of output cut here" in flood and "fixture train.py starting" in flood  # head and tail, the cut said
     assert "ValueError: flooded 100 MiB of output" in flood[-4000:]  # the tail, as the run ended
     long = rows["prints 100 lines of 8 MiB"]
+    seconds = {d: (datetime.fromisoformat(r["finished_at"]) - datetime.fromisoformat(r["started_at"])).total_seconds()
+               for d, r in rows.items()}
+    print("experiment seconds (2 shared cores, loaded):", {d: round(x, 1) for d, x in seconds.items()})
+    assert seconds["prints 100 lines of 8 MiB"] < 120  # was 9.5 minutes of daemon CPU
     with ws.db() as con:
         tail = con.execute("SELECT log_tail FROM runs WHERE experiment_id=?", (long["id"],)).fetchone()[0]
         train_rows = con.execute("SELECT COUNT(*) FROM experiments WHERE train_json IS NOT NULL").fetchone()[0]
