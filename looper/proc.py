@@ -19,7 +19,8 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -363,6 +364,20 @@ class _State:
     last_output: float = field(default_factory=time.monotonic)
     tail: deque = field(default_factory=lambda: deque(maxlen=80))
     lines: int = 0
+
+
+@contextmanager
+def capped_log(path: str | Path, max_bytes: int | None = None) -> Iterator[CappedLog]:
+    """A run log opened for appending, capped as :class:`CappedLog`; its kept tail is written at exit."""
+    with open(path, "a", encoding="utf-8", errors="replace") as raw:
+        log = CappedLog(raw, max_bytes or _CAPS["log_max_bytes"])
+        try:
+            yield log
+        finally:
+            try:
+                log.close_tail()
+            except (OSError, ValueError, RuntimeError):  # the disk is full: the head already written stays
+                pass
 
 
 def _pump(proc: subprocess.Popen, state: _State, log: Any, on_line: Callable[[str], None] | None,
