@@ -29,7 +29,7 @@ import time
 from datetime import datetime
 
 import pytest
-from faults.faultkit import assert_nothing_lost, patch_config
+from faults.faultkit import assert_nothing_lost, baseline_only, patch_config
 from harness import FIXTURE, make_ws, pages  # noqa: F401  (pytest fixtures)
 
 pytestmark = [
@@ -175,3 +175,22 @@ def test_outsized_output_costs_the_daemon_a_bounded_log_time_and_database(make_w
     db_bytes = sum(os.path.getsize(p) for p in ws.root.glob("experiments.db*"))
     assert db_bytes < 5 << 20, db_bytes  # the 100 MB train.json never reached the database
     print(f"outsized-output night: {took:.0f} s for {len(OUTPUT) + 1} experiments (2 shared cores, loaded)")
+
+
+def test_a_nearly_full_disk_refuses_the_next_run_first_naming_the_folder_and_free_bytes(make_ws, pages):  # noqa: F811
+    """The harness's own resource: with less free disk than ``[limits] min_free_bytes`` the preflight
+    refuses the run before it starts (a harness error: halt, one page) and says where and how much;
+    the outcome is written (the reserve is given back first on a nearly full disk)."""
+    ws = make_ws()
+    baseline_only(ws)
+    assert (ws.root / ".looper" / "reserve").stat().st_size == 16 << 20  # held while there is room
+    patch_config(ws, "limits", min_free_bytes=1 << 60)
+    ws.enqueue("a fine change", knobs={"QUALITY": 0.9})
+    r = ws.looper("run", "--max-experiments", "1")
+    assert r.returncode == 3, r.stdout + r.stderr
+    (row,) = ws.rows()
+    reasons = " ".join(json.loads(row["blocking_json"]))
+    assert row["status"] == "error" and f"the disk of {ws.root} has " in reasons and "bytes free" in reasons
+    assert "[limits] min_free_bytes = 1152921504606846976" in reasons
+    assert len(pages.pages) == 1 and "min_free_bytes" in json.dumps(pages.pages[0])
+    assert not list(ws.root.glob(f"runs/t/{row['id']:05d}/*/train.log")), "a run started"
