@@ -11,8 +11,9 @@ attempt, the night must go on (a control change after the attacks is still kept,
 - words in train.py's output (a printed CUDA traceback, OSError 28, NVMLError then silence, a
   declared but missing package) once halted the night: now the canary (the last kept train.py
   re-run) runs cleanly, so each is the candidate's crash;
-- the evaluator's trouble with the candidate's weights (class names in another order; a model so
-  slow that evaluation runs far past the best's) is the candidate's crash;
+- the evaluator's trouble with the candidate's weights (class names in another order; weights that
+  make the evaluator exit 1 while the best's weights still evaluate; a model so slow that
+  evaluation runs far past the best's) is the candidate's crash;
 - a flood of output, lines of 8 MiB, a 100 MB train.json and one nested 100,000 deep cost the
   daemon a bounded log, bounded time and a bounded database, and are crashes naming the limit.
 
@@ -68,6 +69,11 @@ w = json.load(open(os.path.join(out, "weights.pt")))
 w["names"] = {list(reversed(CLASSES))!r}
 json.dump(w, open(os.path.join(out, "weights.pt"), "w"))
 ''', "weights refused: the model's classes"),
+    "weights that crash the evaluator": ('''
+w = json.load(open(os.path.join(out, "weights.pt")))
+del w["quality"]  # the fixture evaluator raises KeyError on these: exit 1, not a refusal
+json.dump(w, open(os.path.join(out, "weights.pt"), "w"))
+''', "the best's weights through the same evaluator (canary) ran cleanly"),
     "a model too slow to evaluate": ('''
 w = json.load(open(os.path.join(out, "weights.pt")))
 w["eval_sleep"] = 300
@@ -143,6 +149,10 @@ def test_the_evaluators_trouble_with_the_weights_is_the_candidates_crash(make_ws
     rows = _night(ws, WEIGHTS)
     assert time.monotonic() - t0 < 240  # the slow model was stopped at its limit, not after 300 s
     assert pages.pages == []
+    crashed = " ".join(json.loads(rows["weights that crash the evaluator"]["blocking_json"]))
+    assert "evaluate.py exited 1" in crashed  # what it looked like: once a harness error, a halt and a page
+    notes = [e["message"] for e in ws.events("note") if e["message"].startswith("canary evaluation")]
+    assert notes == ["canary evaluation of the best's weights: ok"], notes
     slow = " ".join(json.loads(rows["a model too slow to evaluate"]["blocking_json"]))
     assert "[limits] eval_time_factor 5 x the best's" in slow and "hung" not in slow
 
