@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from looper import guard, proc
-from looper.proc import CappedLog, LineCutter
+from looper.runlog import CappedLog, LineCutter
 
 
 def test_a_long_line_is_cut_as_it_arrives_and_says_so():
