@@ -237,9 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(args.weights, device)
     names = getattr(model, "names", None)
     model_classes = [names[i] for i in sorted(names)] if isinstance(names, dict) else list(names or [])
-    if model_classes != classes:
-        fail(f"the model's classes ({len(model_classes)}: {model_classes[:3]}...) differ from the data set's "
-             f"({len(classes)}: {classes[:3]}...)")
+    if model_classes != classes:  # another order or count: the weights' fault, refused like any bad weights
+        fail(f"weights refused: the model's classes ({len(model_classes)}: {model_classes[:3]}...) differ from the "
+             f"data set's ({len(classes)}: {classes[:3]}...)", WEIGHTS_REFUSED)
 
     evaluated = []
     for image, truth in pages:

@@ -55,6 +55,7 @@ __all__ = [
     "DataConfig",
     "ExecutorConfig",
     "GateConfigSection",
+    "LimitsConfig",
     "LoopConfig",
     "NotifyConfig",
     "load_config",
@@ -257,6 +258,20 @@ class NotifyConfig(_Section):
         return v
 
 
+class LimitsConfig(_Section):
+    """Bounds on what a run may cost the daemon (issue 23): the evidence it stores, the disk it needs,
+    how long a candidate's evaluation may take."""
+
+    log_max_bytes: int = Field(default=67_108_864, ge=4096)  # train.log / eval.log on disk: head and tail kept
+    line_max_bytes: int = Field(default=16_384, ge=80)  # an output line is cut to this before any pattern runs
+    json_max_bytes: int = Field(default=8_388_608, ge=1024)  # train.json / METRICS.json larger: a crash
+    json_max_depth: int = Field(default=64, ge=4)  # nested deeper: a crash (never a RecursionError)
+    min_free_bytes: int = Field(default=268_435_456, ge=0)  # free disk a run needs to start
+    reserve_bytes: int = Field(default=16_777_216, ge=0)  # .looper/reserve: released before an outcome is written
+    eval_time_factor: float = Field(default=5.0, ge=1.0)  # a candidate's evaluation may take factor x the best's
+    eval_time_floor: int = Field(default=60, ge=1)  # ... + this many seconds; longer: the candidate's crash
+
+
 class Config(_Section):
     loop: LoopConfig = Field(default_factory=LoopConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -264,6 +279,7 @@ class Config(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
     def redacted_dict(self) -> dict[str, Any]:
         """A plain dict safe to store or show: no secret ever appears in it."""

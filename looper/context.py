@@ -106,6 +106,11 @@ class Context:
         self.agent_lock = threading.Lock()
         self.count_lock = threading.Lock()
         self.in_flight: dict[int, dict] = {}  # worker id -> knobs of the candidate it runs
+        from looper import proc
+        from looper.guard import release_reserve
+
+        proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)  # every run's log and lines
+        release_reserve(self.root, cfg.limits.reserve_bytes)  # a daemon killed on a full disk: room to start
 
     # ------------------------------------------------------------------ the journal
     def event(self, kind: str, message: str, experiment_id: int | None = None, data: dict | None = None) -> None:

@@ -28,6 +28,7 @@ from looper.core import gate as core_gate
 from looper.core import scope as core_scope
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, LooperError, StuckError, UsageError
+from looper.guard import release_reserve
 from looper.measure import Measurement, mean_metrics, measure, preflight, record_run
 from looper.store import ExperimentRecord
 
@@ -218,9 +219,8 @@ def measure_once(ctx: Context, cand: Candidate, role: str, seed: int, record_as:
     t = cand.timing
     t.update(train_seconds=t.get("train_seconds", 0.0) + m.train_seconds,
              eval_seconds=t.get("eval_seconds", 0.0) + m.eval_seconds)
-    if role == "main":
-        t.update(exit_code=m.train.exit_code if m.train else None, train=m.train_json,
-                 gpu=(m.train.gpu if m.train else None) or None)
+    if role == "main":  # train.json is stored once, with its run (record_run)
+        t.update(exit_code=m.train.exit_code if m.train else None, gpu=(m.train.gpu if m.train else None) or None)
     return m
 
 
@@ -375,6 +375,7 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
     off = sandbox_opt_out(ctx)
     if off:  # every verdict says when train.py ran without its sandbox
         verdict = verdict.model_copy(update={"metrics": {**verdict.metrics, "sandbox": off}})
+    release_reserve(ctx.root, ctx.cfg.limits.reserve_bytes)  # a nearly full disk: room for the outcome
     if cand.moves_git and outcome.advances_branch:
         advance_branch(ctx, cand)
     elif cand.moves_git and outcome.resets_checkout:

@@ -15,7 +15,9 @@ from typing import Any
 
 from looper.adapters.executors import EvalJob, Executor, RunResult, TrainJob
 from looper.adapters.executors.base import FIXED_FILES
+from looper.canary import EVAL_CANARY, TRAIN_CANARY, best_eval_seconds, eval_canary, eval_limit, is_candidate
 from looper.context import Context, Worker, now_iso
+from looper.core import blame as core_blame
 from looper.core import budget as core_budget
 from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
@@ -114,13 +116,22 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
     planted = unrecorded(ctx.root / "baselines", ctx.store)
     parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu),
              "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor),
-             "baselines": Verdict.errored(*planted) if planted else Verdict.passed()}
+             "baselines": Verdict.errored(*planted) if planted else Verdict.passed(),
+             "disk": _disk(ctx)}
     dirty = [c.path for c in w.wt.changes()]
     parts["checkout"] = (Verdict.errored(f"checkout not clean: {', '.join(dirty[:5])}") if dirty
                          else Verdict.passed())
     problems = [f"{k}: {b}" for k, v in parts.items() for b in v.blocking]
     metrics = {k: v.status.value for k, v in parts.items()}
     return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
+
+def _disk(ctx: Context) -> Verdict:
+    """Free disk for the run and its outcome ([limits] min_free_bytes, reserve_bytes: looper.guard)."""
+    from looper.guard import disk_problem
+
+    problem = disk_problem(ctx.root, ctx.cfg.limits.min_free_bytes, ctx.cfg.limits.reserve_bytes)
+    return Verdict.errored(problem) if problem else Verdict.passed()
 
 
 # ---------------------------------------------------------------------- one measurement
@@ -154,10 +165,14 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
     if not after.ok:
         return m.ended(Outcome.ERROR, *after.blocking)
     if tr.gpu.get("lost"):
-        return m.ended(Outcome.ERROR, f"GPU lost during the run: {tr.gpu.get('lost_reason', 'NVML error')}")
+        lost = f"GPU lost during the run: {tr.gpu.get('lost_reason', 'NVML error')}"
+        return _proven(ctx, w, exp_id, role, m.ended(Outcome.ERROR, lost), None)
     if not tr.clean_exit:
-        return classify_failed(ctx, w, m, tr, exp_id)
-    m.train_json = _read_json(out / "train.json")
+        return classify_failed(ctx, w, m, tr, exp_id, role)
+    m.train_json, refused = _read_json(ctx, out / "train.json")
+    if refused:  # too large or too deep to read: the change's crash, naming the limit
+        m.signature = core_failure.signature_of("train.json refused: over [limits]")
+        return m.ended(Outcome.CRASH, refused)
     weights = out / "weights.pt"
     tv = core_evidence.judge_training(core_evidence.TrainEvidence(
         exit_code=tr.exit_code or 0, weights_bytes=weights.stat().st_size if weights.is_file() else None,
@@ -172,13 +187,15 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
     return m
 
 
-def _read_json(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError:
-        return None
+def _read_json(ctx: Context, path: Path) -> tuple[dict | None, str | None]:
+    """(the parsed file or None when missing/unreadable, why it was refused over a [limits] bound)."""
+    from looper.guard import read_json
+
+    lim = ctx.cfg.limits
+    value, problem = read_json(path, lim.json_max_bytes, lim.json_max_depth)
+    if problem and ("[limits]" in problem):
+        return None, problem
+    return value, None
 
 
 def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, budget: float,
@@ -189,10 +206,11 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
     metrics_path = rd / "METRICS.json"
     ctx.store.set_phase(exp_id, f"evaluate ({role}, seed {seed})")
     ctx.display.set_phase(exp_id, f"{ctx.wlabel(w)}evaluate {role} seed={seed}")
+    limit = eval_limit(ctx, role)  # a candidate's evaluation far longer than the best's: its crash
     ev = w.executor.evaluate(
         EvalJob(checkout=ck, weights=rd / "out" / "weights.pt", metrics_path=metrics_path,
-                log_path=rd / "eval.log", timeout_seconds=max(600.0, 2 * budget),
-                stall_seconds=ctx.cfg.loop.stall_seconds, device=w.device),
+                log_path=rd / "eval.log", timeout_seconds=limit or max(600.0, 2 * budget),
+                stall_seconds=max(float(ctx.cfg.loop.stall_seconds), (limit or 0.0) + 5.0), device=w.device),
         ctx.display.log_line, ctx.cancel)
     m.eval, m.eval_seconds = ev, ev.seconds
     if ev.cancelled or ctx.cancel.is_set():
@@ -202,20 +220,31 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
         last = (ev.log_tail.strip().splitlines()[-1:] or ["weights refused"])[0][:200]
         m.signature = core_failure.signature_of("weights refused: the weights train.py wrote are not data")
         return m.ended(Outcome.CRASH, f"the weights train.py wrote are not data: {last}")
+    if limit and ev.timed_out and not ev.transport_error:
+        m.signature = core_failure.signature_of("evaluation too slow: past the limit set by the best's")
+        return m.ended(Outcome.CRASH, f"evaluation ran past {limit:.0f} s ([limits] eval_time_factor "
+                                      f"{ctx.cfg.limits.eval_time_factor:g} x the best's {best_eval_seconds(ctx) or 0:.1f} s "
+                                      f"+ eval_time_floor {ctx.cfg.limits.eval_time_floor} s) and was stopped: "
+                                      "the change's model is too slow to evaluate")
     if not ev.clean_exit:
         last = ev.log_tail.strip().splitlines()[-1:] or ["(no output)"]
         code = ev.exit_code if ev.exit_code is not None else "by signal " + str(ev.signal)
         why = ("evaluation timed out" if ev.timed_out else "evaluation hung" if ev.stalled
                else f"evaluate.py exited {code}")
-        return m.ended(Outcome.ERROR, f"{why}: {last[0][:200]}", *([ev.transport_error] if ev.transport_error
-                                                                  else []))
+        m.signature = core_failure.signature_of(f"{why}: {last[0][:200]}")
+        m.ended(Outcome.ERROR, f"{why}: {last[0][:200]}", *([ev.transport_error] if ev.transport_error else []))
+        return _proven(ctx, w, exp_id, role, m, lambda: eval_canary(ctx, w, exp_id, ck, seed), EVAL_CANARY)
     if not metrics_path.is_file():
         return m.ended(Outcome.ERROR, "the evaluator exited 0 but wrote no METRICS.json")
     after = integrity(ctx, "during the evaluation", ck, w.executor)
     if not after.ok:
         return m.ended(Outcome.ERROR, *after.blocking)
+    metrics, refused = _read_json(ctx, metrics_path)
+    if refused:  # too large or too deep to read: the change's crash, naming the limit
+        m.signature = core_failure.signature_of("METRICS.json refused: over [limits]")
+        return m.ended(Outcome.CRASH, refused)
     try:
-        metrics = json.loads(metrics_path.read_text())
+        metrics = json.loads(metrics_path.read_text()) if metrics is None else metrics
     except ValueError as exc:
         return m.ended(Outcome.ERROR, f"METRICS.json is not valid JSON: {exc}")
     mv = core_evidence.judge_metrics(metrics, ctx.cfg.gate.score)
@@ -226,8 +255,10 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
 
 
 # ---------------------------------------------------------------------- a failed run
-def classify_failed(ctx: Context, w: Worker, m: Measurement, tr: RunResult, exp_id: int) -> Measurement:
-    """Crash (the change broke it) or error (the harness did), a canary deciding when unclear."""
+def classify_failed(ctx: Context, w: Worker, m: Measurement, tr: RunResult, exp_id: int,
+                    role: str = "main") -> Measurement:
+    """Crash (the change broke it) or error (the harness did), a canary deciding when unclear, and
+    before any candidate's failure halts as a harness error (looper.core.blame)."""
     data_dir = Path(ctx.cfg.data.dir)
     data_dir = data_dir if data_dir.is_absolute() else ctx.root / data_dir
     transport = tr.transport_exit_code
@@ -242,11 +273,31 @@ def classify_failed(ctx: Context, w: Worker, m: Measurement, tr: RunResult, exp_
             transport_exit_code=transport, canary_failed=canary_failed, data_dir=str(data_dir))
 
     c = core_failure.classify_failure(evidence(None))
+    ran: list[bool] = []
     if c.needs_canary:
-        c = core_failure.classify_failure(evidence(canary(ctx, w, exp_id)))
+        ran.append(canary(ctx, w, exp_id))
+        c = core_failure.classify_failure(evidence(ran[0]))
     m.ended(Outcome.CRASH if c.outcome is Outcome.CRASH else Outcome.ERROR,
             c.reason, *([tr.transport_error] if tr.transport_error else []))
     m.signature = c.signature
+    if ran:  # the canary already answered: its verdict is in the classification
+        return m
+    return _proven(ctx, w, exp_id, role, m, None)
+
+
+def _proven(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, run_canary: Any,
+            canary_name: str = TRAIN_CANARY) -> Measurement:
+    """A candidate's ERROR stands only when its canary fails too (looper.core.blame); when the canary
+    runs cleanly it is the candidate's crash, with its signature. ``run_canary`` (None: the training
+    canary) answers True (failed), False (ran cleanly) or None (no canary could run)."""
+    if not core_blame.needs_canary(m.outcome, is_candidate(role)):
+        return m
+    failed = canary(ctx, w, exp_id) if run_canary is None else run_canary()
+    first = m.blocking[0] if m.blocking else "the run failed"
+    decided = core_blame.decide(Outcome.ERROR, first, failed, canary_name)
+    m.ended(decided.outcome, decided.reason, *m.blocking[1:])
+    if m.outcome is Outcome.CRASH and not m.signature:
+        m.signature = core_failure.signature_of(first)
     return m
 
 
@@ -268,7 +319,7 @@ def canary(ctx: Context, w: Worker, exp_id: int) -> bool:
                      grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
                      log_path=rd / "train.log", device=w.device, max_steps=ctx.max_steps()),
             ctx.display.log_line, ctx.cancel)
-        failed = not tr.clean_exit and not tr.cancelled
+        failed = (not tr.clean_exit or bool(tr.gpu.get("lost"))) and not tr.cancelled
         ctx.event("note", f"canary of kept {kept[:10]}: {'FAILED' if failed else 'ok'}", exp_id)
         return failed
     finally:

@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from looper.runlog import CAPS, CappedLog, LineCutter, capped_log, set_output_caps
+
+__all__ = ["CappedLog", "LineCutter", "capped_log", "set_output_caps"]  # bounded run output (looper.runlog)
+
 # The pid trail: while a daemon runs, every child's process group is noted as
 # ``<trail>/<pgid>.pid`` until it ends, so a restart after ``kill -9`` can end what the dead
 # daemon left behind (training runs, agents, ssh clients). Each note records the leader's
@@ -266,6 +270,8 @@ class Limits:
     stall_seconds: float | None = None  # log silence that means hung
     kill_after: float = 10.0  # SIGTERM -> SIGKILL delay
     tail_lines: int = 80
+    log_max_bytes: int = field(default_factory=lambda: CAPS["log_max_bytes"])  # the log file on disk
+    line_max_bytes: int = field(default_factory=lambda: CAPS["line_max_bytes"])  # one line, cut past it
 
 
 @dataclass
@@ -275,21 +281,23 @@ class _State:
     lines: int = 0
 
 
-def _pump(proc: subprocess.Popen, state: _State, log: Any, on_line: Callable[[str], None] | None) -> None:
-    """Read the child's output until it closes: the log, the tail, the line count, signs of life."""
+def _pump(proc: subprocess.Popen, state: _State, log: Any, on_line: Callable[[str], None] | None,
+          line_max_bytes: int = 16 * 1024) -> None:
+    """Read the child's output until it closes: the log, the tail, the line count, signs of life.
+    Lines are cut to ``line_max_bytes`` as they arrive (no pattern ever sees a longer one)."""
     try:
         assert proc.stdout is not None
         # Read raw chunks: progress bars use '\r' without '\n' and still count as life.
-        buf = b""
+        cutter = LineCutter(line_max_bytes)
         while True:
             chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096)
             if not chunk:
                 break
             state.last_output = time.monotonic()
-            lines, buf = split_lines(buf + chunk)
+            lines = cutter.feed(chunk)
             state.lines += len(lines)
             emit_lines(lines, log, state.tail, on_line)
-        lines, _ = split_lines(buf, final=True)
+        lines = cutter.feed(b"", final=True)
         state.lines += len(lines)
         emit_lines(lines, log, state.tail, on_line)
     except (ValueError, OSError):  # the log or pipe was closed under us: the run is over
@@ -337,7 +345,8 @@ def supervise(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     state = _State(tail=deque(maxlen=limits.tail_lines))
     start = time.monotonic()
-    with open(log_path, "a", encoding="utf-8", errors="replace") as log:
+    with open(log_path, "a", encoding="utf-8", errors="replace") as raw_log:
+        log = CappedLog(raw_log, limits.log_max_bytes)
         proc = subprocess.Popen(
             list(argv),
             cwd=str(cwd),
@@ -350,7 +359,7 @@ def supervise(
         trail = _trail_add(proc.pid, argv)
         if on_start:
             on_start(proc.pid)
-        reader = threading.Thread(target=_pump, args=(proc, state, log, on_line), daemon=True)
+        reader = threading.Thread(target=_pump, args=(proc, state, log, on_line, limits.line_max_bytes), daemon=True)
         reader.start()
         stopped_by = _enforce(proc, state, limits, start, cancel)
         # The leader is gone; make sure nothing of its group outlives it.
@@ -363,6 +372,10 @@ def supervise(
             except (OSError, ValueError):
                 pass
             reader.join(timeout=1)
+        try:
+            log.close_tail()
+        except (OSError, ValueError, RuntimeError):  # disk full, or a reader still alive: the head stays
+            pass
     _trail_remove(trail)
     rc = proc.returncode
     sig = -rc if rc is not None and rc < 0 else None

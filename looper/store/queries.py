@@ -34,6 +34,13 @@ def _same(text: str) -> str:
     return text
 
 
+def _main_run_peak(t: Any) -> Any:
+    """train.py's peak memory from the experiment's first main run (train.json is stored once, there)."""
+    r = m.runs
+    return (select(func.json_extract(r.c.train_json, "$.peak_memory_mb"))
+            .where(r.c.experiment_id == t.c.id, r.c.role == "main").order_by(r.c.id).limit(1).scalar_subquery())
+
+
 def lean_experiments(
     store: Store,
     *,
@@ -57,7 +64,8 @@ def lean_experiments(
     if figures:
         cols += [t.c.gpu_json,
                  func.json_extract(t.c.verdict_json, "$.metrics.diff").label("verdict_diff"),
-                 func.json_extract(t.c.train_json, "$.peak_memory_mb").label("train_peak_memory_mb")]
+                 func.coalesce(func.json_extract(t.c.train_json, "$.peak_memory_mb"),  # older databases
+                               _main_run_peak(t)).label("train_peak_memory_mb")]
     q = experiment_filter(select(*cols), tag=tag, status=status, since=since, until=until, kind=kind)
     with store._ro() as conn:  # noqa: SLF001 - queries are part of the store package
         result = conn.execute(q.order_by(t.c.id))

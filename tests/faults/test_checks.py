@@ -152,8 +152,10 @@ def test_out_of_memory_is_a_crash_and_the_loop_goes_on(make_ws, pages):
 
 
 def test_cuda_device_lost_is_an_error_halt_never_a_crash(make_ws, pages):
+    """The GPU is really gone: the candidate fails with a CUDA error and so does the canary (the last
+    kept train.py re-run): the harness proved it is broken (issue 23: words alone never halt)."""
     ws = make_ws()
-    ws.enqueue("a fine change", knobs={"QUALITY": 0.8})
+    ws.enqueue("a fine change", knobs={"QUALITY": 0.8, "CANARY_FAULT": "cuda_lost"})  # its canary re-run fails
     ws.enqueue("the GPU falls off", knobs={"SCENARIO": "cuda_lost"})
     ws.enqueue("never reached", knobs={"QUALITY": 0.9})
     r = ws.looper("run")
@@ -162,17 +164,21 @@ def test_cuda_device_lost_is_an_error_halt_never_a_crash(make_ws, pages):
     assert kept["status"] == "keep"
     assert lost["status"] == "error" and lost["score"] is None
     assert "gpu" in lost["blocking_json"].lower()
+    assert "(canary) failed too" in lost["blocking_json"]
     assert not [x for x in ws.rows() if x["status"] == "crash"]
     assert len(pages.pages) == 1
     assert_nothing_lost(ws, halted="halt")
 
 
 def test_disk_full_during_the_run_is_an_error_halt_not_a_crash(make_ws, pages):
+    """The disk is really full: the canary (the last kept train.py) fails the same way."""
     ws = make_ws()
+    ws.enqueue("a fine change", knobs={"QUALITY": 0.8, "CANARY_FAULT": "disk_full"})  # its canary re-run fails
     ws.enqueue("write bigger checkpoints", knobs={"SCENARIO": "disk_full"})
     r = ws.looper("run")
     assert r.returncode == 3, r.stdout + r.stderr
-    exp = _one(ws.rows())
+    kept, exp = ws.rows()
+    assert kept["status"] == "keep"
     assert exp["status"] == "error" and exp["score"] is None
     assert "disk is full" in exp["blocking_json"], exp["blocking_json"]
     assert len(pages.pages) == 1 and "disk" in json.dumps(pages.pages[0])
@@ -189,10 +195,11 @@ def _closed_port() -> int:
 def test_notifier_down_at_the_halt_still_exits_3_and_says_so(make_ws, pages):
     ws = make_ws()
     patch_config(ws, "notify", urls=[f"json://127.0.0.1:{_closed_port()}/page"])
+    ws.enqueue("a fine change", knobs={"QUALITY": 0.8, "CANARY_FAULT": "cuda_lost"})  # really lost: canary fails
     ws.enqueue("the GPU falls off", knobs={"SCENARIO": "cuda_lost"})
     r = ws.looper("run")
     assert r.returncode == 3, r.stdout + r.stderr
-    assert _one(ws.rows())["status"] == "error"
+    assert [x["status"] for x in ws.rows()] == ["keep", "error"]
     failed = ws.events("page_failed")
     assert len(failed) == 1 and "NOT DELIVERED" in failed[0]["message"]
     assert ws.events("page") == []

@@ -191,3 +191,18 @@ def test_nothing_outside_the_store_touches_its_models_or_engine() -> None:
     # and the pattern does see a use (this check is not vacuous)
     assert _PRIVATE.search("with store.engine.connect() as conn:")
     assert _PRIVATE.search("from looper.store import Store, models as m")
+
+
+def test_train_peak_memory_comes_from_the_main_run_where_train_json_is_stored_once(store: Store) -> None:
+    """The daemon stores train.json once, with its run (issue 23: a 100 MB train.json was stored twice);
+    the lean rows still show train.py's peak memory, from the experiment's first main run."""
+    a = start(store)
+    store.add_run(a, role="rerun", seed=1, train={"peak_memory_mb": 999.0})
+    store.add_run(a, role="main", seed=0, train={"peak_memory_mb": 256.0})
+    store.add_run(a, role="main", seed=2, train={"peak_memory_mb": 128.0})
+    store.record_outcome(a, outcome="discard", score=0.3)
+    b = start(store)  # no run at all
+    store.record_outcome(b, outcome="crash")
+    rows = {r.id: r for r in q.lean_experiments(store)}
+    assert store.experiment(a).train is None
+    assert rows[a].train_peak_memory_mb == 256.0 and rows[b].train_peak_memory_mb is None

@@ -41,7 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +223,7 @@ class _Attempt:
     stop_at: float | None = None
     killed: bool = False
     offset: int = 0
-    buf: bytes = b""
+    cut: proc.LineCutter = field(default_factory=lambda: proc.LineCutter(proc.Limits().line_max_bytes))
     last_growth: float = 0.0
 
 
@@ -232,15 +232,14 @@ def _pump(at: _Attempt, log: Any, tail: deque[str], on_line: LineSink | None, fi
     try:
         with open(at.output, "rb") as fh:
             fh.seek(at.offset)
-            chunk = fh.read()
+            while chunk := fh.read(1 << 20):  # in bounded chunks, each line cut as it arrives
+                at.offset += len(chunk)
+                at.last_growth = time.monotonic()
+                proc.emit_lines(at.cut.feed(chunk), log, tail, on_line)
     except FileNotFoundError:
         return
-    if chunk:
-        at.offset += len(chunk)
-        at.last_growth = time.monotonic()
-        at.buf += chunk
-    lines, at.buf = proc.split_lines(at.buf, final)
-    proc.emit_lines(lines, log, tail, on_line)
+    if final:
+        proc.emit_lines(at.cut.feed(b"", final=True), log, tail, on_line)
 
 
 class SlurmClient:
@@ -428,7 +427,7 @@ class SlurmExecutor(DataFolder):
         faults: list[str] = []
         last_code = NO_TOOL_CODE
         tail: deque[str] = deque(maxlen=80)
-        with open(log_path, "a", encoding="utf-8", errors="replace") as log:
+        with proc.capped_log(log_path) as log:  # [limits] log_max_bytes: head and tail kept
             def note(text: str) -> None:
                 log.write(text + "\n")
                 log.flush()
