@@ -65,6 +65,7 @@ _MAX_LISTED = 8
 MCNEMAR = "exact McNemar"
 FISHER = "Fisher exact, unpaired"
 SCORE_TEST = "one-sided Student t, pooled seed variance"
+PAIRED_TEST = "one-sided paired Student t on per-seed differences"
 
 
 class _Unusable(Exception):
@@ -108,6 +109,11 @@ class GateInput:
     noise_sigma: float | None = None
     candidate_simpler: bool = False
     baseline_runs: list[dict[str, Any]] = field(default_factory=list)
+    # the seed of every run, in the same order as the runs ([]: unknown; then nothing is paired
+    # by seed for the score, and class tests pair run j with run j as before)
+    candidate_seeds: list[int] = field(default_factory=list)
+    best_seeds: list[int] = field(default_factory=list)
+    baseline_seeds: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -354,6 +360,26 @@ class _Read:
     tests: list[_ClassTest]
     replicates: dict[tuple[str, str], list[tuple[int, int]]]  # (source, class) -> runs
     best_is_ref: bool
+    pairs: list[tuple[int, float, float]] = field(default_factory=list)  # (seed, candidate, best) both ran
+
+
+def _seeded(runs: list[Any], seeds: list[int]) -> dict[int, Any] | None:
+    """``{seed: run}`` when every run's seed is known and no seed repeats, else None."""
+    if not seeds or len(seeds) != len(runs) or len(set(seeds)) != len(seeds):
+        return None
+    return dict(zip(seeds, runs, strict=True))
+
+
+def _align(ref: list[dict[str, Any]], ref_seeds: list[int], cand: list[dict[str, Any]],
+           cand_seeds: list[int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Both sides with the seeds both ran first, in the candidate's order (so run j meets run j on
+    the same seed), the others after; unchanged when a side's seeds are unknown."""
+    r, c = _seeded(ref, ref_seeds), _seeded(cand, cand_seeds)
+    if r is None or c is None:
+        return ref, cand
+    common = [s for s in c if s in r]
+    return ([r[s] for s in common] + [r[s] for s in r if s not in c],
+            [c[s] for s in common] + [c[s] for s in c if s not in r])
 
 
 def _error(facts: dict[str, Any], reason: str) -> GateDecision:
@@ -398,18 +424,27 @@ def _read(inp: GateInput, cfg: GateConfig, facts: dict[str, Any]) -> _Read | str
             cand_recall[name] = _mean_recall(inp.candidate, name, "candidate")
     tests: list[_ClassTest] = []
     replicates: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    base_seeds = list(inp.baseline_seeds) if inp.baseline_runs else []
+    base_side, cand_side = _align(ref_runs, base_seeds, list(inp.candidate), list(inp.candidate_seeds))
     for c in live:
-        counts, ref_rows, cand_rows = _compare(c, ref_runs, inp.candidate, "baseline")
+        counts, ref_rows, cand_rows = _compare(c, base_side, cand_side, "baseline")
         tests.append(_ClassTest(c, "baseline", counts))
         replicates.update({("baseline", c): ref_rows, ("candidate", c): cand_rows})
     if not best_is_ref:
+        best_side, cand_side = _align(list(inp.best), list(inp.best_seeds), list(inp.candidate),
+                                      list(inp.candidate_seeds))
         for c, r in best_recall.items():
             if r > cfg.max_class_drop + _EPS:
-                counts, best_rows, cand_rows = _compare(c, list(inp.best), inp.candidate, "current best")
+                counts, best_rows, cand_rows = _compare(c, best_side, cand_side, "current best")
                 tests.append(_ClassTest(c, "best", counts))
                 replicates.update({("best", c): best_rows, ("candidate", c): cand_rows})
+    pairs: list[tuple[int, float, float]] = []
+    cand_by, best_by = _seeded(cand_scores, list(inp.candidate_seeds)), _seeded(
+        best_scores, list(inp.best_seeds) if inp.best else base_seeds)
+    if cand_by is not None and best_by is not None:
+        pairs = [(s, float(v), float(best_by[s])) for s, v in cand_by.items() if s in best_by]
     return _Read(gated, live, dead, cand_scores, best_scores, base_scores, cand_recall, tests, replicates,
-                 best_is_ref)
+                 best_is_ref, pairs)
 
 
 def _class_failures(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, Any]) -> list[str]:
@@ -442,38 +477,95 @@ def _class_failures(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, An
     return blocking
 
 
-def _score_test(r: _Read, cfg: GateConfig, alpha: float,
-                facts: dict[str, Any]) -> tuple[stats.ScoreTest | None, float | None]:
-    """The one-sided seed-noise test of the score (None, None when the noise is unmeasured)."""
+@dataclass(frozen=True)
+class _Chosen:
+    """The score test the verdict rests on (pooled or paired), at this look."""
+
+    name: str
+    p_better: float
+    p_worse: float
+    band: float
+
+
+def choose_test(pooled_band: float | None, paired_band: float | None, pairs: int,
+                correlation: float | None) -> tuple[str, str]:
+    """Which score test decides, and why in words (a pure rule).
+
+    The paired test needs at least 2 seeds both ran; it is used when it is the more powerful
+    of the two here, i.e. its band (the smallest difference it calls significant at this look)
+    is narrower than the pooled test's, or when only it has measured noise. The bands differ
+    by the measured pairing (a correlation of the paired scores narrows the paired band) and by
+    their degrees of freedom (pairs - 1 against the pooled df), so the rule reads both at once.
+    """
+    r = f", correlation {correlation:+.2f}" if correlation is not None else ""
+    if paired_band is None:
+        return "pooled", (f"pooled: {pairs} seed(s) both ran, a paired test needs 2" if pooled_band is not None
+                          else "unmeasured")
+    if pooled_band is None:
+        return "paired", f"paired: {pairs} seeds both ran ({paired_band:.4f} band{r}); the pooled noise is unmeasured"
+    if paired_band < pooled_band:
+        return "paired", (f"paired: its band {paired_band:.4f} on {pairs} seeds both ran{r} is narrower than "
+                          f"the pooled band {pooled_band:.4f}")
+    return "pooled", (f"pooled: its band {pooled_band:.4f} is not wider than the paired band {paired_band:.4f} "
+                      f"on {pairs} seeds both ran{r}")
+
+
+def _score_test(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, Any]) -> _Chosen | None:
+    """The one-sided seed-noise test of the score, pooled or paired (None when the noise is unmeasured)."""
     n, key = len(r.cand_scores), cfg.score
     score, best = facts["score"], facts["best_score"]
     diff = score - best
     groups = [r.cand_scores, r.best_scores] if r.best_is_ref else [r.cand_scores, r.best_scores, r.base_scores]
     sigma, df = stats.pooled_sigma(groups)
     measured = len(r.best_scores) >= 2 or len(r.base_scores) >= 2
-    facts.update({"noise_measured": measured, "noise_sigma": sigma if measured else None,
-                  "noise_df": df if measured else 0})
-    if not measured:
+    pooled = stats.score_test(r.cand_scores, r.best_scores, sigma, df) if measured else None
+    pooled_band = stats.score_band(sigma, df, n, len(r.best_scores), alpha) if measured else None
+    paired = paired_band = None
+    if len(r.pairs) >= 2:
+        paired = stats.paired_score_test([c for _, c, _ in r.pairs], [b for _, _, b in r.pairs])
+        paired_band = stats.paired_band(paired.sd, paired.pairs, alpha)
+    which, why = choose_test(pooled_band, paired_band, len(r.pairs), paired.correlation if paired else None)
+    facts.update({"noise_measured": measured or paired is not None, "noise_sigma": sigma if measured else None,
+                  "noise_df": df if measured else 0, "paired_seeds": [s for s, _, _ in r.pairs],
+                  "score_test_choice": why})
+    if paired is not None:
+        facts["paired_test"] = {"test": PAIRED_TEST, "pairs": paired.pairs, "diff": paired.diff,
+                                "sd": paired.sd, "df": paired.df, "se": paired.se,
+                                "t": paired.t if math.isfinite(paired.t) else None, "p_better": paired.p_better,
+                                "p_worse": paired.p_worse, "correlation": paired.correlation,
+                                "band": paired_band}
+    if pooled is None and paired is None:
         facts["notes"].append(
             f"noise unmeasured: the baseline has {len(r.base_scores) or 1} run(s) and the current best "
-            f"{len(r.best_scores)}; at least 2 seeds of one of them are needed to judge the score")
+            f"{len(r.best_scores)}, and fewer than 2 seeds both ran; at least 2 seeds of one of them are "
+            "needed to judge the score")
         facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise unmeasured)"
         facts["noise_band"] = None
-        return None, None
-    test = stats.score_test(r.cand_scores, r.best_scores, sigma, df)
-    band = stats.score_band(sigma, df, n, len(r.best_scores), alpha)
-    facts["score_test"] = {"test": SCORE_TEST, "t": test.t if math.isfinite(test.t) else None,
-                           "df": df, "se": test.se, "p_better": test.p_better, "p_worse": test.p_worse}
-    facts["notes"].append(
-        f"noise band {band:.4f}: {SCORE_TEST} at {alpha:.4g}, sigma {sigma:.4f} (df {df}), "
-        f"{n} candidate vs {len(r.best_scores)} best run(s)")
-    facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise band {band:.4f})"
-    facts["noise_band"] = band
-    return test, band
+        return None
+    if pooled is not None:
+        facts["score_test"] = {"test": SCORE_TEST, "t": pooled.t if math.isfinite(pooled.t) else None,
+                               "df": df, "se": pooled.se, "p_better": pooled.p_better, "p_worse": pooled.p_worse}
+        facts["notes"].append(
+            f"pooled noise band {pooled_band:.4f}: {SCORE_TEST} at {alpha:.4g}, sigma {sigma:.4f} (df {df}), "
+            f"{n} candidate vs {len(r.best_scores)} best run(s)")
+    chosen = (_Chosen(PAIRED_TEST, paired.p_better, paired.p_worse, paired_band)  # type: ignore[arg-type]
+              if which == "paired" and paired is not None else
+              _Chosen(SCORE_TEST, pooled.p_better, pooled.p_worse, pooled_band))  # type: ignore[union-attr,arg-type]
+    if which == "paired" and paired is not None:
+        facts["notes"].append(f"paired noise band {paired_band:.4f}: {PAIRED_TEST} at {alpha:.4g} over seeds "
+                              f"{', '.join(str(s) for s, _, _ in r.pairs)}")
+    facts["notes"].append(f"score test: {why}")
+    facts["score_test_used"] = chosen.name
+    facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise band {chosen.band:.4f})"
+    facts["noise_band"] = chosen.band
+    return chosen
 
 
-def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
-    """Keep, discard, inconclusive (with the reruns it needs) or error (see the module doc)."""
+def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None = None) -> GateDecision:
+    """Keep, discard, inconclusive (with the reruns it needs) or error (see the module doc).
+
+    ``looks``: the planned looks of this whole decision (intensification looks once per batch of
+    seeds: :func:`looper.core.intensify.looks`); None: one look per seed, ``runs + reruns_left``."""
     facts: dict[str, Any] = {
         "baseline": inp.baseline_source,
         "score_key": cfg.score,
@@ -490,7 +582,7 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
         return _error(facts, r)
     n = len(r.cand_scores)
     reruns_left = max(0, reruns_left)
-    looks = n + reruns_left
+    looks = max(1, looks) if looks is not None else n + reruns_left
     alpha = cfg.alpha / looks
     score = float(statistics.mean(r.cand_scores))  # exact: equal scores give a diff of exactly 0
     best = float(statistics.mean(r.best_scores))
@@ -504,10 +596,10 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
         "gated_classes": len(r.live),
     })
     if looks > 1:
-        facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks (one per seed): "
+        facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks: "
                               f"{alpha:.4g} per look")
     blocking = _class_failures(r, cfg, alpha, facts)
-    test, band = _score_test(r, cfg, alpha, facts)
+    test = _score_test(r, cfg, alpha, facts)
     key = cfg.score
 
     def decision(outcome: Outcome, reasons: list[str], needs: int = 0) -> GateDecision:
@@ -518,7 +610,7 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
 
     if blocking:
         return decision(Outcome.DISCARD, blocking)
-    if test is None or band is None:
+    if test is None:
         return decision(Outcome.INCONCLUSIVE, [
             f"{key} {diff:+.4f} vs the current best cannot be judged: the seed noise is unmeasured "
             f"(fewer than 2 seeds of the baseline and of the current best)"])
@@ -527,11 +619,11 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
     if test.p_worse <= alpha:
         return decision(Outcome.DISCARD, [
             f"{key} {score:.4f} is below the current best {best:.4f} by {-diff:.4f}: "
-            f"p = {_fmt_below(test.p_worse, alpha)} ({SCORE_TEST}; noise band {band:.4f})"])
+            f"p = {_fmt_below(test.p_worse, alpha)} ({test.name}; noise band {test.band:.4f})"])
     if inp.candidate_simpler and diff >= -_EPS:
         facts["notes"].append("inside the noise band and simpler, not worse: simpler wins")
         return decision(Outcome.KEEP, [])
-    inside = (f"{key} {diff:+.4f} vs the current best is inside the noise band {band:.4f} "
+    inside = (f"{key} {diff:+.4f} vs the current best is inside the noise band {test.band:.4f} "
               f"(p = {test.p_better:.2g} better, {test.p_worse:.2g} worse; alpha {alpha:.4g})")
     if reruns_left > 0:
         return decision(Outcome.INCONCLUSIVE, [f"{inside}: needs 1 more seed ({reruns_left} left)"], 1)
@@ -539,5 +631,5 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
         facts["notes"].append(f"still inside the noise band after {n} runs; simpler wins the tie")
         return decision(Outcome.KEEP, [])
     return decision(Outcome.INCONCLUSIVE, [
-        f"{key} {diff:+.4f} vs the current best stayed inside the noise band {band:.4f} after "
+        f"{key} {diff:+.4f} vs the current best stayed inside the noise band {test.band:.4f} after "
         f"{n} run(s); the current best stays"])
