@@ -525,7 +525,7 @@ def _score_test(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, Any]) 
         paired = stats.paired_score_test([c for _, c, _ in r.pairs], [b for _, _, b in r.pairs])
         paired_band = stats.paired_band(paired.sd, paired.pairs, alpha)
     which, why = choose_test(pooled_band, paired_band, len(r.pairs), paired.correlation if paired else None)
-    facts.update({"noise_measured": measured or paired is not None, "noise_sigma": sigma if measured else None,
+    facts.update({"noise_measured": measured, "noise_sigma": sigma if measured else None,
                   "noise_df": df if measured else 0, "paired_seeds": [s for s, _, _ in r.pairs],
                   "score_test_choice": why})
     if paired is not None:
@@ -534,24 +534,21 @@ def _score_test(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, Any]) 
                                 "t": paired.t if math.isfinite(paired.t) else None, "p_better": paired.p_better,
                                 "p_worse": paired.p_worse, "correlation": paired.correlation,
                                 "band": paired_band}
-    if pooled is None and paired is None:
+    if pooled is None or pooled_band is None:  # (two seeds both ran need two runs of the best: measured)
         facts["notes"].append(
             f"noise unmeasured: the baseline has {len(r.base_scores) or 1} run(s) and the current best "
-            f"{len(r.best_scores)}, and fewer than 2 seeds both ran; at least 2 seeds of one of them are "
-            "needed to judge the score")
+            f"{len(r.best_scores)}; at least 2 seeds of one of them are needed to judge the score")
         facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise unmeasured)"
         facts["noise_band"] = None
         return None
-    if pooled is not None:
-        facts["score_test"] = {"test": SCORE_TEST, "t": pooled.t if math.isfinite(pooled.t) else None,
-                               "df": df, "se": pooled.se, "p_better": pooled.p_better, "p_worse": pooled.p_worse}
-        facts["notes"].append(
-            f"pooled noise band {pooled_band:.4f}: {SCORE_TEST} at {alpha:.4g}, sigma {sigma:.4f} (df {df}), "
-            f"{n} candidate vs {len(r.best_scores)} best run(s)")
-    chosen = (_Chosen(PAIRED_TEST, paired.p_better, paired.p_worse, paired_band)  # type: ignore[arg-type]
-              if which == "paired" and paired is not None else
-              _Chosen(SCORE_TEST, pooled.p_better, pooled.p_worse, pooled_band))  # type: ignore[union-attr,arg-type]
-    if which == "paired" and paired is not None:
+    facts["score_test"] = {"test": SCORE_TEST, "t": pooled.t if math.isfinite(pooled.t) else None,
+                           "df": df, "se": pooled.se, "p_better": pooled.p_better, "p_worse": pooled.p_worse}
+    facts["notes"].append(
+        f"pooled noise band {pooled_band:.4f}: {SCORE_TEST} at {alpha:.4g}, sigma {sigma:.4f} (df {df}), "
+        f"{n} candidate vs {len(r.best_scores)} best run(s)")
+    chosen = _Chosen(SCORE_TEST, pooled.p_better, pooled.p_worse, pooled_band)
+    if which == "paired" and paired is not None and paired_band is not None:
+        chosen = _Chosen(PAIRED_TEST, paired.p_better, paired.p_worse, paired_band)
         facts["notes"].append(f"paired noise band {paired_band:.4f}: {PAIRED_TEST} at {alpha:.4g} over seeds "
                               f"{', '.join(str(s) for s, _, _ in r.pairs)}")
     facts["notes"].append(f"score test: {why}")

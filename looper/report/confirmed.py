@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from looper.report.fmt import clean
-from looper.store import ConfirmationRecord, Store
-from looper.store import queries
+from looper.store import ConfirmationRecord, Store, queries
 
 __all__ = ["Morning", "costs_by_experiment", "morning", "morning_html", "morning_lines"]
 
