@@ -11,10 +11,11 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    ``max_class_drop`` can never fire (recall cannot go below 0, so the drop can never exceed
    the practical margin), and a baseline that predicted nothing gates nothing. Dead gates
    are listed in every verdict's metrics. When every class gate is dead -> ERROR.
-3. Looks: the loop judges after each seed, so the error rate is split over the planned
-   looks (``runs so far + reruns_left``, one seed per look): every test of this look runs
-   at ``alpha / looks`` (Bonferroni over looks), so a whole sequence of looks errs at most
-   ``alpha``. A single judgement (``reruns_left == 0`` after one run) uses ``alpha``.
+3. Looks: the loop judges after each batch of seeds (intensification, looper.core.intensify:
+   1, 2, 4 ... seeds), so the error rate is split over the planned looks (``looks``; without
+   it ``runs so far + reruns_left``, one seed per look): every test of this look runs at
+   ``alpha / looks`` (Bonferroni over looks), so a whole sequence of looks errs at most
+   ``alpha``. A single judgement (one look) uses ``alpha``.
 4. Class gates (one family, Holm at the look's alpha): every live class vs the baseline's
    runs, and, when the current best is not the baseline, every class whose current-best
    recall is above ``max_class_drop`` vs the best's runs. The test is the exact McNemar
@@ -32,7 +33,11 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    least 2 runs; unmeasured -> INCONCLUSIVE (final; no keep or discard on the score alone).
    Measured: one-sided Student t-tests of mean(candidate) vs mean(best) with the seed
    variance pooled over the baseline's, the best's and the candidate's runs
-   (:func:`looper.core.stats.score_test`; why this test: see that module).
+   (:func:`looper.core.stats.score_test`; why this test: see that module). Where the seeds
+   of the runs are known and at least 2 were run by both the candidate and the best, the
+   paired t-test on the per-seed differences (:func:`looper.core.stats.paired_score_test`)
+   decides instead when its band is narrower than the pooled one (:func:`choose_test`, a
+   pure rule; the verdict states the choice and why in ``score_test_choice``).
    - better at the look's alpha -> KEEP; worse at it -> DISCARD;
    - neither: a simpler candidate that is not worse (``diff >= 0``) -> KEEP (simpler wins);
      otherwise, while reruns are left -> INCONCLUSIVE asking for one more seed

@@ -29,8 +29,8 @@ estimate (Bouthillier et al., MLSys 2021) needs tens of seeds to be stable. The 
 equal-variance assumption, and the t distribution's heavy tails at 2 to 4 degrees of
 freedom (a wide band with few seeds, which is the honest answer).
 
-Why not a paired test on the score, when the loop runs a candidate's seed k against the
-baseline's seed k: a paired test estimates the variance of the differences from the pairs alone,
+Why not ONLY a paired test on the score, when the loop runs a candidate's seed k against the
+best's seed k: a paired test estimates the variance of the differences from the pairs alone,
 so after 1 candidate seed it has none and after 2 or 3 it has 1 or 2 degrees of freedom (t
 quantiles of 6 to 19 at the loop's per-look alpha), while the pooled test has the baseline's
 seeds from the first look. Pairing pays when the paired scores are strongly correlated; measured
@@ -39,7 +39,13 @@ train.py on the same 4 seeds correlated 0.19: the differences spread as much as 
 no-op on the baseline's own seeds reproduces the baseline's METRICS.json exactly (seed k = seed
 k), a tie the gate never keeps or discards. The pooled test treats the paired candidate as
 independent of the baseline; when it is positively correlated that overstates the variance of
-the difference, so the test errs on the side of inconclusive.
+the difference, so the test errs on the side of inconclusive. So the gate computes both where it
+can (:func:`paired_score_test`, :func:`paired_band`) and lets the narrower band decide
+(:func:`looper.core.gate.choose_test`): where the same seed (the same data order, augmentation
+and initial weights under a step budget) makes paired scores correlate strongly, the paired band
+is the narrower one after 2 to 4 seeds; where they barely correlate (0.19 above), the pooled test
+keeps deciding. Taking the narrower of two bands is slightly optimistic (the choice reads the
+same data); the calibration bench is where that is measured.
 
 Instances of one class in one run are not independent: a run that happens to learn a class
 late misses all of its instances together (the issue's A/A: "exhaust_fan 1.00 -> 0" on an
