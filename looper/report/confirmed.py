@@ -107,7 +107,7 @@ def morning_lines(m: Morning) -> list[str]:
 def morning_html(m: Morning) -> str:
     """The same as one HTML section (escaped)."""
     c = m.confirmation
-    cls = "halt" if m.flagged else ""
+    cls = "attn" if m.flagged else "attn ok" if c is not None and c.status == "confirmed" else ""
     if c is None:
         head = f"Confirmed: nothing yet for tag {html.escape(m.tag or '-')} (run <code>looper confirm</code>)"
         body = ""

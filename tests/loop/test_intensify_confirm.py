@@ -16,7 +16,7 @@ from looper.confirm import confirm
 from looper.core.gate import PAIRED_TEST
 from looper.core.verdict import Outcome
 from looper.experiment import run_candidate
-from looper.report import history_rows, report_text
+from looper.report import history_rows, report_text, write_html
 from looper.store import Store
 from looper.store.queries import confirmations
 
@@ -108,6 +108,8 @@ def test_the_night_confirms_its_best_on_fresh_seeds(ws):
     text = report_text(loop.ctx.store, ws.root)
     assert f"Confirmed: weighted F1 {c.diff:+.3f} [{c.low:+.3f}, {c.high:+.3f}] over the baseline on 2 fresh seeds" \
         in text and "at selection:" in text and "decisions: 1, 1 run(s)" in text
+    page = write_html(loop.ctx.store, ws.root, ws.root / "report.html").read_text()
+    assert f"Confirmed: weighted F1 {c.diff:+.3f} [{c.low:+.3f}, {c.high:+.3f}]" in page and 'id="confirmed"' in page
     row = next(r for r in history_rows(loop.ctx.store) if r["id"] == kept["id"])
     assert row["confirmations"][0]["status"] == "confirmed" and row["cost"]["candidate_runs"] == 1
 
