@@ -260,8 +260,9 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
                 got = gain_best_seed(ctx, cand, against, seed)
                 if isinstance(got, Result):
                     return got
-                best_seconds += got
-                gained.append(seed)
+                if got is not None:  # None: another worker ran the best on it meanwhile
+                    best_seconds += got
+                    gained.append(seed)
             this_role = role if not runs else "rerun"
             m = measure_once(ctx, cand, this_role, seed)
             if not m.measured:
@@ -294,13 +295,13 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     return Result(outcome, verdict, score=d.score, metrics=mean_metrics(runs))
 
 
-def gain_best_seed(ctx: Context, cand: Candidate, best: ExperimentRecord, seed: int) -> float | Result:
+def gain_best_seed(ctx: Context, cand: Candidate, best: ExperimentRecord, seed: int) -> float | Result | None:
     """Run the current best's train.py on ``seed`` and record it as the best's own run (role rerun),
-    before the candidate runs that seed. Returns the seconds it took (0 when another worker ran it
+    before the candidate runs that seed. Returns the seconds it took (None when another worker ran it
     meanwhile), or the Result that ends the candidate when the best could not be measured."""
     with ctx.seed_lock:  # one worker at a time extends the best; the others then find the seed there
         if any(s == seed for s, _ in seeded_runs(ctx, best)):
-            return 0.0
+            return None
         ctx.event("note", f"#{cand.exp_id} needs seed {seed}, which the current best #{best.id} never ran: "
                           "running the best on it first", cand.exp_id, {"best": best.id, "seed": seed})
         ck = Path(tempfile.mkdtemp(prefix="looper-best-", dir=ctx.root / ".looper"))

@@ -187,3 +187,56 @@ def test_a_night_whose_best_is_the_baseline_confirms_nothing(ws):
     (c,) = confirmations(loop.ctx.store, "t")
     assert (c.status, c.trigger, c.runs) == ("nothing", "night_end", 0)
     assert "the night's best is the baseline" in c.headline
+
+
+def test_two_workers_share_the_seeds_the_best_gains(make_ws):
+    ws = make_ws(loop_workers=2, loop_noise_reruns=3)
+    noisy(ws)
+    # both inside the noise up to the cap of 4 seeds: both need the baseline's seeds 2 and 3
+    ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})
+    ws.enqueue("BONUS 0 -> 0.031", knobs={"BONUS": 0.031})
+    r = ws.looper("run", "--max-experiments", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (base,) = ws.rows("baseline")
+    assert run_seeds(ws, base["id"]) == [0, 1, 2, 3]  # each seed run once on the best, by one worker
+    cands = ws.rows()
+    assert len(cands) == 2 and {c["worker"] for c in cands} == {"w0", "w1"}
+    costs = [verdict(ws, c["id"])["cost"] for c in cands]
+    assert sorted(s for c in costs for s in c["best_seeds_gained"]) == [2, 3]
+    assert all(run_seeds(ws, c["id"]) == [0, 1, 2, 3] for c in cands)
+
+
+def test_a_best_that_cannot_run_a_needed_seed_leaves_the_candidate_undecided(ws, monkeypatch):
+    import dataclasses
+
+    noisy(ws)
+    loop = ready(ws, **{"loop.noise_reruns": 3})
+    real_best = loop.ctx.store.best
+    # the best's train.py, as the seed it must gain would run it, crashes (its own seeds 0, 1 are recorded)
+    monkeypatch.setattr(loop.ctx.store, "best", lambda tag: dataclasses.replace(
+        real_best(tag), source=real_best(tag).source.replace('SCENARIO = "ok"', 'SCENARIO = "crash"')))
+    ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    base = real_best("t")
+    assert r.outcome is Outcome.INCONCLUSIVE and r.halt_error is None
+    assert r.verdict.blocking[0].startswith(f"the current best #{base.id} could not be measured on seed 2 (crash")
+    assert run_seeds(ws, r.exp_id) == [0, 1] and run_seeds(ws, base.id) == [0, 1, 2]  # the failed run is on record
+    assert [e for e in ws.rows() if e["id"] == r.exp_id][0]["status"] == "inconclusive"
+
+
+def test_looper_confirm_exit_codes_off_and_nothing_to_confirm(ws):
+    ready(ws)  # the baseline only: it is the best
+
+    def confirm_cli() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "looper.cli", "confirm"], cwd=ws.root, env=ws.env(),
+                              capture_output=True, text=True, timeout=120)
+
+    off = confirm_cli()
+    assert off.returncode == 2 and "confirm_seeds is 0" in off.stderr
+    (ws.root / "looper.toml").write_text((ws.root / "looper.toml").read_text().replace(
+        "confirm_seeds = 0", "confirm_seeds = 2"))
+    nothing = confirm_cli()
+    assert nothing.returncode == 1, nothing.stdout + nothing.stderr
+    assert "confirmed nothing: the night's best is the baseline" in nothing.stdout
+    (c,) = confirmations(Store(ws.root / "experiments.db"), "t")
+    assert (c.status, c.trigger, c.runs) == ("nothing", "command", 0)
