@@ -18,6 +18,8 @@ from typing import Any
 from looper.report.fmt import clean
 from looper.store import ConfirmationRecord, Store, queries
 
+_LAST = 5  # decisions listed one by one in the terminal report (the page lists up to 60)
+
 __all__ = ["Morning", "costs_by_experiment", "morning", "morning_html", "morning_lines"]
 
 
@@ -82,6 +84,10 @@ def cost_lines(m: Morning) -> list[str]:
         out.append(f"decisions: {len(runs)}, {sum(runs)} run(s) ({best} of them the best gaining a seed), "
                    f"{sum(minutes):.1f} min; per decision {statistics.fmean(runs):.1f} run(s), "
                    f"{statistics.fmean(minutes):.1f} min; {early} stopped early")
+    for d in m.decisions[-_LAST:]:
+        gained = f" + {d['best_runs']} of the best" if d["best_runs"] else ""
+        out.append(f"  #{d['id']} {d['status']}: {d['candidate_runs']} run(s){gained}, {d['minutes']:.1f} min; "
+                   f"{clean(d['stopped'])}")
     for c in m.confirmations:
         out.append(f"confirmation #{c.id}: {c.runs} run(s), {c.seconds / 60:.1f} min ({c.status.replace('_', ' ')})")
     return out
@@ -118,7 +124,7 @@ def morning_html(m: Morning) -> str:
         if c.flagged:
             body += (f"<p><strong>#{c.experiment_id}'s kept gain did not confirm on fresh seeds: a person should "
                      "look before shipping it.</strong></p>")
-    costs = "".join(f"<li>{html.escape(x)}</li>" for x in cost_lines(m))
+    costs = "".join(f"<li>{html.escape(x)}</li>" for x in cost_lines(m) if not x.startswith("  #"))
     rows = "".join(
         f"<tr><td>#{d['id']}</td><td>{html.escape(d['status'])}</td><td>{d['candidate_runs']}</td>"
         f"<td>{d['best_runs']}</td><td>{d['minutes']:.1f}</td><td>{html.escape(clean(d['stopped']))}</td></tr>"
