@@ -15,6 +15,7 @@ A night cut short (a signal, a halt) records what it confirmed so far, or that i
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -77,7 +78,8 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
                 cut = True
                 break
             m = measure(ctx, worker, best.id, "rerun", seed, checkout=ck)
-            record_run(ctx, best.id, "rerun", m)
+            # a run the wall clock cut short is on record, never a score of the best (no metrics)
+            record_run(ctx, best.id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
             seconds += m.train_seconds + m.eval_seconds
             ran.append(seed)
             if m.outcome is Outcome.INTERRUPTED:
@@ -86,8 +88,10 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
             if m.outcome is Outcome.ERROR:
                 error = HarnessError(f"confirmation of #{best.id}, seed {seed}: " + "; ".join(m.blocking))
                 break
-            if not m.measured or m.metrics is None:
-                problems.append(f"seed {seed}: {m.outcome.value}: {'; '.join(m.blocking)[:160]}")
+            if not m.measured or m.metrics is None or m.cut_short:
+                what = f"cut short ({m.cut_short})" if m.measured and m.cut_short else (
+                    f"{m.outcome.value}: {'; '.join(m.blocking)[:160]}")
+                problems.append(f"seed {seed}: {what}")
                 continue
             scores.append(float(m.metrics[key]))
     finally:

@@ -311,9 +311,14 @@ def gain_best_seed(ctx: Context, cand: Candidate, best: ExperimentRecord, seed: 
                 shutil.copy2(src / name, ck / name)
             (ck / "train.py").write_text(best.source)
             m = measure(ctx, cand.worker, best.id, "rerun", seed, checkout=ck)
-            record_run(ctx, best.id, "rerun", m)
+            # a run the wall clock cut short is on record but never the best's measurement (no metrics)
+            record_run(ctx, best.id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
         finally:
             shutil.rmtree(ck, ignore_errors=True)
+    if m.measured and m.cut_short:
+        return Result(Outcome.INCONCLUSIVE, Verdict.failed(
+            f"the current best #{best.id} on seed {seed}: {m.cut_short}: not comparable with its other runs; "
+            "the candidate is left undecided"))
     if m.measured:
         return m.train_seconds + m.eval_seconds
     r = ended(m, f"the current best #{best.id} on")

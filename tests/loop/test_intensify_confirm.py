@@ -240,3 +240,24 @@ def test_looper_confirm_exit_codes_off_and_nothing_to_confirm(ws):
     assert "confirmed nothing: the night's best is the baseline" in nothing.stdout
     (c,) = confirmations(Store(ws.root / "experiments.db"), "t")
     assert (c.status, c.trigger, c.runs) == ("nothing", "command", 0)
+
+
+def test_a_best_run_cut_short_is_on_record_but_never_the_best_s_measurement(ws, monkeypatch):
+    import dataclasses
+
+    noisy(ws)
+    loop = ready(ws, **{"loop.noise_reruns": 3, "loop.max_steps": 8})  # the fixture fits 10 steps: runs train 8
+    real_best = loop.ctx.store.best
+    # as the best gains seed 2 it fits only 5 of its 8 steps (a slower machine, say)
+    monkeypatch.setattr(loop.ctx.store, "best", lambda tag: dataclasses.replace(
+        real_best(tag), source=real_best(tag).source.replace("STEPS_FIT = 10 ", "STEPS_FIT = 5 ")))
+    ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    base = real_best("t")
+    assert r.outcome is Outcome.INCONCLUSIVE
+    assert r.verdict.blocking[0].startswith(f"the current best #{base.id} on seed 2: ")
+    assert "not comparable" in r.verdict.blocking[0]
+    assert run_seeds(ws, base.id) == [0, 1, 2]
+    with ws.db() as con:
+        seed2 = con.execute("SELECT metrics_json FROM runs WHERE experiment_id=? AND seed=2", (base.id,)).fetchone()
+    assert seed2[0] is None  # recorded without metrics: no gate reads it as the best's score
