@@ -37,7 +37,9 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    of the runs are known and at least 2 were run by both the candidate and the best, the
    paired t-test on the per-seed differences (:func:`looper.core.stats.paired_score_test`)
    decides instead when its band is narrower than the pooled one (:func:`choose_test`, a
-   pure rule; the verdict states the choice and why in ``score_test_choice``).
+   pure rule; the verdict states the choice and why in ``score_test_choice``). The choice
+   reads the same runs, so with two tests to choose from each is held to half the look's
+   alpha (Bonferroni over the two; ``score_test_alpha``).
    - better at the look's alpha -> KEEP; worse at it -> DISCARD;
    - neither: a simpler candidate that is not worse (``diff >= 0``) -> KEEP (simpler wins);
      otherwise, while reruns are left -> INCONCLUSIVE asking for one more seed
@@ -490,6 +492,7 @@ class _Chosen:
     p_better: float
     p_worse: float
     band: float
+    alpha: float  # the threshold this test is held to at this look
 
 
 def choose_test(pooled_band: float | None, paired_band: float | None, pairs: int,
@@ -523,12 +526,16 @@ def _score_test(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, Any]) 
     groups = [r.cand_scores, r.best_scores] if r.best_is_ref else [r.cand_scores, r.best_scores, r.base_scores]
     sigma, df = stats.pooled_sigma(groups)
     measured = len(r.best_scores) >= 2 or len(r.base_scores) >= 2
+    # With two tests to choose from, each is held to half the look's alpha (Bonferroni over the two):
+    # the choice reads the same runs (the narrower band wins), so only the split keeps the error at alpha.
+    two = len(r.pairs) >= 2 and measured
+    each = alpha / 2 if two else alpha
     pooled = stats.score_test(r.cand_scores, r.best_scores, sigma, df) if measured else None
-    pooled_band = stats.score_band(sigma, df, n, len(r.best_scores), alpha) if measured else None
+    pooled_band = stats.score_band(sigma, df, n, len(r.best_scores), each) if measured else None
     paired = paired_band = None
-    if len(r.pairs) >= 2:
+    if two:
         paired = stats.paired_score_test([c for _, c, _ in r.pairs], [b for _, _, b in r.pairs])
-        paired_band = stats.paired_band(paired.sd, paired.pairs, alpha)
+        paired_band = stats.paired_band(paired.sd, paired.pairs, each)
     which, why = choose_test(pooled_band, paired_band, len(r.pairs), paired.correlation if paired else None)
     facts.update({"noise_measured": measured, "noise_sigma": sigma if measured else None,
                   "noise_df": df if measured else 0, "paired_seeds": [s for s, _, _ in r.pairs],
@@ -549,15 +556,18 @@ def _score_test(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, Any]) 
     facts["score_test"] = {"test": SCORE_TEST, "t": pooled.t if math.isfinite(pooled.t) else None,
                            "df": df, "se": pooled.se, "p_better": pooled.p_better, "p_worse": pooled.p_worse}
     facts["notes"].append(
-        f"pooled noise band {pooled_band:.4f}: {SCORE_TEST} at {alpha:.4g}, sigma {sigma:.4f} (df {df}), "
+        f"pooled noise band {pooled_band:.4f}: {SCORE_TEST} at {each:.4g}, sigma {sigma:.4f} (df {df}), "
         f"{n} candidate vs {len(r.best_scores)} best run(s)")
-    chosen = _Chosen(SCORE_TEST, pooled.p_better, pooled.p_worse, pooled_band)
+    chosen = _Chosen(SCORE_TEST, pooled.p_better, pooled.p_worse, pooled_band, each)
+    if two:
+        facts["notes"].append(f"two score tests to choose from: each at half the look's alpha, {each:.4g}")
     if which == "paired" and paired is not None and paired_band is not None:
-        chosen = _Chosen(PAIRED_TEST, paired.p_better, paired.p_worse, paired_band)
-        facts["notes"].append(f"paired noise band {paired_band:.4f}: {PAIRED_TEST} at {alpha:.4g} over seeds "
+        chosen = _Chosen(PAIRED_TEST, paired.p_better, paired.p_worse, paired_band, each)
+        facts["notes"].append(f"paired noise band {paired_band:.4f}: {PAIRED_TEST} at {each:.4g} over seeds "
                               f"{', '.join(str(s) for s, _, _ in r.pairs)}")
     facts["notes"].append(f"score test: {why}")
     facts["score_test_used"] = chosen.name
+    facts["score_test_alpha"] = chosen.alpha
     facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise band {chosen.band:.4f})"
     facts["noise_band"] = chosen.band
     return chosen
@@ -616,17 +626,17 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None 
         return decision(Outcome.INCONCLUSIVE, [
             f"{key} {diff:+.4f} vs the current best cannot be judged: the seed noise is unmeasured "
             f"(fewer than 2 seeds of the baseline and of the current best)"])
-    if test.p_better <= alpha:
+    if test.p_better <= test.alpha:
         return decision(Outcome.KEEP, [])
-    if test.p_worse <= alpha:
+    if test.p_worse <= test.alpha:
         return decision(Outcome.DISCARD, [
             f"{key} {score:.4f} is below the current best {best:.4f} by {-diff:.4f}: "
-            f"p = {_fmt_below(test.p_worse, alpha)} ({test.name}; noise band {test.band:.4f})"])
+            f"p = {_fmt_below(test.p_worse, test.alpha)} ({test.name}; noise band {test.band:.4f})"])
     if inp.candidate_simpler and diff >= -_EPS:
         facts["notes"].append("inside the noise band and simpler, not worse: simpler wins")
         return decision(Outcome.KEEP, [])
     inside = (f"{key} {diff:+.4f} vs the current best is inside the noise band {test.band:.4f} "
-              f"(p = {test.p_better:.2g} better, {test.p_worse:.2g} worse; alpha {alpha:.4g})")
+              f"(p = {test.p_better:.2g} better, {test.p_worse:.2g} worse; alpha {test.alpha:.4g})")
     if reruns_left > 0:
         return decision(Outcome.INCONCLUSIVE, [f"{inside}: needs 1 more seed ({reruns_left} left)"], 1)
     if inp.candidate_simpler:

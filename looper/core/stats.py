@@ -44,8 +44,8 @@ can (:func:`paired_score_test`, :func:`paired_band`) and lets the narrower band 
 (:func:`looper.core.gate.choose_test`): where the same seed (the same data order, augmentation
 and initial weights under a step budget) makes paired scores correlate strongly, the paired band
 is the narrower one after 2 to 4 seeds; where they barely correlate (0.19 above), the pooled test
-keeps deciding. Taking the narrower of two bands is slightly optimistic (the choice reads the
-same data); the calibration bench is where that is measured.
+keeps deciding. Taking the narrower of two bands reads the same data, so each test is then held
+to half the look's alpha (Bonferroni over the two tests keeps the error at alpha).
 
 Instances of one class in one run are not independent: a run that happens to learn a class
 late misses all of its instances together (the issue's A/A: "exhaust_fan 1.00 -> 0" on an

@@ -52,8 +52,9 @@ def test_a_gain_hidden_by_the_seed_spread_is_kept_by_the_paired_test() -> None:
     assert m["paired_test"]["p_better"] == pytest.approx(
         ttest_rel([c["weighted_f1"] for c in cand], [b["weighted_f1"] for b in base], alternative="greater").pvalue)
     assert m["paired_test"]["band"] == pytest.approx(
-        scipy_t.ppf(1 - 0.05 / 3, 2) * statistics.stdev(diffs) / math.sqrt(3))
+        scipy_t.ppf(1 - 0.05 / 3 / 2, 2) * statistics.stdev(diffs) / math.sqrt(3))  # half the look: two tests
     assert m["paired_test"]["correlation"] > 0.9
+    assert m["score_test_alpha"] == pytest.approx(0.05 / 3 / 2)  # each of the two tests at half the look's alpha
     # the pooled test alone would not have kept it: the seeds spread 0.045
     assert m["score_test"]["p_better"] > 0.05 / 3
 
@@ -64,6 +65,7 @@ def test_without_seeds_the_pooled_test_decides_as_before() -> None:
     d = gate(cand, [], base, [0, 1, 2], reruns_left=0)
     m = d.verdict.metrics
     assert m["score_test_used"] == SCORE_TEST and m["paired_seeds"] == [] and "paired_test" not in m
+    assert m["score_test_alpha"] == pytest.approx(0.05 / 3)  # one test: the whole look's alpha
     assert m["score_test_choice"] == "pooled: 0 seed(s) both ran, a paired test needs 2"
     assert d.outcome is Outcome.INCONCLUSIVE
 

@@ -63,13 +63,14 @@ def test_a_clear_loss_stops_early_for_futility(ws):
 def test_paired_seeds_keep_a_win_the_seed_spread_hides_from_the_pooled_test(ws):
     noisy(ws)
     loop = ready(ws, **{"loop.noise_reruns": 3})  # the baseline runs seeds 0 and 1
-    ws.enqueue("BONUS 0 -> 0.1", knobs={"BONUS": 0.1})
+    ws.enqueue("BONUS 0 -> 0.2", knobs={"BONUS": 0.2})
     r = run_candidate(loop.ctx, loop.ctx.workers[0])
     m = verdict(ws, r.exp_id)
     assert r.outcome is Outcome.KEEP and run_seeds(ws, r.exp_id) == [0, 1]
     assert m["paired_seeds"] == [0, 1] and m["score_test_used"] == PAIRED_TEST
     assert m["noise_band"] == m["paired_test"]["band"] < m["diff"]
-    assert m["score_test"]["p_better"] > m["alpha_per_look"]  # the pooled test alone would have waited
+    assert m["score_test_alpha"] == m["alpha_per_look"] / 2  # two tests to choose from: half the look's alpha each
+    assert m["score_test"]["p_better"] > m["score_test_alpha"]  # the pooled test would have waited
     assert m["cost"]["stopped"] == "stopped early for success after 2 seed(s)" and m["cost"]["best_runs"] == 0
 
 
