@@ -40,7 +40,8 @@ def record_nothing(ctx: Context, why: str, trigger: str = "cut_short") -> int | 
         return ctx.store.add_confirmation(
             tag=ctx.tag, experiment_id=best.id if best else None, baseline_id=base.id if base else None,
             trigger=trigger, status=c.status, score_key=ctx.cfg.gate.score, planned=ctx.cfg.loop.confirm_seeds,
-            seeds=[], scores=[], baseline_scores=[], headline=c.headline, runs=0, seconds=0.0, started_at=now_iso())
+            seeds=[], scores=[], baseline_scores=[], headline=ctx.redact(c.headline), runs=0, seconds=0.0,
+            started_at=now_iso())  # the reason may quote a run log: no secret reaches the database
     except Exception as exc:  # the database may be what broke
         ctx.display.note(f"could not record that the night confirmed nothing: {type(exc).__name__}: {exc}")
         return None

@@ -229,8 +229,9 @@ class Loop:
                 return self.halt(halted)
             self.run_workers(limit, deadline)
             if self.halted is not None:  # leave everything as it is for the person
+                code = self.halt(self.halted)  # the page first: the record below may find the database broken
                 record_nothing(ctx, f"the night halted before its confirmation: {self.halted.error}")
-                return self.halt(self.halted)
+                return code
             if ctx.cancel.is_set():
                 ctx.event("interrupted", "stopped by a signal; checkout restored to the last kept commit")
                 self.restore_last_kept()
