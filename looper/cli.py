@@ -274,6 +274,7 @@ def confirm(tag: str | None = typer.Option(None, "--tag")) -> None:
         store = _store(root)
         loop = Loop(root, cfg, store, make_executor(root, cfg.executor), agent=None, notifier=AppriseNotifier([]),
                     display=Display(sys.stderr), secrets=_secrets(cfg))
+        loop.install_signals()  # a signal ends the current run; what was confirmed so far is recorded
         cid = loop.confirm()
     finally:
         lock.release()
