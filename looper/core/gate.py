@@ -36,7 +36,8 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    (:func:`looper.core.stats.score_test`; why this test: see that module). Where the seeds
    of the runs are known and at least 2 were run by both the candidate and the best, the
    paired t-test on the per-seed differences (:func:`looper.core.stats.paired_score_test`)
-   decides instead when its band is narrower than the pooled one (:func:`choose_test`, a
+   decides instead when its band is narrower than the pooled one (:mod:`looper.core.score`,
+   :func:`choose_test`, a
    pure rule; the verdict states the choice and why in ``score_test_choice``). The choice
    reads the same runs, so with two tests to choose from each is held to half the look's
    alpha (Bonferroni over the two; ``score_test_alpha``).
@@ -60,7 +61,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from looper.core import score as core_score
 from looper.core import stats
+from looper.core.score import PAIRED_TEST as PAIRED_TEST  # re-exported: callers read the test names here
+from looper.core.score import SCORE_TEST as SCORE_TEST
+from looper.core.score import choose_test as choose_test
 from looper.core.verdict import Outcome, Verdict
 
 #: Kept for compatibility: the fixed band the gate used before noise had to be measured.
@@ -71,8 +76,6 @@ _EPS = 1e-9
 _MAX_LISTED = 8
 MCNEMAR = "exact McNemar"
 FISHER = "Fisher exact, unpaired"
-SCORE_TEST = "one-sided Student t, pooled seed variance"
-PAIRED_TEST = "one-sided paired Student t on per-seed differences"
 
 
 class _Unusable(Exception):
@@ -370,25 +373,6 @@ class _Read:
     pairs: list[tuple[int, float, float]] = field(default_factory=list)  # (seed, candidate, best) both ran
 
 
-def _seeded(runs: list[Any], seeds: list[int]) -> dict[int, Any] | None:
-    """``{seed: run}`` when every run's seed is known and no seed repeats, else None."""
-    if not seeds or len(seeds) != len(runs) or len(set(seeds)) != len(seeds):
-        return None
-    return dict(zip(seeds, runs, strict=True))
-
-
-def _align(ref: list[dict[str, Any]], ref_seeds: list[int], cand: list[dict[str, Any]],
-           cand_seeds: list[int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Both sides with the seeds both ran first, in the candidate's order (so run j meets run j on
-    the same seed), the others after; unchanged when a side's seeds are unknown."""
-    r, c = _seeded(ref, ref_seeds), _seeded(cand, cand_seeds)
-    if r is None or c is None:
-        return ref, cand
-    common = [s for s in c if s in r]
-    return ([r[s] for s in common] + [r[s] for s in r if s not in c],
-            [c[s] for s in common] + [c[s] for s in c if s not in r])
-
-
 def _error(facts: dict[str, Any], reason: str) -> GateDecision:
     metrics = {**facts, "notes": list(facts["notes"]), "needs_reruns": 0}
     return GateDecision(Outcome.ERROR, Verdict.errored(reason, metrics=metrics), 0, None, list(facts["notes"]))
@@ -432,13 +416,13 @@ def _read(inp: GateInput, cfg: GateConfig, facts: dict[str, Any]) -> _Read | str
     tests: list[_ClassTest] = []
     replicates: dict[tuple[str, str], list[tuple[int, int]]] = {}
     base_seeds = list(inp.baseline_seeds) if inp.baseline_runs else []
-    base_side, cand_side = _align(ref_runs, base_seeds, list(inp.candidate), list(inp.candidate_seeds))
+    base_side, cand_side = core_score.align(ref_runs, base_seeds, list(inp.candidate), list(inp.candidate_seeds))
     for c in live:
         counts, ref_rows, cand_rows = _compare(c, base_side, cand_side, "baseline")
         tests.append(_ClassTest(c, "baseline", counts))
         replicates.update({("baseline", c): ref_rows, ("candidate", c): cand_rows})
     if not best_is_ref:
-        best_side, cand_side = _align(list(inp.best), list(inp.best_seeds), list(inp.candidate),
+        best_side, cand_side = core_score.align(list(inp.best), list(inp.best_seeds), list(inp.candidate),
                                       list(inp.candidate_seeds))
         for c, r in best_recall.items():
             if r > cfg.max_class_drop + _EPS:
@@ -446,7 +430,7 @@ def _read(inp: GateInput, cfg: GateConfig, facts: dict[str, Any]) -> _Read | str
                 tests.append(_ClassTest(c, "best", counts))
                 replicates.update({("best", c): best_rows, ("candidate", c): cand_rows})
     pairs: list[tuple[int, float, float]] = []
-    cand_by, best_by = _seeded(cand_scores, list(inp.candidate_seeds)), _seeded(
+    cand_by, best_by = core_score.seeded(cand_scores, list(inp.candidate_seeds)), core_score.seeded(
         best_scores, list(inp.best_seeds) if inp.best else base_seeds)
     if cand_by is not None and best_by is not None:
         pairs = [(s, float(v), float(best_by[s])) for s, v in cand_by.items() if s in best_by]
@@ -482,95 +466,6 @@ def _class_failures(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, An
     if r.dead:
         facts["notes"].append(f"{len(r.dead)} of {len(r.gated)} class gates are dead: {_listing(r.dead)}")
     return blocking
-
-
-@dataclass(frozen=True)
-class _Chosen:
-    """The score test the verdict rests on (pooled or paired), at this look."""
-
-    name: str
-    p_better: float
-    p_worse: float
-    band: float
-    alpha: float  # the threshold this test is held to at this look
-
-
-def choose_test(pooled_band: float | None, paired_band: float | None, pairs: int,
-                correlation: float | None) -> tuple[str, str]:
-    """Which score test decides, and why in words (a pure rule).
-
-    The paired test needs at least 2 seeds both ran; it is used when it is the more powerful
-    of the two here, i.e. its band (the smallest difference it calls significant at this look)
-    is narrower than the pooled test's, or when only it has measured noise. The bands differ
-    by the measured pairing (a correlation of the paired scores narrows the paired band) and by
-    their degrees of freedom (pairs - 1 against the pooled df), so the rule reads both at once.
-    """
-    r = f", correlation {correlation:+.2f}" if correlation is not None else ""
-    if paired_band is None:
-        return "pooled", (f"pooled: {pairs} seed(s) both ran, a paired test needs 2" if pooled_band is not None
-                          else "unmeasured")
-    if pooled_band is None:
-        return "paired", f"paired: {pairs} seeds both ran ({paired_band:.4f} band{r}); the pooled noise is unmeasured"
-    if paired_band < pooled_band:
-        return "paired", (f"paired: its band {paired_band:.4f} on {pairs} seeds both ran{r} is narrower than "
-                          f"the pooled band {pooled_band:.4f}")
-    return "pooled", (f"pooled: its band {pooled_band:.4f} is not wider than the paired band {paired_band:.4f} "
-                      f"on {pairs} seeds both ran{r}")
-
-
-def _score_test(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, Any]) -> _Chosen | None:
-    """The one-sided seed-noise test of the score, pooled or paired (None when the noise is unmeasured)."""
-    n, key = len(r.cand_scores), cfg.score
-    score, best = facts["score"], facts["best_score"]
-    diff = score - best
-    groups = [r.cand_scores, r.best_scores] if r.best_is_ref else [r.cand_scores, r.best_scores, r.base_scores]
-    sigma, df = stats.pooled_sigma(groups)
-    measured = len(r.best_scores) >= 2 or len(r.base_scores) >= 2
-    # With two tests to choose from, each is held to half the look's alpha (Bonferroni over the two):
-    # the choice reads the same runs (the narrower band wins), so only the split keeps the error at alpha.
-    two = len(r.pairs) >= 2 and measured
-    each = alpha / 2 if two else alpha
-    pooled = stats.score_test(r.cand_scores, r.best_scores, sigma, df) if measured else None
-    pooled_band = stats.score_band(sigma, df, n, len(r.best_scores), each) if measured else None
-    paired = paired_band = None
-    if two:
-        paired = stats.paired_score_test([c for _, c, _ in r.pairs], [b for _, _, b in r.pairs])
-        paired_band = stats.paired_band(paired.sd, paired.pairs, each)
-    which, why = choose_test(pooled_band, paired_band, len(r.pairs), paired.correlation if paired else None)
-    facts.update({"noise_measured": measured, "noise_sigma": sigma if measured else None,
-                  "noise_df": df if measured else 0, "paired_seeds": [s for s, _, _ in r.pairs],
-                  "score_test_choice": why})
-    if paired is not None:
-        facts["paired_test"] = {"test": PAIRED_TEST, "pairs": paired.pairs, "diff": paired.diff,
-                                "sd": paired.sd, "df": paired.df, "se": paired.se,
-                                "t": paired.t if math.isfinite(paired.t) else None, "p_better": paired.p_better,
-                                "p_worse": paired.p_worse, "correlation": paired.correlation,
-                                "band": paired_band}
-    if pooled is None or pooled_band is None:  # (two seeds both ran need two runs of the best: measured)
-        facts["notes"].append(
-            f"noise unmeasured: the baseline has {len(r.base_scores) or 1} run(s) and the current best "
-            f"{len(r.best_scores)}; at least 2 seeds of one of them are needed to judge the score")
-        facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise unmeasured)"
-        facts["noise_band"] = None
-        return None
-    facts["score_test"] = {"test": SCORE_TEST, "t": pooled.t if math.isfinite(pooled.t) else None,
-                           "df": df, "se": pooled.se, "p_better": pooled.p_better, "p_worse": pooled.p_worse}
-    facts["notes"].append(
-        f"pooled noise band {pooled_band:.4f}: {SCORE_TEST} at {each:.4g}, sigma {sigma:.4f} (df {df}), "
-        f"{n} candidate vs {len(r.best_scores)} best run(s)")
-    chosen = _Chosen(SCORE_TEST, pooled.p_better, pooled.p_worse, pooled_band, each)
-    if two:
-        facts["notes"].append(f"two score tests to choose from: each at half the look's alpha, {each:.4g}")
-    if which == "paired" and paired is not None and paired_band is not None:
-        chosen = _Chosen(PAIRED_TEST, paired.p_better, paired.p_worse, paired_band, each)
-        facts["notes"].append(f"paired noise band {paired_band:.4f}: {PAIRED_TEST} at {each:.4g} over seeds "
-                              f"{', '.join(str(s) for s, _, _ in r.pairs)}")
-    facts["notes"].append(f"score test: {why}")
-    facts["score_test_used"] = chosen.name
-    facts["score_test_alpha"] = chosen.alpha
-    facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise band {chosen.band:.4f})"
-    facts["noise_band"] = chosen.band
-    return chosen
 
 
 def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None = None) -> GateDecision:
@@ -611,7 +506,8 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None 
         facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks: "
                               f"{alpha:.4g} per look")
     blocking = _class_failures(r, cfg, alpha, facts)
-    test = _score_test(r, cfg, alpha, facts)
+    test = core_score.score_test(r.cand_scores, r.best_scores, r.base_scores, r.best_is_ref, r.pairs, cfg.score,
+                            alpha, facts)
     key = cfg.score
 
     def decision(outcome: Outcome, reasons: list[str], needs: int = 0) -> GateDecision:
