@@ -262,3 +262,23 @@ def test_a_best_run_cut_short_is_on_record_but_never_the_best_s_measurement(ws, 
     with ws.db() as con:
         seed2 = con.execute("SELECT metrics_json FROM runs WHERE experiment_id=? AND seed=2", (base.id,)).fetchone()
     assert seed2[0] is None  # recorded without metrics: no gate reads it as the best's score
+
+
+def test_a_night_stopped_by_a_signal_says_it_confirmed_nothing(ws):
+    import threading
+
+    loop = night(ws, **{"loop.confirm_seeds": 2})
+    ws.enqueue("slow: QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8, "SLEEP": 30.0})
+
+    def signal_when_training() -> None:  # what the SIGTERM handler does, once the candidate trains
+        ws.wait_for(lambda: any((r["phase"] or "").startswith("train") for r in ws.rows()), 60, "training")
+        loop.ctx.cancel.set()
+
+    t = threading.Thread(target=signal_when_training)
+    t.start()
+    assert loop.run() == 0
+    t.join()
+    assert [r["status"] for r in ws.rows()] == ["interrupted"]
+    (c,) = confirmations(loop.ctx.store, "t")
+    assert (c.status, c.trigger, c.runs, c.experiment_id) == ("nothing", "cut_short", 0, ws.rows("baseline")[0]["id"])
+    assert c.headline == "confirmed nothing: the night was stopped by a signal before its confirmation"
