@@ -253,6 +253,37 @@ def verify(as_json: bool = typer.Option(False, "--json", help="Print exactly one
     raise typer.Exit({Status.PASS: 0, Status.FAIL: 1, Status.ERROR: 2}[v.status])
 
 
+@app.command()
+@_errors
+def confirm(tag: str | None = typer.Option(None, "--tag")) -> None:
+    """Re-run the tag's best on fresh seeds and compare it with the tag's baseline (the confirmed figure)."""
+    from looper.adapters.executors import make_executor
+    from looper.adapters.notify import AppriseNotifier
+    from looper.display import Display
+    from looper.lock import DaemonLock
+    from looper.loop import Loop
+    from looper.store import queries
+
+    root = _root()
+    _require_workspace(root)
+    cfg = _config(root, **{"loop.tag": tag})
+    _require_sandbox(cfg)
+    lock = DaemonLock(root / ".looper" / "daemon.lock")
+    lock.acquire()
+    try:
+        store = _store(root)
+        loop = Loop(root, cfg, store, make_executor(root, cfg.executor), agent=None, notifier=AppriseNotifier([]),
+                    display=Display(sys.stderr), secrets=_secrets(cfg))
+        loop.install_signals()  # a signal ends the current run; what was confirmed so far is recorded
+        cid = loop.confirm()
+    finally:
+        lock.release()
+    record = next(c for c in queries.confirmations(store, cfg.loop.tag) if c.id == cid)
+    typer.echo(record.headline)
+    typer.echo(f"{record.runs} run(s), {record.seconds / 60:.1f} min")
+    raise typer.Exit(0 if record.status == "confirmed" else 1)
+
+
 @baseline_app.command("approve")
 @_errors
 def baseline_approve(experiment_id: int = typer.Argument(..., help="A finished, measured experiment.")) -> None:

@@ -92,6 +92,8 @@ class LoopConfig(_Section):
     # by a warm-up run (looper.core.budget)
     max_steps: Annotated[int, Field(ge=0)] | Literal["auto"] = 0
     workers: int = Field(default=1, ge=1)
+    # fresh seeds the night's final best is re-run on when the night ends (and by `looper confirm`); 0: off
+    confirm_seeds: int = Field(default=3, ge=0)
 
     @field_validator("max_steps", mode="before")
     @classmethod

@@ -105,6 +105,7 @@ class Context:
         self.keep_lock = threading.RLock()  # branch tip, best and keep decisions move together
         self.agent_lock = threading.Lock()
         self.count_lock = threading.Lock()
+        self.seed_lock = threading.Lock()  # the best gains a seed one worker at a time (experiment.gain_best_seed)
         self.in_flight: dict[int, dict] = {}  # worker id -> knobs of the candidate it runs
         from looper import proc
         from looper.guard import release_reserve

@@ -25,6 +25,7 @@ from looper.adapters.executors.base import FIXED_FILES
 from looper.context import Context, Worker, fault_pause, now_iso
 from looper.core import failure as core_failure
 from looper.core import gate as core_gate
+from looper.core import intensify
 from looper.core import scope as core_scope
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, LooperError, StuckError, UsageError
@@ -235,35 +236,97 @@ def ended(m: Measurement, role: str) -> Result:
     return Result(m.outcome, Verdict.failed(*reasons), signature=m.signature)
 
 
+def seeded_runs(ctx: Context, exp: ExperimentRecord) -> list[tuple[int | None, dict]]:
+    """(seed, METRICS.json) of every measured run of an experiment, in the order they ran."""
+    return [(r.seed, r.metrics) for r in ctx.store.run_records(exp.id) if r.metrics]
+
+
 def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, role: str) -> Result:
-    """Measure, gate, and rerun with new seeds while the gate asks for it (inside the noise band)."""
-    m = measure_once(ctx, cand, role, ctx.cfg.data.seed)
-    if not m.measured:
-        return ended(m, role)
-    measured = [m]
-    runs = [m.metrics]
+    """Measure and gate with intensification (looper.core.intensify): 1, then 2, then 4 ... seeds
+    of the best's own seeds, up to ``1 + noise_reruns``, stopping early when the gate keeps or
+    discards; a seed the best never ran is run on the best first (it gains that seed)."""
+    cap = 1 + max(0, cand.reruns)
+    looks = intensify.looks(cap)
+    first = ctx.cfg.data.seed
+    measured: list[Measurement] = []
+    runs: list[dict] = []
+    seeds: list[int] = []
     simpler = core_scope.code_lines(cand.source) < core_scope.code_lines(cand.parent_source)
-    reruns_left = cand.reruns
+    target, gained, best_seconds, why = 1, [], 0.0, ""
     while True:
-        d = gate(ctx, runs, simpler, against, reruns_left)
-        if d.outcome is not Outcome.INCONCLUSIVE or d.needs_reruns <= 0 or reruns_left <= 0:
+        best_seeds = [s for s, _ in seeded_runs(ctx, against) if s is not None]
+        for seed in intensify.candidate_seeds(best_seeds, target, first)[len(seeds):]:
+            if seed not in best_seeds:
+                got = gain_best_seed(ctx, cand, against, seed)
+                if isinstance(got, Result):
+                    return got
+                if got is not None:  # None: another worker ran the best on it meanwhile
+                    best_seconds += got
+                    gained.append(seed)
+            this_role = role if not runs else "rerun"
+            m = measure_once(ctx, cand, this_role, seed)
+            if not m.measured:
+                return ended(m, this_role)
+            measured.append(m)
+            runs.append(m.metrics)
+            seeds.append(seed)
+        d = gate(ctx, runs, simpler, against, cap - len(runs), seeds=seeds, looks=looks)
+        st = intensify.step(d.outcome.value, d.needs_reruns > 0, len(runs), cap)
+        why = st.why
+        if st.stops:
             break
-        for _ in range(min(d.needs_reruns, reruns_left)):
-            r = measure_once(ctx, cand, "rerun", ctx.cfg.data.seed + len(runs))
-            reruns_left -= 1
-            if not r.measured:
-                return ended(r, "rerun")
-            measured.append(r)
-            runs.append(r.metrics)
+        target = len(runs) + st.add
     if d.outcome is Outcome.ERROR:
         baseline_cannot_gate = any(b.startswith("the baseline cannot gate") for b in d.verdict.blocking)
         return Result(Outcome.ERROR, d.verdict, halt="gate: " + "; ".join(d.verdict.blocking),
                       advice=GATE_ADVICE if baseline_cannot_gate else None)
+    cand_seconds = sum(x.train_seconds + x.eval_seconds for x in measured)
+    cost = {"candidate_runs": len(runs), "best_runs": len(gained), "runs": len(runs) + len(gained),
+            "best_seeds_gained": gained, "seeds": seeds, "cap": cap, "looks": looks, "stopped": why,
+            "seconds": round(cand_seconds + best_seconds, 3),
+            "minutes": round((cand_seconds + best_seconds) / 60.0, 3)}
+    d = dataclasses.replace(d, verdict=d.verdict.model_copy(
+        update={"metrics": {**d.verdict.metrics, "cost": cost,
+                            "notes": [*(d.verdict.metrics.get("notes") or []), f"intensification: {why}"]}}))
     outcome, verdict = d.outcome, d.verdict
     cut = [f"seed {x.seed}: {x.cut_short}" for x in measured if x.cut_short]
     if cut:  # it did not train the tag's step budget: a keep stands (it won with fewer steps), a loss may be the clock's
         outcome, verdict = not_comparable(d, cut, ctx.max_steps())
     return Result(outcome, verdict, score=d.score, metrics=mean_metrics(runs))
+
+
+def gain_best_seed(ctx: Context, cand: Candidate, best: ExperimentRecord, seed: int) -> float | Result | None:
+    """Run the current best's train.py on ``seed`` and record it as the best's own run (role rerun),
+    before the candidate runs that seed. Returns the seconds it took (None when another worker ran it
+    meanwhile), or the Result that ends the candidate when the best could not be measured."""
+    with ctx.seed_lock:  # one worker at a time extends the best; the others then find the seed there
+        if any(s == seed for s, _ in seeded_runs(ctx, best)):
+            return None
+        ctx.event("note", f"#{cand.exp_id} needs seed {seed}, which the current best #{best.id} never ran: "
+                          "running the best on it first", cand.exp_id, {"best": best.id, "seed": seed})
+        ck = Path(tempfile.mkdtemp(prefix="looper-best-", dir=ctx.root / ".looper"))
+        try:
+            src = cand.checkout or cand.worker.wt.path
+            for name in FIXED_FILES:
+                shutil.copy2(src / name, ck / name)
+            (ck / "train.py").write_text(best.source)
+            m = measure(ctx, cand.worker, best.id, "rerun", seed, checkout=ck)
+            # a run the wall clock cut short is on record but never the best's measurement (no metrics)
+            record_run(ctx, best.id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
+        finally:
+            shutil.rmtree(ck, ignore_errors=True)
+    if m.measured and m.cut_short:
+        return Result(Outcome.INCONCLUSIVE, Verdict.failed(
+            f"the current best #{best.id} on seed {seed}: {m.cut_short}: not comparable with its other runs; "
+            "the candidate is left undecided"))
+    if m.measured:
+        return m.train_seconds + m.eval_seconds
+    r = ended(m, f"the current best #{best.id} on")
+    if r.outcome in (Outcome.ERROR, Outcome.INTERRUPTED):
+        return r
+    return Result(Outcome.INCONCLUSIVE, Verdict.failed(
+        f"the current best #{best.id} could not be measured on seed {seed} ({m.outcome.value}: "
+        f"{'; '.join(m.blocking)[:200]}); the candidate is left undecided"))
 
 
 def not_comparable(d: core_gate.GateDecision, cut: list[str], max_steps: int) -> tuple[Outcome, Verdict]:
@@ -281,7 +344,7 @@ def not_comparable(d: core_gate.GateDecision, cut: list[str], max_steps: int) ->
 
 
 def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
-         reruns_left: int) -> core_gate.GateDecision:
+         reruns_left: int, seeds: list[int] | None = None, looks: int | None = None) -> core_gate.GateDecision:
     """The one place the gate's input is built and the gate is asked."""
     from looper.baselines import newest_baseline
 
@@ -291,20 +354,25 @@ def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
         raise HarnessError(f"gate: {exc}") from exc
 
     def runs_of(exp: ExperimentRecord) -> list[dict]:
-        return [r.metrics for r in ctx.store.run_records(exp.id) if r.metrics]
+        return [m for _, m in seeded_runs(ctx, exp)]
+
+    def seeds_of(exp: ExperimentRecord) -> list[int]:
+        got = [s for s, _ in seeded_runs(ctx, exp)]
+        return [s for s in got if s is not None] if None not in got else []
 
     if approved:  # an approved baseline is one METRICS.json: the class reference without seeds
-        source, baseline, baseline_runs = f"approved:{approved[0]}", approved[1]["metrics"], []
+        source, baseline, baseline_runs, baseline_seeds = f"approved:{approved[0]}", approved[1]["metrics"], [], []
     else:  # the tag's own baseline: every seed it ran (the class reference and the seed noise)
         base = ctx.kept_baselines()[-1]
-        source, baseline, baseline_runs = "tag-start", base.metrics, runs_of(base)
+        source, baseline, baseline_runs, baseline_seeds = "tag-start", base.metrics, runs_of(base), seeds_of(base)
     noise = (ctx.pinned.noise if ctx.pinned else None) or {}
     inp = core_gate.GateInput(candidate=runs, best=runs_of(best) or [best.metrics], baseline=baseline,
                               baseline_source=source, noise_sigma=noise.get("sigma"), candidate_simpler=simpler,
-                              baseline_runs=baseline_runs)
+                              baseline_runs=baseline_runs, candidate_seeds=list(seeds or []),
+                              best_seeds=seeds_of(best) if runs_of(best) else [], baseline_seeds=baseline_seeds)
     gcfg = core_gate.GateConfig(score=ctx.cfg.gate.score, max_class_drop=ctx.cfg.gate.max_class_drop,
                                 noise_sigmas=ctx.cfg.gate.noise_sigmas, alpha=ctx.cfg.gate.alpha)
-    return core_gate.decide(inp, gcfg, reruns_left)
+    return core_gate.decide(inp, gcfg, reruns_left, looks=looks)
 
 
 # ====================================================================== a keep lands on the branch

@@ -23,6 +23,7 @@ from looper.adapters.executors import Executor
 from looper.adapters.executors.base import FIXED_FILES
 from looper.adapters.notify import Notifier
 from looper.config import Config
+from looper.confirm import confirm, record_nothing, run_confirm
 from looper.context import Context, Worker, baseline_drift, now_iso
 from looper.core.verdict import Outcome, Verdict
 from looper.datahash import fixed_hashes
@@ -228,9 +229,18 @@ class Loop:
                 return self.halt(halted)
             self.run_workers(limit, deadline)
             if self.halted is not None:  # leave everything as it is for the person
-                return self.halt(self.halted)
+                code = self.halt(self.halted)  # the page first: the record below may find the database broken
+                record_nothing(ctx, f"the night halted before its confirmation: {self.halted.error}")
+                return code
             if ctx.cancel.is_set():
                 ctx.event("interrupted", "stopped by a signal; checkout restored to the last kept commit")
+                self.restore_last_kept()
+                record_nothing(ctx, "the night was stopped by a signal before its confirmation")
+                return 0
+            _, error = confirm(ctx, "night_end")  # a stop rule ended the night: confirm its best
+            if error is not None:
+                return self.halt(Halted(error))
+            if ctx.cancel.is_set():
                 self.restore_last_kept()
             return 0
         except (HarnessError, StuckError) as exc:
@@ -313,6 +323,11 @@ class Loop:
             lines += ["", f"Last lines of experiment #{halted.exp_id}'s run log:", tail]
         lines += ["", f"What to do next: {halted.advice or ADVICE[kind]}", ""]
         return "\n".join(lines)
+
+    # ------------------------------------------------------------------ looper confirm
+    def confirm(self) -> int:
+        """The tag's best on fresh seeds, compared with its baseline (looper.confirm); the confirmation id."""
+        return run_confirm(self.ctx)
 
     # ------------------------------------------------------------------ looper verify
     def verify(self) -> Verdict:

@@ -23,6 +23,7 @@ noise_reruns = 3
 baseline_seeds = 4
 max_steps = 150
 workers = 2
+confirm_seeds = 5
 
 [data]
 dir = "/srv/hvac-data"
@@ -96,7 +97,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg.loop.model_dump() == {
         "tag": "weekend-2", "budget_seconds": 120, "grace_seconds": 30, "stall_seconds": 90,
         "max_experiments": 40, "until": "07:00", "stuck_after": 4, "noise_reruns": 3, "workers": 2,
-        "baseline_seeds": 4, "max_steps": 150,
+        "baseline_seeds": 4, "max_steps": 150, "confirm_seeds": 5,
     }
     assert cfg.loop.until_time is not None and (cfg.loop.until_time.hour, cfg.loop.until_time.minute) == (7, 0)
     assert cfg.data.model_dump() == {"dir": "/srv/hvac-data", "scale": "tiny", "seed": 7}

@@ -11,10 +11,11 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    ``max_class_drop`` can never fire (recall cannot go below 0, so the drop can never exceed
    the practical margin), and a baseline that predicted nothing gates nothing. Dead gates
    are listed in every verdict's metrics. When every class gate is dead -> ERROR.
-3. Looks: the loop judges after each seed, so the error rate is split over the planned
-   looks (``runs so far + reruns_left``, one seed per look): every test of this look runs
-   at ``alpha / looks`` (Bonferroni over looks), so a whole sequence of looks errs at most
-   ``alpha``. A single judgement (``reruns_left == 0`` after one run) uses ``alpha``.
+3. Looks: the loop judges after each batch of seeds (intensification, looper.core.intensify:
+   1, 2, 4 ... seeds), so the error rate is split over the planned looks (``looks``; without
+   it ``runs so far + reruns_left``, one seed per look): every test of this look runs at
+   ``alpha / looks`` (Bonferroni over looks), so a whole sequence of looks errs at most
+   ``alpha``. A single judgement (one look) uses ``alpha``.
 4. Class gates (one family, Holm at the look's alpha): every live class vs the baseline's
    runs, and, when the current best is not the baseline, every class whose current-best
    recall is above ``max_class_drop`` vs the best's runs. The test is the exact McNemar
@@ -32,7 +33,14 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    least 2 runs; unmeasured -> INCONCLUSIVE (final; no keep or discard on the score alone).
    Measured: one-sided Student t-tests of mean(candidate) vs mean(best) with the seed
    variance pooled over the baseline's, the best's and the candidate's runs
-   (:func:`looper.core.stats.score_test`; why this test: see that module).
+   (:func:`looper.core.stats.score_test`; why this test: see that module). Where the seeds
+   of the runs are known and at least 2 were run by both the candidate and the best, the
+   paired t-test on the per-seed differences (:func:`looper.core.stats.paired_score_test`)
+   decides instead when its band is narrower than the pooled one (:mod:`looper.core.score`,
+   :func:`choose_test`, a
+   pure rule; the verdict states the choice and why in ``score_test_choice``). The choice
+   reads the same runs, so with two tests to choose from each is held to half the look's
+   alpha (Bonferroni over the two; ``score_test_alpha``).
    - better at the look's alpha -> KEEP; worse at it -> DISCARD;
    - neither: a simpler candidate that is not worse (``diff >= 0``) -> KEEP (simpler wins);
      otherwise, while reruns are left -> INCONCLUSIVE asking for one more seed
@@ -53,7 +61,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from looper.core import score as core_score
 from looper.core import stats
+from looper.core.score import PAIRED_TEST as PAIRED_TEST  # re-exported: callers read the test names here
+from looper.core.score import SCORE_TEST as SCORE_TEST
+from looper.core.score import choose_test as choose_test
 from looper.core.verdict import Outcome, Verdict
 
 #: Kept for compatibility: the fixed band the gate used before noise had to be measured.
@@ -64,7 +76,6 @@ _EPS = 1e-9
 _MAX_LISTED = 8
 MCNEMAR = "exact McNemar"
 FISHER = "Fisher exact, unpaired"
-SCORE_TEST = "one-sided Student t, pooled seed variance"
 
 
 class _Unusable(Exception):
@@ -108,6 +119,11 @@ class GateInput:
     noise_sigma: float | None = None
     candidate_simpler: bool = False
     baseline_runs: list[dict[str, Any]] = field(default_factory=list)
+    # the seed of every run, in the same order as the runs ([]: unknown; then nothing is paired
+    # by seed for the score, and class tests pair run j with run j as before)
+    candidate_seeds: list[int] = field(default_factory=list)
+    best_seeds: list[int] = field(default_factory=list)
+    baseline_seeds: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -354,6 +370,7 @@ class _Read:
     tests: list[_ClassTest]
     replicates: dict[tuple[str, str], list[tuple[int, int]]]  # (source, class) -> runs
     best_is_ref: bool
+    pairs: list[tuple[int, float, float]] = field(default_factory=list)  # (seed, candidate, best) both ran
 
 
 def _error(facts: dict[str, Any], reason: str) -> GateDecision:
@@ -398,18 +415,27 @@ def _read(inp: GateInput, cfg: GateConfig, facts: dict[str, Any]) -> _Read | str
             cand_recall[name] = _mean_recall(inp.candidate, name, "candidate")
     tests: list[_ClassTest] = []
     replicates: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    base_seeds = list(inp.baseline_seeds) if inp.baseline_runs else []
+    base_side, cand_side = core_score.align(ref_runs, base_seeds, list(inp.candidate), list(inp.candidate_seeds))
     for c in live:
-        counts, ref_rows, cand_rows = _compare(c, ref_runs, inp.candidate, "baseline")
+        counts, ref_rows, cand_rows = _compare(c, base_side, cand_side, "baseline")
         tests.append(_ClassTest(c, "baseline", counts))
         replicates.update({("baseline", c): ref_rows, ("candidate", c): cand_rows})
     if not best_is_ref:
+        best_side, cand_side = core_score.align(list(inp.best), list(inp.best_seeds), list(inp.candidate),
+                                      list(inp.candidate_seeds))
         for c, r in best_recall.items():
             if r > cfg.max_class_drop + _EPS:
-                counts, best_rows, cand_rows = _compare(c, list(inp.best), inp.candidate, "current best")
+                counts, best_rows, cand_rows = _compare(c, best_side, cand_side, "current best")
                 tests.append(_ClassTest(c, "best", counts))
                 replicates.update({("best", c): best_rows, ("candidate", c): cand_rows})
+    pairs: list[tuple[int, float, float]] = []
+    cand_by, best_by = core_score.seeded(cand_scores, list(inp.candidate_seeds)), core_score.seeded(
+        best_scores, list(inp.best_seeds) if inp.best else base_seeds)
+    if cand_by is not None and best_by is not None:
+        pairs = [(s, float(v), float(best_by[s])) for s, v in cand_by.items() if s in best_by]
     return _Read(gated, live, dead, cand_scores, best_scores, base_scores, cand_recall, tests, replicates,
-                 best_is_ref)
+                 best_is_ref, pairs)
 
 
 def _class_failures(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, Any]) -> list[str]:
@@ -442,38 +468,11 @@ def _class_failures(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, An
     return blocking
 
 
-def _score_test(r: _Read, cfg: GateConfig, alpha: float,
-                facts: dict[str, Any]) -> tuple[stats.ScoreTest | None, float | None]:
-    """The one-sided seed-noise test of the score (None, None when the noise is unmeasured)."""
-    n, key = len(r.cand_scores), cfg.score
-    score, best = facts["score"], facts["best_score"]
-    diff = score - best
-    groups = [r.cand_scores, r.best_scores] if r.best_is_ref else [r.cand_scores, r.best_scores, r.base_scores]
-    sigma, df = stats.pooled_sigma(groups)
-    measured = len(r.best_scores) >= 2 or len(r.base_scores) >= 2
-    facts.update({"noise_measured": measured, "noise_sigma": sigma if measured else None,
-                  "noise_df": df if measured else 0})
-    if not measured:
-        facts["notes"].append(
-            f"noise unmeasured: the baseline has {len(r.base_scores) or 1} run(s) and the current best "
-            f"{len(r.best_scores)}; at least 2 seeds of one of them are needed to judge the score")
-        facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise unmeasured)"
-        facts["noise_band"] = None
-        return None, None
-    test = stats.score_test(r.cand_scores, r.best_scores, sigma, df)
-    band = stats.score_band(sigma, df, n, len(r.best_scores), alpha)
-    facts["score_test"] = {"test": SCORE_TEST, "t": test.t if math.isfinite(test.t) else None,
-                           "df": df, "se": test.se, "p_better": test.p_better, "p_worse": test.p_worse}
-    facts["notes"].append(
-        f"noise band {band:.4f}: {SCORE_TEST} at {alpha:.4g}, sigma {sigma:.4f} (df {df}), "
-        f"{n} candidate vs {len(r.best_scores)} best run(s)")
-    facts["summary"] = f"{key} {score:.4f} vs best {best:.4f} ({diff:+.4f}, noise band {band:.4f})"
-    facts["noise_band"] = band
-    return test, band
+def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None = None) -> GateDecision:
+    """Keep, discard, inconclusive (with the reruns it needs) or error (see the module doc).
 
-
-def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
-    """Keep, discard, inconclusive (with the reruns it needs) or error (see the module doc)."""
+    ``looks``: the planned looks of this whole decision (intensification looks once per batch of
+    seeds: :func:`looper.core.intensify.looks`); None: one look per seed, ``runs + reruns_left``."""
     facts: dict[str, Any] = {
         "baseline": inp.baseline_source,
         "score_key": cfg.score,
@@ -490,7 +489,7 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
         return _error(facts, r)
     n = len(r.cand_scores)
     reruns_left = max(0, reruns_left)
-    looks = n + reruns_left
+    looks = max(1, looks) if looks is not None else n + reruns_left
     alpha = cfg.alpha / looks
     score = float(statistics.mean(r.cand_scores))  # exact: equal scores give a diff of exactly 0
     best = float(statistics.mean(r.best_scores))
@@ -504,10 +503,11 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
         "gated_classes": len(r.live),
     })
     if looks > 1:
-        facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks (one per seed): "
+        facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks: "
                               f"{alpha:.4g} per look")
     blocking = _class_failures(r, cfg, alpha, facts)
-    test, band = _score_test(r, cfg, alpha, facts)
+    test = core_score.score_test(r.cand_scores, r.best_scores, r.base_scores, r.best_is_ref, r.pairs, cfg.score,
+                            alpha, facts)
     key = cfg.score
 
     def decision(outcome: Outcome, reasons: list[str], needs: int = 0) -> GateDecision:
@@ -518,26 +518,26 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int) -> GateDecision:
 
     if blocking:
         return decision(Outcome.DISCARD, blocking)
-    if test is None or band is None:
+    if test is None:
         return decision(Outcome.INCONCLUSIVE, [
             f"{key} {diff:+.4f} vs the current best cannot be judged: the seed noise is unmeasured "
             f"(fewer than 2 seeds of the baseline and of the current best)"])
-    if test.p_better <= alpha:
+    if test.p_better <= test.alpha:
         return decision(Outcome.KEEP, [])
-    if test.p_worse <= alpha:
+    if test.p_worse <= test.alpha:
         return decision(Outcome.DISCARD, [
             f"{key} {score:.4f} is below the current best {best:.4f} by {-diff:.4f}: "
-            f"p = {_fmt_below(test.p_worse, alpha)} ({SCORE_TEST}; noise band {band:.4f})"])
+            f"p = {_fmt_below(test.p_worse, test.alpha)} ({test.name}; noise band {test.band:.4f})"])
     if inp.candidate_simpler and diff >= -_EPS:
         facts["notes"].append("inside the noise band and simpler, not worse: simpler wins")
         return decision(Outcome.KEEP, [])
-    inside = (f"{key} {diff:+.4f} vs the current best is inside the noise band {band:.4f} "
-              f"(p = {test.p_better:.2g} better, {test.p_worse:.2g} worse; alpha {alpha:.4g})")
+    inside = (f"{key} {diff:+.4f} vs the current best is inside the noise band {test.band:.4f} "
+              f"(p = {test.p_better:.2g} better, {test.p_worse:.2g} worse; alpha {test.alpha:.4g})")
     if reruns_left > 0:
         return decision(Outcome.INCONCLUSIVE, [f"{inside}: needs 1 more seed ({reruns_left} left)"], 1)
     if inp.candidate_simpler:
         facts["notes"].append(f"still inside the noise band after {n} runs; simpler wins the tie")
         return decision(Outcome.KEEP, [])
     return decision(Outcome.INCONCLUSIVE, [
-        f"{key} {diff:+.4f} vs the current best stayed inside the noise band {band:.4f} after "
+        f"{key} {diff:+.4f} vs the current best stayed inside the noise band {test.band:.4f} after "
         f"{n} run(s); the current best stays"])

@@ -29,8 +29,8 @@ estimate (Bouthillier et al., MLSys 2021) needs tens of seeds to be stable. The 
 equal-variance assumption, and the t distribution's heavy tails at 2 to 4 degrees of
 freedom (a wide band with few seeds, which is the honest answer).
 
-Why not a paired test on the score, when the loop runs a candidate's seed k against the
-baseline's seed k: a paired test estimates the variance of the differences from the pairs alone,
+Why not ONLY a paired test on the score, when the loop runs a candidate's seed k against the
+best's seed k: a paired test estimates the variance of the differences from the pairs alone,
 so after 1 candidate seed it has none and after 2 or 3 it has 1 or 2 degrees of freedom (t
 quantiles of 6 to 19 at the loop's per-look alpha), while the pooled test has the baseline's
 seeds from the first look. Pairing pays when the paired scores are strongly correlated; measured
@@ -39,7 +39,13 @@ train.py on the same 4 seeds correlated 0.19: the differences spread as much as 
 no-op on the baseline's own seeds reproduces the baseline's METRICS.json exactly (seed k = seed
 k), a tie the gate never keeps or discards. The pooled test treats the paired candidate as
 independent of the baseline; when it is positively correlated that overstates the variance of
-the difference, so the test errs on the side of inconclusive.
+the difference, so the test errs on the side of inconclusive. So the gate computes both where it
+can (:func:`paired_score_test`, :func:`paired_band`) and lets the narrower band decide
+(:func:`looper.core.gate.choose_test`): where the same seed (the same data order, augmentation
+and initial weights under a step budget) makes paired scores correlate strongly, the paired band
+is the narrower one after 2 to 4 seeds; where they barely correlate (0.19 above), the pooled test
+keeps deciding. Taking the narrower of two bands reads the same data, so each test is then held
+to half the look's alpha (Bonferroni over the two tests keeps the error at alpha).
 
 Instances of one class in one run are not independent: a run that happens to learn a class
 late misses all of its instances together (the issue's A/A: "exhaust_fan 1.00 -> 0" on an
@@ -305,3 +311,72 @@ def recall_interval(found: int, total: int, confidence: float = 0.95) -> tuple[f
         return 0.0, 1.0
     ci = _st.binomtest(found, total).proportion_ci(confidence_level=confidence, method="wilson")
     return max(0.0, float(ci.low)), min(1.0, float(ci.high))
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """The candidate's scores minus the current best's on the seeds both ran (one pair per seed)."""
+
+    diff: float  # mean of the per-seed differences
+    sd: float  # their standard deviation
+    df: int  # pairs - 1
+    se: float  # sd / sqrt(pairs)
+    t: float
+    p_better: float
+    p_worse: float
+    pairs: int
+    correlation: float | None  # of the paired scores (None: fewer than 3 pairs or no spread on a side)
+
+
+def paired_score_test(candidate: Sequence[float], best: Sequence[float]) -> PairedTest:
+    """One-sided paired Student t-tests on ``candidate[j] - best[j]`` (same seed j on both sides).
+
+    Needs at least 2 pairs (the variance of the differences is measured from the pairs alone).
+    Zero spread of the differences: any mean difference is certain, none is a tie.
+    """
+    if len(candidate) != len(best) or len(candidate) < 2:
+        raise ValueError(f"a paired test needs >= 2 pairs of equal length, got {len(candidate)} and {len(best)}")
+    d = [float(c) - float(b) for c, b in zip(candidate, best, strict=True)]
+    n = len(d)
+    diff, sd = float(statistics.mean(d)), statistics.stdev(d)
+    corr = None
+    if n >= 3 and statistics.pstdev(candidate) > 0 and statistics.pstdev(best) > 0:
+        corr = float(statistics.correlation([float(c) for c in candidate], [float(b) for b in best]))
+    se = sd / math.sqrt(n)
+    if se == 0:
+        t = math.copysign(math.inf, diff) if diff else 0.0
+        return PairedTest(diff, sd, n - 1, se, t, 0.0 if diff > 0 else 1.0, 0.0 if diff < 0 else 1.0, n, corr)
+    t = diff / se
+    return PairedTest(diff, sd, n - 1, se, t, float(_st.t.sf(t, n - 1)), float(_st.t.cdf(t, n - 1)), n, corr)
+
+
+def paired_band(sd: float, pairs: int, alpha: float) -> float:
+    """The smallest |mean difference| :func:`paired_score_test` calls significant at one-sided ``alpha``."""
+    if pairs < 2:
+        raise ValueError("a paired band needs at least 2 pairs")
+    return float(_st.t.ppf(1.0 - alpha, pairs - 1)) * sd / math.sqrt(pairs)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """mean(a) - mean(b) with a two-sided Student interval (seed variance pooled over both sides)."""
+
+    diff: float
+    low: float
+    high: float
+    sigma: float
+    df: int
+    confidence: float
+
+
+def diff_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Two independent groups of seeds (e.g. the night's best on fresh seeds vs the baseline's own):
+    ``diff +- t_((1+confidence)/2, df) * sigma * sqrt(1/n_a + 1/n_b)``, sigma pooled, ``df = n_a + n_b - 2``."""
+    if not a or not b or len(a) + len(b) < 3:
+        raise ValueError(f"an interval needs >= 1 score per side and >= 3 in all, got {len(a)} and {len(b)}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    sigma, df = pooled_sigma([a, b])
+    diff = float(statistics.mean(a)) - float(statistics.mean(b))
+    half = float(_st.t.ppf((1.0 + confidence) / 2.0, df)) * sigma * math.sqrt(1 / len(a) + 1 / len(b))
+    return Interval(diff, diff - half, diff + half, sigma, df, confidence)

@@ -17,6 +17,10 @@ __all__ = ["HISTORY_KEYS", "history_json", "history_rows", "history_text"]
 HISTORY_KEYS: tuple[str, ...] = (
     "id", "tag", "kind", "commit", "parent", "status", "score", "description", "started_at",
     "finished_at", "failure_signature", "blocking",
+    # runs and minutes of its decision (verdict cost; None: not recorded), and every confirmation of it on
+    # fresh seeds (looper confirm): its confirmed difference over the baseline beside ``score``, the
+    # selection-time figure
+    "cost", "confirmations",
 )
 
 
@@ -28,10 +32,21 @@ def history_rows(store: Store, tag: str | None = None, status: str | Iterable[st
     wanted = None
     if status is not None:
         wanted = [Outcome.parse(s) for s in ([status] if isinstance(status, str) else list(status))]
+    from looper.report.confirmed import costs_by_experiment
+    from looper.store.queries import confirmations
+
     rows = []
+    costs = costs_by_experiment(store, tag=tag, since=since)
+    confirmed: dict[int, list[dict[str, Any]]] = {}
+    for c in confirmations(store, tag):
+        if c.experiment_id is not None:
+            d = c.to_dict()
+            d["headline"] = clean(d["headline"])
+            confirmed.setdefault(c.experiment_id, []).append(d)
     for e in lean_experiments(store, tag=tag, status=wanted, since=since, until=until, figures=False, clean=clean):
-        row = {k: getattr(e, k) for k in HISTORY_KEYS}
+        row = {k: getattr(e, k) for k in HISTORY_KEYS if k not in ("cost", "confirmations")}
         row["status"], row["blocking"] = e.status.value, list(e.blocking)
+        row["cost"], row["confirmations"] = costs.get(e.id), confirmed.get(e.id, [])
         rows.append(row)
     return rows
 

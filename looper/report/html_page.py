@@ -90,7 +90,10 @@ def _exp_list(ids: tuple[int, ...] | list[int], limit: int = 60) -> str:
 
 def write_html(store: Store, root: Path, out: Path, since: str | None = None) -> Path:
     """Write the morning report as ONE self-contained HTML page; returns ``out``."""
-    page = render_html(gather(store, root, since))
+    from looper.report.confirmed import morning
+
+    n = gather(store, root, since)
+    page = render_html(n, morning(store, n.tag, n.since))
     out = Path(out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -347,13 +350,16 @@ def _earlier_html(n: Night, body: str) -> str:
             f'{"".join(rows)}</table></section>')
 
 
-def render_html(n: Night) -> str:
-    """The whole page as one string."""
+def render_html(n: Night, confirmed: Any = None) -> str:
+    """The whole page as one string (``confirmed``: looper.report.confirmed.Morning, the headline)."""
+    from looper.report.confirmed import morning_html
+
     window = f"since {html.escape(n.since[:19])}" if n.since else "all history"
     title = f"looper morning report: {html.escape(n.tag or '-')}"
     body = [
         f"<h1>{title}</h1><p class=\"sub\">{window}; scores are {html.escape(n.score_name)}; "
         f"every number names its experiment (#id).</p>",
+        *([morning_html(confirmed)] if confirmed is not None else []),
         _attention_html(n),
         _glance_html(n),
         f'<section id="score"><h2>Score over experiments</h2>{score_svg(n)}</section>',

@@ -35,15 +35,23 @@ __all__ = ["render_text", "report_text"]
 
 def report_text(store: Store, root: Path, since: str | None = None, console_width: int = 100) -> str:
     """The morning report for a terminal (rich, rendered to plain text)."""
-    return render_text(gather(store, root, since), console_width)
+    from looper.report.confirmed import morning
+
+    n = gather(store, root, since)
+    return render_text(n, console_width, morning(store, n.tag, n.since))
 
 
-def render_text(n: Night, console_width: int = 100) -> str:
+def render_text(n: Night, console_width: int = 100, confirmed: Any = None) -> str:
     from rich.text import Text
 
     con = console(console_width)
     window = f"since {n.since[:19]}" if n.since else "all history"
     con.print(Text(f"looper morning report: tag {n.tag or '-'}, {window}", style="bold"))
+    if confirmed is not None:  # the confirmed headline first (looper.report.confirmed)
+        from looper.report.confirmed import morning_lines
+
+        for line in morning_lines(confirmed):
+            con.print(Text(line))
     con.print()
     for part in (_attention, _glance, _kept, _near_misses, _verdicts, _crashes, _inconclusive, _exclusions,
                  _classes):

@@ -10,6 +10,7 @@ from looper.store.migrations import LATEST_VERSION, SchemaTooNew, StoreError
 from looper.store.records import (
     TIME_PARTS,
     ClassMetrics,
+    ConfirmationRecord,
     EventRecord,
     ExperimentRecord,
     ExperimentRow,
@@ -23,6 +24,7 @@ __all__ = [
     "LATEST_VERSION",
     "TIME_PARTS",
     "ClassMetrics",
+    "ConfirmationRecord",
     "EventRecord",
     "ExperimentNotFound",
     "ExperimentRecord",

@@ -164,9 +164,38 @@ def _m2_indexes(conn: Connection) -> None:
         conn.exec_driver_sql(stmt)
 
 
+def _m3_confirmations(conn: Connection) -> None:
+    iso = "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*'"
+    conn.exec_driver_sql(f"""
+        CREATE TABLE confirmations (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            tag TEXT NOT NULL CHECK (length(tag) > 0),
+            experiment_id INTEGER REFERENCES experiments(id) ON DELETE SET NULL,
+            baseline_id INTEGER REFERENCES experiments(id) ON DELETE SET NULL,
+            trigger TEXT NOT NULL CHECK (trigger IN ('night_end', 'command', 'cut_short')),
+            status TEXT NOT NULL CHECK (status IN ('confirmed', 'not_confirmed', 'nothing')),
+            score_key TEXT NOT NULL,
+            planned INTEGER NOT NULL CHECK (planned >= 0),
+            seeds_json TEXT NOT NULL CHECK (json_valid(seeds_json)),
+            scores_json TEXT NOT NULL CHECK (json_valid(scores_json)),
+            baseline_scores_json TEXT NOT NULL CHECK (json_valid(baseline_scores_json)),
+            diff REAL, low REAL, high REAL,
+            selection_diff REAL,
+            flagged INTEGER NOT NULL DEFAULT 0 CHECK (flagged IN (0, 1)),
+            headline TEXT NOT NULL,
+            runs INTEGER NOT NULL CHECK (runs >= 0),
+            seconds REAL NOT NULL CHECK (seconds >= 0),
+            started_at TEXT NOT NULL CHECK (started_at GLOB {iso}),
+            finished_at TEXT NOT NULL CHECK (finished_at GLOB {iso})
+        )
+        """)
+    conn.exec_driver_sql("CREATE INDEX ix_confirmations_tag_id ON confirmations (tag, id)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create experiments, class_metrics, runs, events, tags", _m1_create),
     Migration(2, "indexes for per-tag history, status and journal queries", _m2_indexes),
+    Migration(3, "confirmations: the night's best re-run on fresh seeds", _m3_confirmations),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

@@ -118,6 +118,33 @@ tags = Table(
     Column("started_at", Text, nullable=False),
 )
 
+confirmations = Table(
+    "confirmations",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("tag", Text, nullable=False),
+    Column("experiment_id", Integer, ForeignKey("experiments.id", ondelete="SET NULL")),
+    Column("baseline_id", Integer, ForeignKey("experiments.id", ondelete="SET NULL")),
+    Column("trigger", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("score_key", Text, nullable=False),
+    Column("planned", Integer, nullable=False),
+    Column("seeds_json", Text, nullable=False),
+    Column("scores_json", Text, nullable=False),
+    Column("baseline_scores_json", Text, nullable=False),
+    Column("diff", Float),
+    Column("low", Float),
+    Column("high", Float),
+    Column("selection_diff", Float),
+    Column("flagged", Integer, nullable=False),
+    Column("headline", Text, nullable=False),
+    Column("runs", Integer, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Column("started_at", Text, nullable=False),
+    Column("finished_at", Text, nullable=False),
+    sqlite_autoincrement=True,
+)
+
 schema_version = Table(
     "schema_version",
     metadata,

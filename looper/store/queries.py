@@ -16,10 +16,11 @@ from sqlalchemy import func, select
 
 import looper.store.models as m
 from looper.core.verdict import Outcome
-from looper.store.records import EventRecord, ExperimentRecord, ExperimentRow
+from looper.store.records import ConfirmationRecord, EventRecord, ExperimentRecord, ExperimentRow
 from looper.store.repo import Store, experiment_filter
 
-__all__ = ["json_fields", "kept_texts", "latest_start", "lean_experiments", "running_best", "tag_baseline"]
+__all__ = ["confirmations", "json_fields", "kept_texts", "latest_start", "lean_experiments", "running_best",
+           "tag_baseline", "used_seeds"]
 
 #: The plain columns of an :class:`ExperimentRow` (never ``source``, ``config`` or ``metrics``).
 _LEAN = ("id", "tag", "kind", "commit", "parent", "status", "score", "description", "started_at",
@@ -166,3 +167,24 @@ def tag_baseline(store: Store, tag: str) -> ExperimentRecord | None:
     """The tag-start baseline: the tag's latest kept baseline experiment, or None."""
     rows = store.find_experiments(tag=tag, kind="baseline", status=Outcome.KEEP, limit=1)
     return rows[-1] if rows else None
+
+
+def confirmations(store: Store, tag: str | None = None, since: str | None = None) -> list[ConfirmationRecord]:
+    """The confirmations of a tag (every tag when None), oldest first; ``since``: finished at or after."""
+    t = m.confirmations
+    q = select(t).order_by(t.c.id)
+    if tag is not None:
+        q = q.where(t.c.tag == tag)
+    if since is not None:
+        q = q.where(t.c.finished_at >= since)
+    with store._ro() as conn:  # noqa: SLF001
+        return [ConfirmationRecord.from_row(r._mapping) for r in conn.execute(q)]
+
+
+def used_seeds(store: Store, tag: str) -> list[int]:
+    """Every seed any run of the tag's experiments used (decisions and confirmations), ascending."""
+    r, e = m.runs, m.experiments
+    q = (select(r.c.seed).distinct().join(e, e.c.id == r.c.experiment_id)
+         .where(e.c.tag == tag, r.c.seed.is_not(None)).order_by(r.c.seed))
+    with store._ro() as conn:  # noqa: SLF001
+        return [int(s) for (s,) in conn.execute(q)]

@@ -21,6 +21,7 @@ from looper.core.verdict import Outcome
 __all__ = [
     "TIME_PARTS",
     "ClassMetrics",
+    "ConfirmationRecord",
     "EventRecord",
     "ExperimentRecord",
     "ExperimentRow",
@@ -229,6 +230,45 @@ class EventRecord(_Record):
     def from_row(cls, row: Mapping[str, Any]) -> EventRecord:
         return cls(id=row["id"], at=row["at"], tag=row["tag"], experiment_id=row["experiment_id"],
                    kind=row["kind"], message=row["message"], data=_loads(row["data_json"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationRecord(_Record):
+    """The night's final best re-run on fresh seeds and compared with the tag's baseline
+    (``status``: confirmed | not_confirmed | nothing; ``trigger``: night_end | command | cut_short)."""
+
+    id: int
+    tag: str
+    experiment_id: int | None
+    baseline_id: int | None
+    trigger: str
+    status: str
+    score_key: str
+    planned: int
+    seeds: tuple[int, ...]
+    scores: tuple[float, ...]
+    baseline_scores: tuple[float, ...]
+    diff: float | None
+    low: float | None
+    high: float | None
+    selection_diff: float | None
+    flagged: bool
+    headline: str
+    runs: int
+    seconds: float
+    started_at: str
+    finished_at: str
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ConfirmationRecord:
+        return cls(
+            id=row["id"], tag=row["tag"], experiment_id=row["experiment_id"], baseline_id=row["baseline_id"],
+            trigger=row["trigger"], status=row["status"], score_key=row["score_key"], planned=row["planned"],
+            seeds=tuple(_loads(row["seeds_json"])), scores=tuple(_loads(row["scores_json"])),
+            baseline_scores=tuple(_loads(row["baseline_scores_json"])), diff=row["diff"], low=row["low"],
+            high=row["high"], selection_diff=row["selection_diff"], flagged=bool(row["flagged"]),
+            headline=row["headline"], runs=row["runs"], seconds=row["seconds"], started_at=row["started_at"],
+            finished_at=row["finished_at"])
 
 
 @dataclass(frozen=True, slots=True)

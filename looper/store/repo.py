@@ -663,6 +663,24 @@ class Store:
             if result.rowcount == 0:
                 raise StoreError(f"{self.path}: no tag {tag!r} (put_tag first)")
 
+    def add_confirmation(self, *, tag: str, experiment_id: int | None, baseline_id: int | None, trigger: str,
+                         status: str, score_key: str, planned: int, seeds: list[int], scores: list[float],
+                         baseline_scores: list[float], headline: str, runs: int, seconds: float,
+                         started_at: str, diff: float | None = None, low: float | None = None,
+                         high: float | None = None, selection_diff: float | None = None,
+                         flagged: bool = False) -> int:
+        """Record one confirmation of a tag's best on fresh seeds (looper.confirm); returns its id."""
+        values = {"tag": tag, "experiment_id": experiment_id, "baseline_id": baseline_id, "trigger": trigger,
+                  "status": status, "score_key": score_key, "planned": planned,
+                  "seeds_json": _dumps(list(seeds), "seeds"), "scores_json": _dumps(list(scores), "scores"),
+                  "baseline_scores_json": _dumps(list(baseline_scores), "baseline_scores"), "diff": diff,
+                  "low": low, "high": high, "selection_diff": selection_diff, "flagged": int(bool(flagged)),
+                  "headline": headline, "runs": runs, "seconds": max(0.0, float(seconds)),
+                  "started_at": _iso(started_at, "started_at"), "finished_at": utc_now()}
+        with self._tx() as conn:
+            return int(conn.execute(insert(m.confirmations).values(**values)).inserted_primary_key[0])
+
+
 def experiment_filter(
     q: Select[Any],
     *,

@@ -13,10 +13,11 @@ REPORT = Path(__file__).resolve().parents[2] / "looper" / "report"
 LAYERS: dict[str, set[str]] = {
     "fmt": set(),
     "facts": {"fmt"},
-    "history": {"fmt"},
-    "text": {"fmt", "facts"},
+    "confirmed": {"fmt"},
+    "history": {"fmt", "confirmed"},
+    "text": {"fmt", "facts", "confirmed"},
     "svg": {"fmt", "facts"},
-    "html_page": {"fmt", "facts", "svg"},
+    "html_page": {"fmt", "facts", "svg", "confirmed"},
     "__init__": {"facts", "history", "html_page", "text"},
 }
 STORE_PUBLIC = {"looper.store", "looper.store.queries"}

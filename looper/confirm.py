@@ -1,0 +1,135 @@
+"""The confirmed morning: the night's final best re-run on fresh seeds, compared with the tag's baseline.
+
+Run when a night ends by a stop rule (``until``, ``max_experiments``, the agent out of ideas) and by
+``looper confirm``. The best that won the night's selection is the maximum of many noisy
+candidates, biased upwards; here it runs on ``[loop] confirm_seeds`` seeds above every seed the
+tag used (no decision saw them: :func:`looper.core.intensify.fresh_seeds`), and the mean of those
+runs is compared with the tag's baseline on the baseline's own seeds (the baseline was never
+selected on, so its seeds carry no selection bias and are not re-run). The judgement is
+:func:`looper.core.confirmation.judge`; one row of the ``confirmations`` table records it, with
+the runs and minutes it cost. The fresh runs are recorded as the best's own runs (role
+``rerun``): they improve its estimate for the next night, whose decisions then use them.
+
+A night cut short (a signal, a halt) records what it confirmed so far, or that it confirmed nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+
+from looper.adapters.executors.base import FIXED_FILES
+from looper.context import Context, now_iso
+from looper.core import confirmation as core_confirmation
+from looper.core.intensify import fresh_seeds
+from looper.core.verdict import Outcome
+from looper.errors import HarnessError, UsageError
+from looper.store import queries
+
+
+def record_nothing(ctx: Context, why: str, trigger: str = "cut_short") -> int | None:
+    """Say that the night confirmed nothing, and why (never raises: a halt must not be hidden)."""
+    if ctx.cfg.loop.confirm_seeds <= 0:
+        return None
+    try:
+        best = ctx.store.best(ctx.tag)
+        base = queries.tag_baseline(ctx.store, ctx.tag)
+        c = core_confirmation.judge([], [], ctx.cfg.gate.score, ctx.cfg.loop.confirm_seeds, why_nothing=why)
+        return ctx.store.add_confirmation(
+            tag=ctx.tag, experiment_id=best.id if best else None, baseline_id=base.id if base else None,
+            trigger=trigger, status=c.status, score_key=ctx.cfg.gate.score, planned=ctx.cfg.loop.confirm_seeds,
+            seeds=[], scores=[], baseline_scores=[], headline=ctx.redact(c.headline), runs=0, seconds=0.0,
+            started_at=now_iso())  # the reason may quote a run log: no secret reaches the database
+    except Exception as exc:  # the database may be what broke
+        ctx.display.note(f"could not record that the night confirmed nothing: {type(exc).__name__}: {exc}")
+        return None
+
+
+def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None]:
+    """Confirm the tag's best (``trigger``: night_end | command). Returns (confirmation id or None
+    when ``confirm_seeds`` is 0, the harness error that ended it or None)."""
+    n = ctx.cfg.loop.confirm_seeds
+    if n <= 0:
+        return None, None
+    key, started = ctx.cfg.gate.score, now_iso()
+    best, base = ctx.store.best(ctx.tag), queries.tag_baseline(ctx.store, ctx.tag)
+    if best is None or base is None:
+        return record_nothing(ctx, f"tag {ctx.tag} has no measured baseline", trigger), None
+    if best.id == base.id or best.kind == "baseline":
+        return record_nothing(ctx, "the night's best is the baseline: no kept change to confirm", trigger), None
+    base_scores = [float(r.score) for r in ctx.store.run_records(base.id) if r.metrics and r.score is not None]
+    seeds = fresh_seeds(queries.used_seeds(ctx.store, ctx.tag), n, ctx.cfg.data.seed)
+    ctx.event("note", f"confirming #{best.id} on fresh seeds {seeds} against baseline #{base.id}", best.id)
+    ctx.display.note(f"confirming the night's best #{best.id} on {n} fresh seed(s) {seeds}")
+    scores: list[float] = []
+    ran: list[int] = []
+    seconds, problems, error, cut = 0.0, [], None, False
+    worker = ctx.main_worker()
+    ck = Path(tempfile.mkdtemp(prefix="looper-confirm-", dir=ctx.root / ".looper"))
+    try:
+        for name in FIXED_FILES:
+            shutil.copy2(worker.wt.path / name, ck / name)
+        (ck / "train.py").write_text(best.source)
+        from looper.measure import measure, record_run
+
+        for seed in seeds:
+            if ctx.cancel.is_set():
+                cut = True
+                break
+            m = measure(ctx, worker, best.id, "rerun", seed, checkout=ck)
+            # a run the wall clock cut short is on record, never a score of the best (no metrics)
+            record_run(ctx, best.id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
+            seconds += m.train_seconds + m.eval_seconds
+            ran.append(seed)
+            if m.outcome is Outcome.INTERRUPTED:
+                cut = True
+                break
+            if m.outcome is Outcome.ERROR:
+                error = HarnessError(f"confirmation of #{best.id}, seed {seed}: " + "; ".join(m.blocking))
+                break
+            if not m.measured or m.metrics is None or m.cut_short:
+                what = f"cut short ({m.cut_short})" if m.measured and m.cut_short else (
+                    f"{m.outcome.value}: {'; '.join(m.blocking)[:160]}")
+                problems.append(f"seed {seed}: {what}")
+                continue
+            scores.append(float(m.metrics[key]))
+    finally:
+        shutil.rmtree(ck, ignore_errors=True)
+    why = ("the night was cut short before the first fresh run finished" if cut else
+           "; ".join(problems) or (str(error) if error else ""))
+    c = core_confirmation.judge(scores, base_scores, key, n, why_nothing=why)
+    headline = c.headline + (f" ({len(problems)} fresh run(s) failed: {'; '.join(problems)})" if problems and scores
+                             else "")
+    selection = (best.score - base.score) if best.score is not None and base.score is not None else None
+    cid = ctx.store.add_confirmation(
+        tag=ctx.tag, experiment_id=best.id, baseline_id=base.id, trigger="cut_short" if cut else trigger,
+        status=c.status, score_key=key, planned=n, seeds=[s for s in ran], scores=scores,
+        baseline_scores=base_scores, headline=ctx.redact(headline), runs=len(ran), seconds=seconds,
+        started_at=started, diff=c.diff, low=c.low, high=c.high, selection_diff=selection,
+        flagged=c.flagged or (bool(problems) and c.status != core_confirmation.CONFIRMED))
+    ctx.event("note", f"confirmation of #{best.id}: {ctx.redact(headline)}", best.id,
+              {"confirmation": cid, "status": c.status})
+    ctx.display.note(f"confirmation: {headline}")
+    return cid, error
+
+
+def run_confirm(ctx: Context) -> int:
+    """``looper confirm``: the tag's best on fresh seeds now. Returns the confirmation id."""
+    from looper.measure import preflight
+
+    ctx.wt = ctx.ws.ensure_worktree(ctx.tag)
+    ctx.pinned = ctx.store.tag_record(ctx.tag)
+    if ctx.pinned is None or ctx.store.best(ctx.tag) is None:
+        raise UsageError(f"tag {ctx.tag} has no measured baseline yet: run `looper run` first")
+    if ctx.cfg.loop.confirm_seeds <= 0:
+        raise UsageError("[loop] confirm_seeds is 0 (confirmation off): set it to the fresh seeds to run, e.g. 3")
+    pre = preflight(ctx, ctx.main_worker())
+    if not pre.ok:
+        raise HarnessError("preflight failed before the confirmation: " + "; ".join(pre.blocking))
+    cid, error = confirm(ctx, "command")
+    if error is not None:
+        raise error
+    assert cid is not None
+    return cid

@@ -1,0 +1,123 @@
+"""Intensification rules (looper.core.intensify) and the morning's confirmation (looper.core.confirmation)."""
+
+from __future__ import annotations
+
+import pytest
+from scipy.stats import t as scipy_t
+
+from looper.core import confirmation, intensify
+from looper.core.intensify import Step
+
+
+@pytest.mark.parametrize(("cap", "expected"), [
+    (1, (1,)), (2, (1, 2)), (3, (1, 2, 3)), (4, (1, 2, 4)), (5, (1, 2, 4, 5)), (8, (1, 2, 4, 8)),
+    (9, (1, 2, 4, 8, 9)),
+])
+def test_the_schedule_doubles_up_to_the_cap(cap: int, expected: tuple[int, ...]) -> None:
+    assert intensify.schedule(cap) == expected
+    assert intensify.looks(cap) == len(expected)
+
+
+def test_a_cap_below_one_seed_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1 seed"):
+        intensify.schedule(0)
+
+
+@pytest.mark.parametrize(("done", "cap", "left"), [(0, 4, 3), (1, 4, 2), (2, 4, 1), (3, 4, 1), (4, 4, 0), (5, 4, 0)])
+def test_looks_left(done: int, cap: int, left: int) -> None:
+    assert intensify.looks_left(done, cap) == left
+
+
+@pytest.mark.parametrize(("best", "count", "expected"), [
+    ([0, 1, 2], 1, [0]),
+    ([0, 1, 2], 3, [0, 1, 2]),
+    ([0, 1, 2], 5, [0, 1, 2, 3, 4]),            # beyond the best's seeds: new ones above them
+    ([7, 3, 5], 4, [7, 3, 5, 8]),               # the best's own order; new seeds above its highest
+    ([0, 0, 1], 3, [0, 1, 2]),                  # a repeated seed counts once
+    ([], 2, [10, 11]),                          # the best ran none: from the first seed
+    ([0, 1], 0, []),
+])
+def test_candidate_seeds_follow_the_best(best: list[int], count: int, expected: list[int]) -> None:
+    assert intensify.candidate_seeds(best, count, 10) == expected
+
+
+def test_a_negative_count_is_refused() -> None:
+    with pytest.raises(ValueError, match="count"):
+        intensify.candidate_seeds([0], -1, 0)
+    with pytest.raises(ValueError, match="count"):
+        intensify.fresh_seeds([0], -1, 0)
+
+
+@pytest.mark.parametrize(("best", "wanted", "needs"), [
+    ([0, 1, 2], [0, 1], []), ([0], [0, 1, 2], [1, 2]), ([], [4], [4]),
+])
+def test_the_best_needs_the_seeds_it_never_ran(best: list[int], wanted: list[int], needs: list[int]) -> None:
+    assert intensify.best_needs(best, wanted) == needs
+
+
+@pytest.mark.parametrize(("outcome", "more", "done", "cap", "add", "why"), [
+    ("keep", False, 1, 3, 0, "stopped early for success after 1 seed(s)"),
+    ("keep", False, 3, 3, 0, "kept after 3 seed(s)"),
+    ("discard", False, 2, 4, 0, "stopped early for futility after 2 seed(s)"),
+    ("discard", False, 4, 4, 0, "discarded after 4 seed(s)"),
+    ("error", False, 1, 4, 0, "ended (error) after 1 seed(s)"),
+    ("inconclusive", True, 1, 4, 1, "inconclusive after 1 seed(s): 1 more (to 2 of at most 4)"),
+    ("inconclusive", True, 2, 4, 2, "inconclusive after 2 seed(s): 2 more (to 4 of at most 4)"),
+    ("inconclusive", True, 2, 3, 1, "inconclusive after 2 seed(s): 1 more (to 3 of at most 3)"),
+    ("inconclusive", True, 4, 4, 0, "inconclusive after 4 seed(s) (the cap)"),
+    ("inconclusive", False, 1, 4, 0, "inconclusive after 1 seed(s)"),  # the gate says more cannot settle it
+])
+def test_the_step_rule(outcome: str, more: bool, done: int, cap: int, add: int, why: str) -> None:
+    s = intensify.step(outcome, more, done, cap)
+    assert s == Step(add, why) and s.stops is (add == 0)
+
+
+@pytest.mark.parametrize(("used", "count", "expected"), [
+    ([0, 1, 2], 3, [5, 6, 7]), ([3, 4, 9], 2, [10, 11]), ([], 3, [5, 6, 7]), ([1], 2, [5, 6]), ([0], 0, []),
+])
+def test_fresh_seeds_are_above_every_used_seed(used: list[int], count: int, expected: list[int]) -> None:
+    assert intensify.fresh_seeds(used, count, 5) == expected
+
+
+# -- the confirmation ------------------------------------------------------------------------
+
+
+def _interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """The 95 % pooled Student interval of mean(a) - mean(b), from its definition."""
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    ss = sum((x - ma) ** 2 for x in a) + sum((x - mb) ** 2 for x in b)
+    df = len(a) + len(b) - 2
+    half = float(scipy_t.ppf(0.975, df)) * (ss / df) ** 0.5 * (1 / len(a) + 1 / len(b)) ** 0.5
+    return ma - mb, ma - mb - half, ma - mb + half
+
+
+def test_a_gain_that_holds_on_fresh_seeds_is_confirmed_with_its_interval() -> None:
+    best, base = [0.52, 0.50, 0.51], [0.40, 0.41, 0.42]
+    c = confirmation.judge(best, base, "weighted_f1", 3)
+    diff, low, high = _interval(best, base)
+    assert c.status == confirmation.CONFIRMED and not c.flagged
+    assert (c.diff, c.low, c.high) == pytest.approx((diff, low, high)) and low > 0
+    assert c.headline == f"weighted F1 {diff:+.3f} [{low:+.3f}, {high:+.3f}] over the baseline on 3 fresh seeds"
+
+
+def test_a_gain_that_does_not_hold_is_flagged_for_a_person() -> None:
+    c = confirmation.judge([0.42, 0.39, 0.41], [0.40, 0.41, 0.42], "macro_f1", 3)
+    assert c.status == confirmation.NOT_CONFIRMED and c.flagged and c.low is not None and c.low <= 0
+    assert c.headline.startswith("macro F1 ") and "NOT confirmed" in c.headline and "a person should look" in c.headline
+
+
+def test_a_cut_short_confirmation_says_how_many_seeds_it_had() -> None:
+    c = confirmation.judge([0.60], [0.40, 0.41, 0.42], "weighted_f1", 3)
+    assert "on 1 fresh seed (of 3 planned: cut short)" in c.headline
+
+
+@pytest.mark.parametrize(("best", "base", "why", "words"), [
+    ([], [0.4, 0.41], "", "0 fresh run(s) and 2 baseline run(s) finished"),
+    ([0.5], [0.4], "", "1 fresh run(s) and 1 baseline run(s) finished"),
+    ([0.5, 0.6], [], "", "2 fresh run(s) and 0 baseline run(s)"),
+    ([], [0.4, 0.41], "the night was stopped by a signal", "the night was stopped by a signal"),
+])
+def test_nothing_confirmed_says_why(best: list[float], base: list[float], why: str, words: str) -> None:
+    c = confirmation.judge(best, base, "weighted_f1", 3, why_nothing=why)
+    assert c.status == confirmation.NOTHING and c.diff is None and not c.flagged
+    assert c.headline.startswith("confirmed nothing: ") and words in c.headline

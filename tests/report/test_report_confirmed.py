@@ -1,0 +1,88 @@
+"""The confirmed headline, the costs, and `looper history --json`'s cost and confirmations, read from a real
+Store (no training: the rows are written through the store's own API)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from looper.core.verdict import Outcome, Verdict
+from looper.report import history_json, history_rows
+from looper.report.confirmed import morning, morning_html, morning_lines
+from looper.store import Store
+from looper.store.queries import confirmations, used_seeds
+
+NOW = "2026-12-02T06:00:00+00:00"
+COST = {"candidate_runs": 2, "best_runs": 1, "best_seeds_gained": [3], "runs": 3, "seeds": [0, 1], "cap": 4,
+        "looks": 3, "stopped": "stopped early for success after 2 seed(s)", "seconds": 300.0, "minutes": 5.0}
+
+
+def _exp(store: Store, kind: str, outcome: Outcome, score: float, seeds: list[int], cost: dict | None = None) -> int:
+    i = store.start_experiment(tag="t", kind=kind, config={}, source="print(1)")
+    for s in seeds:
+        store.add_run(i, role="main", seed=s, score=score, metrics={"weighted_f1": score})
+    v = Verdict.passed({"cost": cost} if cost else {}) if outcome is Outcome.KEEP else Verdict.failed(
+        "lost", metrics={"cost": cost} if cost else {})
+    store.record_outcome(i, outcome=outcome, verdict=v, score=score, finished_at=NOW)
+    return i
+
+
+@pytest.fixture
+def night(tmp_path: Path) -> tuple[Store, int, int]:
+    store = Store(tmp_path / "experiments.db")
+    base = _exp(store, "baseline", Outcome.KEEP, 0.40, [0, 1, 2])
+    kept = _exp(store, "candidate", Outcome.KEEP, 0.47, [0, 1], COST)
+    return store, base, kept
+
+
+def _confirm(store: Store, base: int, kept: int, status: str, low: float, flagged: bool) -> int:
+    return store.add_confirmation(
+        tag="t", experiment_id=kept, baseline_id=base, trigger="night_end", status=status, score_key="weighted_f1",
+        planned=3, seeds=[5, 6, 7], scores=[0.45, 0.44, 0.46], baseline_scores=[0.40, 0.41, 0.39],
+        headline=f"weighted F1 +0.050 [{low:+.3f}, +0.080] over the baseline on 3 fresh seeds", runs=3,
+        seconds=330.0, started_at=NOW, diff=0.05, low=low, high=0.08, selection_diff=0.07, flagged=flagged)
+
+
+def test_the_headline_is_the_confirmed_difference_beside_the_selection_figure(night) -> None:
+    store, base, kept = night
+    cid = _confirm(store, base, kept, "confirmed", 0.02, False)
+    (c,) = confirmations(store, "t")
+    assert c.id == cid and c.seeds == (5, 6, 7) and c.flagged is False and used_seeds(store, "t") == [0, 1, 2]
+    lines = morning_lines(morning(store, "t"))
+    assert lines[0] == (f"Confirmed: weighted F1 +0.050 [+0.020, +0.080] over the baseline on 3 fresh seeds "
+                        f"(best #{kept}, 3 run(s), 5.5 min, night end)")
+    assert lines[1].startswith("  at selection: +0.070 over the baseline")
+    assert "  decisions: 1, 3 run(s) (1 of them the best gaining a seed), 5.0 min; per decision 3.0 run(s), " \
+           "5.0 min; 1 stopped early" in lines
+    assert f"    #{kept} keep: 2 run(s) + 1 of the best, 5.0 min; stopped early for success after 2 seed(s)" in lines
+    assert not any(x.startswith("!!") for x in lines)
+    page = morning_html(morning(store, "t"))
+    assert 'class="attn ok"' in page and "<td>2</td><td>1</td><td>5.0</td>" in page
+
+
+def test_a_gain_that_did_not_confirm_is_flagged(night) -> None:
+    store, base, kept = night
+    _confirm(store, base, kept, "not_confirmed", -0.01, True)
+    lines = morning_lines(morning(store, "t"))
+    assert f"!! #{kept}'s kept gain did not confirm on fresh seeds: a person should look before shipping it" in lines
+    assert 'class="attn"' in morning_html(morning(store, "t"))
+
+
+def test_no_confirmation_says_so(night) -> None:
+    store, _, _ = night
+    assert morning_lines(morning(store, "t"))[0].startswith("Confirmed: nothing yet for tag t")
+    assert morning_lines(morning(store, None)) == ["Confirmed: nothing yet for tag - (no confirmation recorded; "
+                                                   "run `looper confirm`)"]
+
+
+def test_history_json_carries_cost_and_confirmations(night) -> None:
+    store, base, kept = night
+    _confirm(store, base, kept, "confirmed", 0.02, False)
+    rows = {r["id"]: r for r in json.loads(history_json(history_rows(store)))}
+    assert rows[kept]["cost"] == COST and rows[kept]["score"] == pytest.approx(0.47)
+    (c,) = rows[kept]["confirmations"]
+    assert (c["status"], c["diff"], c["low"], c["selection_diff"], c["runs"], c["seconds"]) == (
+        "confirmed", 0.05, 0.02, 0.07, 3, 330.0)
+    assert rows[base]["cost"] is None and rows[base]["confirmations"] == []
