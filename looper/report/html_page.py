@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from looper.core.untrusted import clean as untrusted_clean
 from looper.report.facts import (
     Night,
     class_intervals,
@@ -90,7 +91,7 @@ def _exp_list(ids: tuple[int, ...] | list[int], limit: int = 60) -> str:
 
 def write_html(store: Store, root: Path, out: Path, since: str | None = None) -> Path:
     """Write the morning report as ONE self-contained HTML page; returns ``out``."""
-    page = render_html(gather(store, root, since))
+    page = untrusted_clean(render_html(gather(store, root, since)))  # no control character in the page
     out = Path(out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)

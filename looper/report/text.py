@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from looper.core.untrusted import clean as untrusted_clean
 from looper.report.facts import (
     Night,
     class_intervals,
@@ -35,7 +36,7 @@ __all__ = ["render_text", "report_text"]
 
 def report_text(store: Store, root: Path, since: str | None = None, console_width: int = 100) -> str:
     """The morning report for a terminal (rich, rendered to plain text)."""
-    return render_text(gather(store, root, since), console_width)
+    return untrusted_clean(render_text(gather(store, root, since), console_width))  # no escape code reaches a terminal
 
 
 def render_text(n: Night, console_width: int = 100) -> str:
