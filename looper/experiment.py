@@ -26,9 +26,11 @@ from looper.context import Context, Worker, fault_pause, now_iso
 from looper.core import failure as core_failure
 from looper.core import gate as core_gate
 from looper.core import scope as core_scope
+from looper.core import seeds as core_seeds
+from looper.core.untrusted import one_line
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, LooperError, StuckError, UsageError
-from looper.measure import Measurement, mean_metrics, measure, preflight, record_run
+from looper.measure import Measurement, mean_metrics, measure, preflight, record_run, weights_sha256
 from looper.store import ExperimentRecord
 
 CUT_SHORT_ADVICE = ("The wall clock ended a baseline run before the tag's step budget: this machine is slower now "
@@ -183,7 +185,7 @@ def candidate_of(ctx: Context, w: Worker, parent: str, parent_source: str, propo
     if reply is not None and reply.new_source is not None:
         (w.wt.path / "train.py").write_text(reply.new_source)
     description = (reply.description if reply else f"(rejected proposal) {proposed.rejected}")[:300]
-    description = " ".join(description.split()) or "(no description)"
+    description = one_line(description) or "(no description)"  # an agent's words: no escape code reaches a log
     cand = open_candidate(ctx, w, parent, parent_source, (w.wt.path / "train.py").read_text(), description,
                           rationale=reply.rationale if reply else "",
                           diff=w.wt._git("diff", "HEAD", "--", "train.py"))
@@ -259,7 +261,11 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
         baseline_cannot_gate = any(b.startswith("the baseline cannot gate") for b in d.verdict.blocking)
         return Result(Outcome.ERROR, d.verdict, halt="gate: " + "; ".join(d.verdict.blocking),
                       advice=GATE_ADVICE if baseline_cannot_gate else None)
-    outcome, verdict = d.outcome, d.verdict
+    seeds = core_seeds.check([(x.seed, weights_sha256(x)) for x in measured])
+    if seeds.ignores_seed:  # the same weights on two seeds: seed engineering cannot pass as a gain
+        return Result(Outcome.CRASH, Verdict.failed(seeds.reason, metrics={"seed_check": seeds.as_metrics()}),
+                      signature=core_failure.signature_of(core_seeds.SIGNATURE))
+    outcome, verdict = d.outcome, d.verdict.with_metrics(seed_check=seeds.as_metrics())
     cut = [f"seed {x.seed}: {x.cut_short}" for x in measured if x.cut_short]
     if cut:  # it did not train the tag's step budget: a keep stands (it won with fewer steps), a loss may be the clock's
         outcome, verdict = not_comparable(d, cut, ctx.max_steps())

@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+from harness import outside_labelled_fences
 
 from looper.adapters.agents.base import ClassScore, ExperimentView, HistoryView
 from looper.prompt import UNTRUSTED, PromptTooLarge, build_prompt, redact
@@ -113,25 +114,6 @@ def test_redact_keeps_ordinary_text() -> None:
     assert redact("see /tmp/x.png and ~/a/b") == "see <path> and <path>"
 
 
-def _outside_labelled_fences(prompt: str, needle: str) -> list[str]:
-    """Lines holding ``needle`` that are NOT inside a fence whose label line says it is untrusted data."""
-    bad: list[str] = []
-    fence, labelled, prev = "", False, ""
-    for line in prompt.split("\n"):
-        if fence:
-            if line == fence:
-                fence = ""
-            elif needle in line and not labelled:
-                bad.append(line)
-        elif line.startswith("```"):
-            fence = re.match(r"`+", line).group(0)
-            labelled = prev.endswith(UNTRUSTED)
-        elif needle in line:
-            bad.append(line)
-        prev = line
-    return bad
-
-
 def test_every_section_fences_and_labels_run_text(train_py: str) -> None:
     """Issue 23 finding 8: a crash message addressed to the agent reached the Exclusions and Last
     experiments sections unlabelled. Every history section now shows run text only inside a fence
@@ -146,7 +128,7 @@ def test_every_section_fences_and_labels_run_text(train_py: str) -> None:
     prompt = build_prompt(PROGRAM, train_py, h, env={})
     history = prompt.split("## History", 1)[1]
     assert history.count(note) >= 7  # classes (2), exclusions, inconclusive, experiments (2), log, signatures
-    assert _outside_labelled_fences(prompt, note) == []
+    assert outside_labelled_fences(prompt, note) == []
     assert "\x1b" not in prompt and "\r" not in prompt and "\x07" not in prompt
     for title in ("### Exclusions", "### Last experiments", "### Inconclusive", "### Weakest classes",
                   "### Recent failure signatures", "Run log of #1"):
