@@ -11,9 +11,9 @@ such text uses them:
   start a line of its own. The terminal (the daemon's display), ``.looper/logs``, the database
   (through :func:`looper.adapters.notify.redact`), pages and the report only ever see cleaned text.
 - :func:`one_line`: cleaned, whitespace collapsed to single spaces, cut to a length.
-- :func:`fence`: cleaned and fenced (:func:`code_block`: the fence alone) for an agent's prompt under a label that says it is data,
-  not instructions; the fence is longer than any run of backticks inside, so the text cannot
-  close it.
+- :func:`fence`: cleaned and fenced for an agent's prompt under a label that says it is data,
+  not instructions; the fence (:func:`code_block`) is longer than any run of backticks inside,
+  so the text cannot close it.
 
 Rich markup is the display's concern: it prints run text as ``rich.text.Text`` (never parsed).
 """
