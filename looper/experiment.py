@@ -37,6 +37,9 @@ CUT_SHORT_ADVICE = ("The wall clock ended a baseline run before the tag's step b
                     "than when the budget was measured (another job on it?). Free the machine, or lower "
                     "[loop] max_steps (with \"auto\", starting again measures a new warm-up), and start `looper run` "
                     "again.")
+SEED_ADVICE = ("The workspace's train.py trains the same weights whatever LOOPER_SEED says, so the baseline's "
+               "seeds measure no noise and the gate would judge every difference as certain. Seed every random "
+               "source in train.py from LOOPER_SEED, commit it, and start `looper run` again.")
 RACE_REASON = "conflicts with kept change"  # a raced candidate's idea is handed back, not excluded
 GATE_ADVICE = ("The gate cannot judge candidates against this baseline. Change what the baseline depends on "
                "(a longer loop.budget_seconds, another data.scale or data.seed, another executor kind) and "
@@ -457,6 +460,10 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
             why = f"baseline seed {seed}: {m.cut_short}"
             return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=CUT_SHORT_ADVICE))
         results.append(m)
+    seeded = core_seeds.check([(r.seed, weights_sha256(r)) for r in results])
+    if seeded.ignores_seed:  # its noise would read as zero: nothing may be judged against it
+        why = f"baseline train.py {seeded.reason}"
+        return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=SEED_ADVICE))
     scores = [float(r.metrics[ctx.cfg.gate.score]) for r in results]
     mean, sigma = statistics.fmean(scores), (statistics.stdev(scores) if len(scores) > 1 else None)
     metrics = {**mean_metrics([r.metrics for r in results]), "seed_scores": scores}

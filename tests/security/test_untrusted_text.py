@@ -236,3 +236,23 @@ def test_a_train_py_that_ignores_the_seed_is_a_crash_naming_it(make_ws, pages) -
     assert json.loads(twin["verdict_json"])["metrics"]["seed_check"]["status"] == "pass"
     assert ws.git("rev-parse", "looper/t") == ws.rows("baseline")[0]["commit"] or twin["status"] == "keep"
     assert pages.pages == [] and ws.events("halt") == []
+
+
+def test_a_baseline_that_ignores_the_seed_halts_before_anything_is_judged(make_ws, pages) -> None:  # noqa: F811
+    """The workspace's own train.py with a fixed seed: its seeds would measure zero noise and the gate
+    would call every difference certain. A harness error (exit 3) that names it, with a page and advice."""
+    honour = 'seed = int(os.environ.get("LOOPER_SEED", "0"))'
+    ws = make_ws()
+    (ws.root / "train.py").write_text(SRC.replace(honour, "seed = 0  # LOOPER_SEED ignored"))
+    ws.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a seed of its own")
+    ws.enqueue("a change", source=SRC + "\n# a change\n")
+    r = ws.looper("run", "--max-experiments", "1", timeout=300)
+    assert r.returncode == 3, r.stdout + r.stderr
+    base = ws.rows("baseline")[0]
+    assert base["status"] == "error"
+    halts = ws.events("halt")
+    assert len(halts) == 1 and "baseline train.py ignores LOOPER_SEED: seeds 0 and 1 gave identical weights" in \
+        halts[0]["message"], halts
+    assert ws.rows() == []  # no candidate was judged against it
+    assert len(pages.pages) == 1 and "Seed every random source in train.py from LOOPER_SEED" in \
+        json.dumps(pages.pages[0])
