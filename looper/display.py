@@ -71,7 +71,7 @@ class Display:
         self._emit(f"{label}{phase}{extra}")
 
     def log_line(self, line: str) -> None:
-        self.last_line = one_line(line)
+        self.last_line = one_line(line[-1000:])  # the panel shows the end of it; a huge line costs nothing
 
     def outcome(self, exp: int, status: str, score: float | None, why: str, best: float | None) -> None:
         self.best = best

@@ -83,3 +83,9 @@ def test_a_broken_log_file_is_a_display_failure(tmp_path: Path) -> None:
     d.note("x")
     assert d.broken is not None and d.broken.startswith("writing the log: ValueError")
     d.close()
+
+
+def test_a_huge_line_is_cut_before_it_is_cleaned() -> None:
+    d = Display(io.StringIO())
+    d.log_line("\x1b[2J" + "x" * 8 * 2**20 + "\x1b]0;pwned\x07 end")
+    assert d.last_line.endswith("x end") and len(d.last_line) <= 1000 and "\x1b" not in d.last_line
