@@ -1,7 +1,9 @@
 """What an agent sees: the history from the store turned into plain, aggregate data.
 
 No image, no data path, no page name, no secret: only numbers, descriptions and reasons.
-The prompt builder redacts again and fences run-log lines as untrusted data.
+Reasons and signatures may quote run output: the store holds them cleaned of control characters
+(:func:`looper.adapters.notify.redact`), and the prompt builder redacts again and shows every such
+text only inside a fence labelled as untrusted data (:mod:`looper.core.untrusted`).
 """
 
 from __future__ import annotations

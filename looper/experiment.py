@@ -27,16 +27,21 @@ from looper.core import failure as core_failure
 from looper.core import gate as core_gate
 from looper.core import intensify
 from looper.core import scope as core_scope
+from looper.core import seeds as core_seeds
+from looper.core.untrusted import one_line
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, LooperError, StuckError, UsageError
 from looper.guard import release_reserve
-from looper.measure import Measurement, mean_metrics, measure, preflight, record_run
+from looper.measure import Measurement, mean_metrics, measure, preflight, record_run, weights_sha256
 from looper.store import ExperimentRecord
 
 CUT_SHORT_ADVICE = ("The wall clock ended a baseline run before the tag's step budget: this machine is slower now "
                     "than when the budget was measured (another job on it?). Free the machine, or lower "
                     "[loop] max_steps (with \"auto\", starting again measures a new warm-up), and start `looper run` "
                     "again.")
+SEED_ADVICE = ("The workspace's train.py trains the same weights whatever LOOPER_SEED says, so the baseline's "
+               "seeds measure no noise and the gate would judge every difference as certain. Seed every random "
+               "source in train.py from LOOPER_SEED, commit it, and start `looper run` again.")
 RACE_REASON = "conflicts with kept change"  # a raced candidate's idea is handed back, not excluded
 GATE_ADVICE = ("The gate cannot judge candidates against this baseline. Change what the baseline depends on "
                "(a longer loop.budget_seconds, another data.scale or data.seed, another executor kind) and "
@@ -185,7 +190,7 @@ def candidate_of(ctx: Context, w: Worker, parent: str, parent_source: str, propo
     if reply is not None and reply.new_source is not None:
         (w.wt.path / "train.py").write_text(reply.new_source)
     description = (reply.description if reply else f"(rejected proposal) {proposed.rejected}")[:300]
-    description = " ".join(description.split()) or "(no description)"
+    description = one_line(description) or "(no description)"  # an agent's words: no escape code reaches a log
     cand = open_candidate(ctx, w, parent, parent_source, (w.wt.path / "train.py").read_text(), description,
                           rationale=reply.rationale if reply else "",
                           diff=w.wt._git("diff", "HEAD", "--", "train.py"))
@@ -288,7 +293,11 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     d = dataclasses.replace(d, verdict=d.verdict.model_copy(
         update={"metrics": {**d.verdict.metrics, "cost": cost,
                             "notes": [*(d.verdict.metrics.get("notes") or []), f"intensification: {why}"]}}))
-    outcome, verdict = d.outcome, d.verdict
+    seeds = core_seeds.check([(x.seed, weights_sha256(x)) for x in measured])
+    if seeds.ignores_seed:  # the same weights on two seeds: seed engineering cannot pass as a gain
+        return Result(Outcome.CRASH, Verdict.failed(seeds.reason, metrics={"seed_check": seeds.as_metrics()}),
+                      signature=core_failure.signature_of(core_seeds.SIGNATURE))
+    outcome, verdict = d.outcome, d.verdict.with_metrics(seed_check=seeds.as_metrics())
     cut = [f"seed {x.seed}: {x.cut_short}" for x in measured if x.cut_short]
     if cut:  # it did not train the tag's step budget: a keep stands (it won with fewer steps), a loss may be the clock's
         outcome, verdict = not_comparable(d, cut, ctx.max_steps())
@@ -520,6 +529,10 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
             why = f"baseline seed {seed}: {m.cut_short}"
             return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=CUT_SHORT_ADVICE))
         results.append(m)
+    seeded = core_seeds.check([(r.seed, weights_sha256(r)) for r in results])
+    if seeded.ignores_seed:  # its noise would read as zero: nothing may be judged against it
+        why = f"baseline train.py {seeded.reason}"
+        return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=SEED_ADVICE))
     scores = [float(r.metrics[ctx.cfg.gate.score]) for r in results]
     mean, sigma = statistics.fmean(scores), (statistics.stdev(scores) if len(scores) > 1 else None)
     metrics = {**mean_metrics([r.metrics for r in results]), "seed_scores": scores}

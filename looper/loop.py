@@ -178,6 +178,7 @@ class Loop:
         with ctx.count_lock:
             if ctx.cancel.is_set() or ctx.exhausted or self.halted is not None:
                 return False
+            self.check_display()
             if limit and ctx.stats.experiments >= limit:
                 self._note_once("limit", f"max_experiments reached ({limit})")
                 return False
@@ -186,6 +187,12 @@ class Loop:
                 return False
             ctx.stats.experiments += 1
             return True
+
+    def check_display(self) -> None:
+        """A display that failed (it never raises itself) halts the night like any internal error."""
+        broken = self.ctx.display.broken
+        if broken:
+            raise HarnessError(f"internal error in looper's display: {broken}")
 
     def _note_once(self, key: str, message: str) -> None:
         if key not in self._noted:
@@ -228,10 +235,12 @@ class Loop:
             if halted is not None:
                 return self.halt(halted)
             self.run_workers(limit, deadline)
+            ctx.display.finish()  # the live panel's last render: its failure still halts, with a page
             if self.halted is not None:  # leave everything as it is for the person
                 code = self.halt(self.halted)  # the page first: the record below may find the database broken
                 record_nothing(ctx, f"the night halted before its confirmation: {self.halted.error}")
                 return code
+            self.check_display()
             if ctx.cancel.is_set():
                 ctx.event("interrupted", "stopped by a signal; checkout restored to the last kept commit")
                 self.restore_last_kept()

@@ -22,7 +22,7 @@ from looper.core import budget as core_budget
 from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
 from looper.core.verdict import Outcome, Verdict
-from looper.datahash import fixed_hashes
+from looper.datahash import file_sha256, fixed_hashes
 from looper.sandbox import WEIGHTS_REFUSED_EXIT
 
 
@@ -185,6 +185,15 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         return m.ended(Outcome.CRASH, overran)
     m.cut_short = core_budget.cut_short(m.train_json, max_steps)
     return m
+
+
+def weights_sha256(m: Measurement) -> str | None:
+    """The sha256 of the weights a run left (None when there is no plain file to hash): the seed
+    check compares them across a candidate's seeds (:mod:`looper.core.seeds`)."""
+    weights = m.run_dir / "out" / "weights.pt" if m.run_dir is not None else None
+    if weights is None or weights.is_symlink() or not weights.is_file():
+        return None
+    return file_sha256(weights)
 
 
 def _read_json(ctx: Context, path: Path) -> tuple[dict | None, str | None]:

@@ -178,3 +178,27 @@ def make_ws(tmp_path: Path, pages: PageSink):
                 os.killpg(int(p.stem), signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 pass
+
+
+def outside_labelled_fences(prompt: str, needle: str) -> list[str]:
+    """Lines of an agent's prompt holding ``needle`` that are NOT inside a fence whose label line
+    says it is untrusted data (looper.core.untrusted.LABEL)."""
+    import re
+
+    from looper.core.untrusted import LABEL
+
+    bad: list[str] = []
+    fence, labelled, prev = "", False, ""
+    for line in prompt.split("\n"):
+        if fence:
+            if line == fence:
+                fence = ""
+            elif needle in line and not labelled:
+                bad.append(line)
+        elif line.startswith("```"):
+            fence = re.match(r"`+", line).group(0)  # type: ignore[union-attr]
+            labelled = prev.endswith(LABEL)
+        elif needle in line:
+            bad.append(line)
+        prev = line
+    return bad

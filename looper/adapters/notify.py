@@ -1,4 +1,8 @@
-"""Paging a person through apprise, with secrets redacted from every message."""
+"""Paging a person through apprise, with secrets redacted from every message.
+
+:func:`redact` is also the way run text enters the database, the journal and the report: it
+strips control characters and terminal escape sequences first (:func:`looper.core.untrusted.clean`,
+``\n`` and ``\t`` kept), so no page, log or report carries them."""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import logging
 import re
 from collections.abc import Iterable
 from typing import Protocol
+
+from looper.core.untrusted import clean
 
 log = logging.getLogger("looper.notify")
 
@@ -18,7 +24,9 @@ _SECRET_PATTERNS = [
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """Remove known secret values and anything shaped like a key, token or URL credential."""
+    """Control characters and escape sequences stripped; known secret values and anything shaped like
+    a key, token or URL credential removed."""
+    text = clean(text)
     for s in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
         text = text.replace(s, "***")
     text = _SECRET_PATTERNS[0].sub(lambda m: m.group(1) + "-***", text)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from looper.core.untrusted import one_line
 from looper.core.verdict import Outcome
 
 MAX_DESCRIPTION = 100
@@ -19,8 +20,8 @@ MAX_REASON = 140
 
 
 def _one_line(text: str, limit: int) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
+    """One line, control characters and escape sequences removed (reasons quote run output)."""
+    return one_line(text, limit, "...")
 
 
 def exclusion_for(description: str, outcome: Outcome | str, blocking: Iterable[str]) -> str | None:

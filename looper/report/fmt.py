@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from looper.adapters.notify import redact
+from looper.core.untrusted import clean as untrusted_clean
 
 __all__ = [
     "MAX_ATTENTION", "MAX_TEXT_ROWS", "OUTCOME_ORDER", "TRIGGERS", "TRIGGERS_FOR", "clean", "console", "fmt",
@@ -39,8 +40,9 @@ TRIGGERS_FOR: tuple[str, ...] = (
 
 
 def clean(text: Any) -> str:
-    """Free text on its way out: a string, secrets redacted."""
-    s = "" if text is None else str(text)
+    """Free text on its way out: a string, control characters and escape sequences stripped, secrets
+    redacted."""
+    s = untrusted_clean(text)
     low = s.lower()
     for k in TRIGGERS:
         if k in low:

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from looper.core.untrusted import clean as untrusted_clean
 from looper.report.facts import (
     Night,
     class_intervals,
@@ -93,7 +94,7 @@ def write_html(store: Store, root: Path, out: Path, since: str | None = None) ->
     from looper.report.confirmed import morning
 
     n = gather(store, root, since)
-    page = render_html(n, morning(store, n.tag, n.since))
+    page = untrusted_clean(render_html(n, morning(store, n.tag, n.since)))  # no control character in the page
     out = Path(out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)

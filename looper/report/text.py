@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from looper.core.untrusted import clean as untrusted_clean
 from looper.report.facts import (
     Night,
     class_intervals,
@@ -38,7 +39,7 @@ def report_text(store: Store, root: Path, since: str | None = None, console_widt
     from looper.report.confirmed import morning
 
     n = gather(store, root, since)
-    return render_text(n, console_width, morning(store, n.tag, n.since))
+    return untrusted_clean(render_text(n, console_width, morning(store, n.tag, n.since)))  # no escape code reaches a terminal
 
 
 def render_text(n: Night, console_width: int = 100, confirmed: Any = None) -> str:
