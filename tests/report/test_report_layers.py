@@ -12,7 +12,12 @@ REPORT = Path(__file__).resolve().parents[2] / "looper" / "report"
 #: module -> the report modules it may import (its layers below).
 LAYERS: dict[str, set[str]] = {
     "fmt": set(),
-    "facts": {"fmt"},
+    "night": {"fmt"},
+    "attention": {"fmt", "night"},
+    "classes": {"fmt", "night"},
+    "noise": {"fmt", "night"},
+    "lines": {"night"},
+    "facts": {"fmt", "night", "attention", "classes", "noise", "lines"},
     "history": {"fmt"},
     "text": {"fmt", "facts"},
     "svg": {"fmt", "facts"},
