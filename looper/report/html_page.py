@@ -25,6 +25,8 @@ from looper.report.facts import (
     worker_lines,
 )
 from looper.report.fmt import OUTCOME_ORDER, clean, fmt, secs, signed
+from looper.report.pictures import Pictures, pictures
+from looper.report.pictures_html import PICTURES_CSS, pictures_html
 from looper.report.svg import (
     COLORS,
     TIME_COLORS,
@@ -90,7 +92,8 @@ def _exp_list(ids: tuple[int, ...] | list[int], limit: int = 60) -> str:
 
 def write_html(store: Store, root: Path, out: Path, since: str | None = None) -> Path:
     """Write the morning report as ONE self-contained HTML page; returns ``out``."""
-    page = render_html(gather(store, root, since))
+    n = gather(store, root, since)
+    page = render_html(n, pictures(n, root))
     out = Path(out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -347,8 +350,9 @@ def _earlier_html(n: Night, body: str) -> str:
             f'{"".join(rows)}</table></section>')
 
 
-def render_html(n: Night) -> str:
-    """The whole page as one string."""
+def render_html(n: Night, pics: Pictures | None = None) -> str:
+    """The whole page as one string; ``pics`` (:func:`looper.report.pictures.pictures`) adds the
+    drawings and the confusion matrices."""
     window = f"since {html.escape(n.since[:19])}" if n.since else "all history"
     title = f"looper morning report: {html.escape(n.tag or '-')}"
     body = [
@@ -358,6 +362,7 @@ def render_html(n: Night) -> str:
         _glance_html(n),
         f'<section id="score"><h2>Score over experiments</h2>{score_svg(n)}</section>',
         _classes_html(n),
+        pictures_html(pics),
         _kept_html(n),
         _near_html(n),
         _verdicts_html(n),
@@ -368,5 +373,5 @@ def render_html(n: Night) -> str:
     body.append(_earlier_html(n, "".join(body)))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{title}</title><style>{CSS}</style></head><body><main>"
+            f"<title>{title}</title><style>{CSS}{PICTURES_CSS}</style></head><body><main>"
             + "\n".join(body) + "</main></body></html>\n")

@@ -21,7 +21,10 @@ LAYERS: dict[str, set[str]] = {
     "history": {"fmt"},
     "text": {"fmt", "facts"},
     "svg": {"fmt", "facts"},
-    "html_page": {"fmt", "facts", "svg"},
+    "pictures": {"night"},
+    "pictures_html": {"pictures"},
+    "html_page": {"fmt", "facts", "svg", "pictures", "pictures_html"},
+    "json_report": {"facts", "pictures"},
     "__init__": {"facts", "history", "html_page", "text"},
 }
 STORE_PUBLIC = {"looper.store", "looper.store.queries"}

@@ -1,0 +1,251 @@
+"""The morning in pictures: where on the test pages the best model and the baseline differ,
+drawn, and which classes each confuses (from the runs' MATCHES.json).
+
+Only the report (what a person reads) comes here: the pages and their crops never reach an
+agent's prompt, ``looper history`` or ``looper suggest`` (tests/security/test_pictures_private.py).
+
+:func:`pictures` reads, for the night's best and its baseline, the MATCHES.json of their first
+run (``runs/<tag>/<id>/<role>-s<seed>/``, a main run first) and the test pages of the
+workspace's data folder, and returns :class:`Pictures`: the confusion matrices
+(:func:`looper.core.matches.confusion`) and up to ``limit`` crops of the page regions where the
+two differ most (:func:`looper.core.matches.differing_regions`), each drawn for both models as
+an inline PNG: true positives solid green, false positives dashed red, misses dotted orange,
+each box labelled by its class. Anything missing (no run folder, no MATCHES.json, no page
+image) is said in words, never guessed.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from looper.core import matches as core_matches
+from looper.core.matches import Confusion, Region
+from looper.report.night import Night
+
+__all__ = ["STYLES", "Crop", "Pictures", "Side", "matches_of", "pictures"]
+
+#: The three ways a box is drawn (colour, line style), shared by the PNGs and the HTML legend.
+STYLES: dict[str, tuple[str, str]] = {
+    "tp": ("#1a9850", "solid"),
+    "fp": ("#d73027", "dashed"),
+    "fn": ("#e66101", "dotted"),
+}
+WORDS = {"tp": "found (true positive)", "fp": "invented (false positive)", "fn": "missed (false negative)"}
+MAX_MATCHES_BYTES = 64 * 1024 * 1024  # a MATCHES.json larger than this is not read (said in words)
+CROP = 256   # px of the page in one crop
+SCALE = 2    # drawn at this many px per page px
+LIMIT = 6    # crops per report
+_PAGE_NAME = re.compile(r"[A-Za-z0-9_.-]+\.png")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One model shown: ``label`` (``best #12``), its MATCHES.json (None: ``problem`` says why)."""
+
+    label: str
+    exp_id: int
+    matches: dict[str, Any] | None
+    problem: str | None = None
+    run: str | None = None  # the run folder it came from, relative to the workspace
+
+
+@dataclass(frozen=True)
+class Crop:
+    region: Region
+    best_png: str       # base64 PNG
+    baseline_png: str
+    counts: dict[str, dict[str, int]]  # side -> {"tp", "fp", "fn"} inside the crop
+
+
+@dataclass(frozen=True)
+class Pictures:
+    best: Side | None
+    baseline: Side | None
+    iou: float | None = None
+    confidence: float | None = None
+    confusion_best: Confusion | None = None
+    confusion_baseline: Confusion | None = None
+    crops: list[Crop] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """Numbers only (no page names, no images): for ``looper report --json``."""
+        def side(s: Side | None, c: Confusion | None) -> dict[str, Any] | None:
+            if s is None:
+                return None
+            return {"experiment": s.exp_id, "confusion": c.as_json() if c is not None else None,
+                    "problem": s.problem}
+        return {"iou": self.iou, "confidence": self.confidence, "best": side(self.best, self.confusion_best),
+                "baseline": side(self.baseline, self.confusion_baseline), "notes": list(self.notes)}
+
+
+def matches_of(root: Path, tag: str, exp_id: int) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """(the MATCHES.json object of an experiment's first run that has one, the run folder, a problem)."""
+    folder = Path(root) / "runs" / tag / f"{exp_id:05d}"
+    if not folder.is_dir():
+        return None, None, f"no run folder runs/{tag}/{exp_id:05d}"
+    runs = sorted((p for p in folder.iterdir() if p.is_dir()), key=lambda p: (not p.name.startswith("main-"), p.name))
+    for run in runs:
+        path = run / "MATCHES.json"
+        if not path.is_file() or path.is_symlink():
+            continue
+        rel = str(path.relative_to(root))
+        if path.stat().st_size > MAX_MATCHES_BYTES:
+            return None, rel, f"{rel} is larger than {MAX_MATCHES_BYTES // 2**20} MiB: not read"
+        try:
+            obj = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            return None, rel, f"{rel} is not readable JSON ({type(exc).__name__})"
+        bad = core_matches.problems(obj)
+        if bad:
+            return None, rel, f"{rel}: {bad[0]}"
+        return obj, rel, None
+    return None, None, (f"no MATCHES.json in runs/{tag}/{exp_id:05d} (evaluated before evaluate.py wrote one, "
+                        "or its runs were removed)")
+
+
+def _data_dir(root: Path) -> Path:
+    data = "data"
+    toml = Path(root) / "looper.toml"
+    if toml.is_file():
+        try:
+            from looper.config import load_config
+
+            data = load_config(toml).data.dir
+        except Exception:  # noqa: BLE001 - an unreadable config is `looper check`'s to report
+            data = "data"
+    p = Path(data)
+    return p if p.is_absolute() else Path(root) / p
+
+
+def pictures(n: Night, root: Path, limit: int = LIMIT) -> Pictures:
+    """The pictures of the night's best and its baseline (see the module docstring)."""
+    root = Path(root)
+    if n.tag is None or n.best is None:
+        return Pictures(None, None, notes=["no best model yet: nothing to draw"])
+    sides: list[Side] = []
+    base_id = n.baseline_id if n.baseline_id is not None else (n.baseline.id if n.baseline is not None else None)
+    for label, exp_id in (("best", n.best.id), ("baseline", base_id)):
+        if exp_id is None:
+            continue
+        obj, run, problem = matches_of(root, n.tag, exp_id)
+        sides.append(Side(f"{label} #{exp_id}", exp_id, obj, problem, run))
+    best = sides[0]
+    base = sides[1] if len(sides) > 1 else None
+    notes = [f"{s.label}: {s.problem}" for s in sides if s.problem]
+    ref = best.matches or (base.matches if base else None)
+    iou = float(ref["iou"]) if ref and isinstance(ref.get("iou"), (int, float)) else None
+    conf = float(ref["confidence"]) if ref and isinstance(ref.get("confidence"), (int, float)) else None
+    classes = [c for c in (ref or {}).get("classes") or [] if isinstance(c, str)]
+    cb = core_matches.confusion([best.matches], iou or 0.5, classes) if best.matches else None
+    cr = core_matches.confusion([base.matches], iou or 0.5, classes) if base and base.matches else None
+    crops: list[Crop] = []
+    if best.matches and base is not None and base.matches:
+        if base.exp_id == best.exp_id:
+            notes.append(f"the best is the baseline (#{best.exp_id}): no regions where they differ")
+        else:
+            crops, more = _crops(best.matches, base.matches, _data_dir(root) / "pages" / "test", limit)
+            notes += more
+    return Pictures(best, base, iou, conf, cb, cr, crops, notes)
+
+
+# ------------------------------------------------------------------------------ drawing
+def _crops(best: dict[str, Any], base: dict[str, Any], pages: Path, limit: int) -> tuple[list[Crop], list[str]]:
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - Pillow comes with Ultralytics
+        return [], ["Pillow is not installed: no crops drawn"]
+    sizes: dict[str, tuple[int, int]] = {}
+    notes: list[str] = []
+    names = [p["page"] for p in best["pages"]]
+    for name in names:
+        path = pages / name
+        if not _PAGE_NAME.fullmatch(name) or not path.is_file():
+            continue
+        with Image.open(path) as im:
+            sizes[name] = im.size
+    missing = [x for x in names if x not in sizes]
+    if missing:
+        notes.append(f"{len(missing)} test page image(s) not found under {pages}: their regions are not drawn")
+    both = {"pages": [p for p in best["pages"] if p["page"] in sizes]}
+    regions = core_matches.differing_regions(both, base, CROP, limit, sizes)
+    if not regions and sizes:
+        notes.append("the best and the baseline find, miss and invent the same boxes on every test page")
+    by = {"best": {p["page"]: p for p in best["pages"]}, "base": {p["page"]: p for p in base["pages"]}}
+    out = []
+    for r in regions:
+        with Image.open(pages / r.page) as im:
+            page = im.convert("L")
+        pngs, counts = {}, {}
+        for key in ("best", "base"):
+            pngs[key], counts[key] = _draw(page, r, by[key][r.page])
+        out.append(Crop(r, pngs["best"], pngs["base"], {"best": counts["best"], "baseline": counts["base"]}))
+    return out, notes
+
+
+def _boxes_in(region: Region, page: dict[str, Any]) -> list[tuple[str, str, list[float]]]:
+    """(kind tp|fp|fn, class, box) of one page's entries that touch the region."""
+    x1, y1, x2, y2 = region.box
+    out = []
+    for kind, rows in (("fn", page["missed"]), ("tp", [r for r in page["predictions"] if r["match"] == "tp"]),
+                       ("fp", [r for r in page["predictions"] if r["match"] == "fp"])):
+        for r in rows:
+            b = r["box"]
+            if b[0] < x2 and x1 < b[2] and b[1] < y2 and y1 < b[3]:
+                out.append((kind, str(r["class"]), b))
+    return out
+
+
+def _line(draw: Any, a: tuple[float, float], b: tuple[float, float], color: str, style: str, width: int) -> None:
+    if style == "solid":
+        draw.line([a, b], fill=color, width=width)
+        return
+    on, off = (7, 5) if style == "dashed" else (2, 4)
+    length = max(abs(b[0] - a[0]), abs(b[1] - a[1]))
+    t = 0.0
+    while t < length:
+        e = min(t + on, length)
+        p = (a[0] + (b[0] - a[0]) * t / length, a[1] + (b[1] - a[1]) * t / length)
+        q = (a[0] + (b[0] - a[0]) * e / length, a[1] + (b[1] - a[1]) * e / length)
+        draw.line([p, q], fill=color, width=width)
+        t += on + off
+
+
+def _draw(page: Any, region: Region, entries: dict[str, Any]) -> tuple[str, dict[str, int]]:
+    """One crop of ``page`` with the boxes of one model drawn; (base64 PNG, counts by kind)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    x1, y1, x2, y2 = (int(round(v)) for v in region.box)
+    crop = page.crop((x1, y1, x2, y2)).resize(((x2 - x1) * SCALE, (y2 - y1) * SCALE), Image.NEAREST)
+    img = Image.merge("RGB", (crop, crop, crop))
+    draw = ImageDraw.Draw(img)
+    try:
+        font: Any = ImageFont.load_default(size=12)
+    except TypeError:  # pragma: no cover - Pillow before 10.1: the small bitmap font
+        font = ImageFont.load_default()
+    counts = {"tp": 0, "fp": 0, "fn": 0}
+    for kind, cls, b in _boxes_in(region, entries):
+        color, style = STYLES[kind]
+        bx = [(b[0] - x1) * SCALE, (b[1] - y1) * SCALE, (b[2] - x1) * SCALE, (b[3] - y1) * SCALE]
+        if kind == "fn":  # a miss is drawn a little outside the truth box, so a found box beside it stays visible
+            bx = [bx[0] - 3, bx[1] - 3, bx[2] + 3, bx[3] + 3]
+        corners = [(bx[0], bx[1]), (bx[2], bx[1]), (bx[2], bx[3]), (bx[0], bx[3])]
+        for i in range(4):
+            _line(draw, corners[i], corners[(i + 1) % 4], color, style, 2)
+        counts[kind] += 1
+        # predictions are labelled above their box, misses below theirs: the two never cover each other
+        label = cls if kind != "fn" else f"missed: {cls}"
+        above = kind != "fn" and bx[1] >= 15
+        tx, ty = bx[0], (bx[1] - 15 if above else bx[3] + 2)
+        w = draw.textlength(label, font=font)
+        draw.rectangle([tx, ty, tx + w + 3, ty + 14], fill="white")
+        draw.text((tx + 1, ty), label, fill=color, font=font)
+    buf = io.BytesIO()
+    img.quantize(colors=16, method=Image.Quantize.MEDIANCUT).save(buf, format="PNG", optimize=True)
+    return base64.b64encode(buf.getvalue()).decode("ascii"), counts

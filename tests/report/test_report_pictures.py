@@ -1,0 +1,93 @@
+"""The morning in pictures (looper/report/pictures.py, pictures_html.py, json_report.py): the
+regions where the best and the baseline differ, drawn; the confusion matrices as a picture and
+as numbers; what is missing said in words."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from pathlib import Path
+
+from report_pictures import PAGES, add_pictures
+from report_seed import Seeded
+
+from looper.core import matches as core_matches
+from looper.report import write_html
+from looper.report.json_report import report_json
+
+PNG = re.compile(r'<img class="crop crop-(best|baseline)"[^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+
+
+def test_the_page_draws_where_best_and_baseline_differ(seeded: Seeded, tmp_path: Path) -> None:
+    from PIL import Image
+
+    ids = add_pictures(seeded.root, seeded.store)
+    out = write_html(seeded.store, seeded.root, tmp_path / "r.html")
+    page = out.read_text()
+    assert 'id="pictures"' in page and out.stat().st_size < 5 * 2**20
+    imgs = PNG.findall(page)
+    sides = [s for s, _ in imgs]
+    assert sides and sides == ["best", "baseline"] * (len(sides) // 2)  # side by side, best first
+    for _, data in imgs:
+        im = Image.open(io.BytesIO(base64.b64decode(data)))
+        im.load()
+        assert im.format == "PNG" and im.size[0] >= 256
+        colours = {c for _, c in im.convert("RGB").getcolors(1 << 16)}
+        assert (26, 152, 80) in colours  # a found box, solid green
+    # the three styles have a legend; the baseline's crops show its invented and missed boxes
+    for word in ("solid green", "dashed red", "dotted orange"):
+        assert word in page
+    caps = re.findall(rf"baseline #{ids['baseline']}: (\d+) found, (\d+) invented, (\d+) missed", page)
+    assert len(caps) == len(imgs) // 2
+    assert sum(int(c[1]) for c in caps) >= 1 and sum(int(c[2]) for c in caps) >= 1
+    assert any(name in page for name in PAGES)  # the person sees which page a region is on
+
+
+def test_the_confusion_matrices_group_the_lookalikes(seeded: Seeded, tmp_path: Path) -> None:
+    ids = add_pictures(seeded.root, seeded.store)
+    page = write_html(seeded.store, seeded.root, tmp_path / "r.html").read_text()
+    assert 'id="confusion-best"' in page and 'id="confusion-delta"' in page
+    assert 'data-group="square_diffusers"' in page and 'data-group="dampers"' in page
+    # the baseline took return diffusers for supply diffusers: the change shows it going away
+    cell = re.search(r'id="confusion-delta".*?data-pred="supply_diffuser" data-true="return_diffuser" data-v="(-?\d+)"',
+                     page, re.S)
+    assert cell is not None and int(cell.group(1)) < 0
+    got = report_json(seeded.store, seeded.root)
+    pics = got["pictures"]
+    assert pics["best"]["experiment"] == ids["best"] and pics["baseline"]["experiment"] == ids["baseline"]
+    base = pics["baseline"]["confusion"]
+    labels = base["labels"]
+    assert labels[:2] == ["supply_diffuser", "return_diffuser"] and labels[-1] == "background"
+    assert base["matrix"][labels.index("supply_diffuser")][labels.index("return_diffuser")] == 6  # 2 per page
+    assert base["matrix"][labels.index("thermostat")][labels.index("background")] == 3
+    text = json.dumps(got)
+    assert not any(name in text for name in PAGES) and "base64" not in text and "iVBOR" not in text
+
+
+def test_a_missing_matches_file_is_said_in_words(seeded: Seeded, tmp_path: Path) -> None:
+    ids = add_pictures(seeded.root, seeded.store, baseline=False)
+    page = write_html(seeded.store, seeded.root, tmp_path / "r.html").read_text()
+    assert f"baseline #{ids['baseline']}: no run folder" in page or f"baseline #{ids['baseline']}: no MATCHES.json" in page
+    assert "data:image/png" not in page and 'id="confusion-best"' in page
+    got = report_json(seeded.store, seeded.root)["pictures"]
+    assert got["baseline"]["confusion"] is None and got["baseline"]["problem"]
+
+
+def test_no_pictures_when_no_run_kept_matches(seeded: Seeded, tmp_path: Path) -> None:
+    page = write_html(seeded.store, seeded.root, tmp_path / "r.html").read_text()
+    assert 'id="pictures"' in page and "no run folder" in page and "data:image/png" not in page
+
+
+def test_a_planted_page_name_is_never_opened(seeded: Seeded, tmp_path: Path) -> None:
+    """A page name in MATCHES.json is a file name under the test pages, nothing else."""
+    add_pictures(seeded.root, seeded.store)
+    for run in (seeded.root / "runs").rglob("MATCHES.json"):
+        obj = json.loads(run.read_text())
+        for p in obj["pages"]:
+            p["page"] = "../../../etc/" + p["page"]
+        run.write_text(json.dumps(obj))
+        assert core_matches.problems(obj) == []
+    page = write_html(seeded.store, seeded.root, tmp_path / "r.html").read_text()
+    assert "test page image(s) not found" in page and "data:image/png" not in page
