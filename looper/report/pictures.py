@@ -2,7 +2,7 @@
 drawn, and which classes each confuses (from the runs' MATCHES.json).
 
 Only the report (what a person reads) comes here: the pages and their crops never reach an
-agent's prompt, ``looper history`` or ``looper suggest`` (tests/security/test_pictures_private.py).
+agent's prompt, ``looper history`` or ``looper suggest`` (tests/report/test_pictures_private.py).
 
 :func:`pictures` reads, for the night's best and its baseline, the MATCHES.json of their first
 run (``runs/<tag>/<id>/<role>-s<seed>/``, a main run first) and the test pages of the
