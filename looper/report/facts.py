@@ -26,7 +26,7 @@ from looper.core.classes import CLASSES
 from looper.core.verdict import Outcome
 from looper.report.attention import attention
 from looper.report.classes import class_intervals, class_rows, rare_classes, with_intervals
-from looper.report.fmt import clean, num
+from looper.report.fmt import clean, num, tag_sigma
 from looper.report.lines import gpu_line, step_budget_line, worker_lines
 from looper.report.night import (
     DEFAULT_ALPHA,
@@ -126,6 +126,7 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
         judgements=_judgements(experiments, figures), figures=figures, sandbox_off=off, network_on=net,
         sandbox_config=workspace_sandbox, baseline_seeds=_seeds(baseline.metrics if baseline else None),
         reference_seeds=_seeds(ref.metrics), baseline_scores=_baseline_scores(store, experiments),
+        sigma=tag_sigma(store, tag),
     )
     night.attention = attention(night, ref.approved)
     return night

@@ -24,7 +24,7 @@ from looper.report.facts import (
     with_intervals,
     worker_lines,
 )
-from looper.report.fmt import OUTCOME_ORDER, clean, fmt, secs, signed
+from looper.report.fmt import OUTCOME_ORDER, clean, fmt, secs, shown, signed
 from looper.report.pictures import Pictures, pictures
 from looper.report.pictures_html import PICTURES_CSS, pictures_html
 from looper.report.svg import (
@@ -131,7 +131,7 @@ def _attention_html(n: Night) -> str:
 
 def _glance_html(n: Night) -> str:
     best = n.best
-    best_s = fmt(best.score) if best else "-"
+    best_s = shown(best.score, n.sigma) if best else "-"
     delta = None
     if best and best.score is not None and n.baseline_score is not None:
         delta = float(best.score) - n.baseline_score
@@ -141,8 +141,8 @@ def _glance_html(n: Night) -> str:
         ("kept improvements", str(len(n.kept)), " ".join(_exp(k.id) for k in n.kept[:12])
          + (" …" if len(n.kept) > 12 else "")),
         (f"best {html.escape(n.score_name)}", best_s, _exp(best.id) if best else ""),
-        ("baseline", fmt(n.baseline_score), html.escape(n.baseline_source)),
-        ("best vs baseline", f'<span class="{_num_class(delta)}">{signed(delta)}</span>', ""),
+        ("baseline", shown(n.baseline_score, n.sigma), html.escape(n.baseline_source)),
+        ("best vs baseline", f'<span class="{_num_class(delta)}">{shown(delta, n.sigma, sign=True)}</span>', ""),
         ("halts / undelivered pages", str(halts), ""),
     ]
     cards = "".join(f'<div class="kpi" data-kpi="{html.escape(k)}">{k}<b>{v}</b>{s}</div>' for k, v, s in kpis)

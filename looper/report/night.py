@@ -224,6 +224,7 @@ class Night:
     baseline_seeds: int = 1             # how many seeds measured the tag-start baseline
     reference_seeds: int = 1            # ... and the compared baseline (approved or tag-start)
     baseline_scores: dict[int, tuple[float, ...]] = field(default_factory=dict)  # seed scores of window baselines
+    sigma: float | None = None          # the score noise the tag's baseline measured (for rounding, fmt.shown)
 
     @property
     def scored(self) -> list[ExperimentRow]:

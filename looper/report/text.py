@@ -26,6 +26,7 @@ from looper.report.fmt import (
     id_list,
     line_of,
     secs,
+    shown,
     signed,
 )
 from looper.store import TIME_PARTS, Store
@@ -108,10 +109,10 @@ def _glance(con: Any, n: Night) -> None:
     con.print(Text(f"kept improvements: {len(n.kept)}" + (f" ({kept_ids})" if kept_ids else "")))
     best_line = "best: -"
     if n.best is not None:
-        best_line = f"best {n.score_name}: {fmt(n.best.score)} (#{n.best.id})"
+        best_line = f"best {n.score_name}: {shown(n.best.score, n.sigma)} (#{n.best.id})"
         if n.baseline_score is not None:
-            best_line += (f" vs baseline {fmt(n.baseline_score)} ({n.baseline_source}): "
-                          f"{signed((n.best.score or 0.0) - n.baseline_score)}")
+            best_line += (f" vs baseline {shown(n.baseline_score, n.sigma)} ({n.baseline_source}): "
+                          f"{shown((n.best.score or 0.0) - n.baseline_score, n.sigma, sign=True)}")
     con.print(Text(best_line))
     budget = step_budget_line(n)
     if budget:
