@@ -50,20 +50,27 @@ def confusion_svg(c: Confusion, svg_id: str, title: str, against: Confusion | No
 
     vals = {(a, b): value(a, b) for a in labels for b in labels}
     top = max((abs(v) for v in vals.values()), default=0)
-    cell, left, head, gw = 22, 150, 118, 74
+    cell, left, head, gw = 22, 150, 118, 118
     n = len(labels)
-    width, height = gw + left + cell * n + 8, head + cell * n + 8
+    width, height = gw + left + cell * n + 70, head + cell * n + 8
     out = [f'<svg id="{svg_id}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
            f'height="{height}" role="img" aria-label="{_h(title)}" font-size="11">']
     x0, y0 = gw + left, head
+    out.append('<text x="4" y="14" font-weight="600">rows: predicted; columns: true</text>')
     for j, b in enumerate(labels):
         x = x0 + j * cell + cell / 2 + 4
         out.append(f'<text transform="translate({x:.1f},{head - 4}) rotate(-60)" class="col">{_h(b)}</text>')
+    # the grid once; only cells that hold a count are drawn (a 27 x 27 matrix stays small)
+    out.append(f'<rect x="{x0}" y="{y0}" width="{cell * n}" height="{cell * n}" fill="#fff" stroke="#d0d7de"/>')
+    out.append('<path stroke="#eaeef2" d="' + "".join(
+        f"M{x0 + k * cell} {y0}v{cell * n}M{x0} {y0 + k * cell}h{cell * n}" for k in range(1, n)) + '"/>')
     for i, a in enumerate(labels):
         y = y0 + i * cell
         out.append(f'<text x="{x0 - 4}" y="{y + 15}" text-anchor="end" class="row">{_h(a)}</text>')
         for j, b in enumerate(labels):
             v = vals[(a, b)]
+            if v == 0:
+                continue
             fill = _fill(v, top, a == b and a != BACKGROUND, against is not None)
             txt = "" if v == 0 else (f"{v:+d}" if against is not None else str(v))
             what = (f"predicted {a}, true {b}: " + (f"{v:+d} vs the baseline" if against is not None else f"{v}"))
@@ -71,8 +78,9 @@ def confusion_svg(c: Confusion, svg_id: str, title: str, against: Confusion | No
                        f'y="{y}" width="{cell - 1}" height="{cell - 1}" fill="{fill}" stroke="#eaeef2">'
                        f'<title>{_h(what)}</title></rect>')
             if txt:
+                light = ' style="fill:#fff"' if abs(v) > 0.6 * top else ""
                 out.append(f'<text x="{x0 + j * cell + cell / 2:.1f}" y="{y + 15}" text-anchor="middle" '
-                           f'font-size="{9 if len(txt) > 2 else 11}">{txt}</text>')
+                           f'font-size="{9 if len(txt) > 2 else 11}"{light}>{txt}</text>')
     for name, members in c.groups.items():
         idx = [labels.index(m) for m in members if m in labels]
         if not idx:
@@ -138,7 +146,7 @@ def pictures_html(p: Pictures | None) -> str:
     else:
         parts.append('<p class="sub">Page-level, rows predicted, columns true, plus background both ways (a box on '
                      "nothing; a truth nothing found). Look-alike groups of program.md are outlined and sit first. "
-                     "Hover a cell for its count.</p>")
+                     "Empty cells are zero; hover a cell for what it counts.</p>")
         parts.append(f"<h4>{_h(p.best.label if p.best else 'best')}</h4>"
                      + confusion_svg(p.confusion_best, "confusion-best", "confusion matrix of the best"))
         if p.confusion_baseline is not None and p.baseline is not None and p.baseline.exp_id != p.best.exp_id:
