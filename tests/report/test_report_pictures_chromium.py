@@ -1,7 +1,7 @@
 """The pictures of the report in a REAL headless Chromium: every crop is an image the browser
 decoded (natural size > 0), both confusion matrices are drawn with their look-alike groups, no
 console error. The report itself has no script: the check runs in a copy of the page with one
-script appended, and the untouched page's screenshot is kept under ``artifacts/``."""
+script appended; a screenshot of the pictures section alone is kept under ``artifacts/``."""
 
 from __future__ import annotations
 
@@ -45,4 +45,9 @@ def test_the_crops_decode_and_the_confusion_matrices_are_drawn(seeded: Seeded, t
     assert imgs >= 2 and decoded == imgs  # every crop decoded by the browser
     for w, h, cells, groups in (m.group(3, 4, 5, 6), m.group(7, 8, 9, 10)):
         assert float(w) > 200 and float(h) > 200 and int(cells) >= 5 and int(groups) >= 2
-    _keep_screenshot(tmp_path, page, "report_pictures", 4000)
+    # for a person: the pictures section alone (the page's own head and CSS), screenshotted
+    text = page.read_text()
+    section = '<section id="pictures">' + text.split('<section id="pictures">', 1)[1].split("</section>", 1)[0]
+    alone = tmp_path / "pictures.html"
+    alone.write_text(text.split("<main>", 1)[0] + "<main>" + section + "</section></main></body></html>\n")
+    _keep_screenshot(tmp_path, alone, "report_pictures", 4200)
