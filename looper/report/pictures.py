@@ -81,8 +81,16 @@ class Pictures:
                 return None
             return {"experiment": s.exp_id, "confusion": c.as_json() if c is not None else None,
                     "problem": s.problem}
-        return {"iou": self.iou, "confidence": self.confidence, "best": side(self.best, self.confusion_best),
-                "baseline": side(self.baseline, self.confusion_baseline), "notes": list(self.notes)}
+        change = None
+        cb, cr = self.confusion_best, self.confusion_baseline
+        if cb is not None and cr is not None:
+            labels = [x for x in cb.labels if x != core_matches.BACKGROUND]
+            labels += [x for x in cr.labels if x not in labels and x != core_matches.BACKGROUND]
+            labels.append(core_matches.BACKGROUND)
+            change = {"labels": labels, "rows": "predicted", "columns": "true",
+                      "matrix": [[cb.at(a, b) - cr.at(a, b) for b in labels] for a in labels]}
+        return {"iou": self.iou, "confidence": self.confidence, "best": side(self.best, cb),
+                "baseline": side(self.baseline, cr), "change": change, "notes": list(self.notes)}
 
 
 def matches_of(root: Path, tag: str, exp_id: int) -> tuple[dict[str, Any] | None, str | None, str | None]:

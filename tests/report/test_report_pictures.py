@@ -62,6 +62,10 @@ def test_the_confusion_matrices_group_the_lookalikes(seeded: Seeded, tmp_path: P
     assert labels[:2] == ["supply_diffuser", "return_diffuser"] and labels[-1] == "background"
     assert base["matrix"][labels.index("supply_diffuser")][labels.index("return_diffuser")] == 6  # 2 per page
     assert base["matrix"][labels.index("thermostat")][labels.index("background")] == 3
+    change = pics["change"]  # best minus baseline, cell by cell
+    lab = change["labels"]
+    assert change["matrix"][lab.index("supply_diffuser")][lab.index("return_diffuser")] == -6
+    assert change["matrix"][lab.index("return_diffuser")][lab.index("return_diffuser")] == 6
     text = json.dumps(got)
     assert not any(name in text for name in PAGES) and "base64" not in text and "iVBOR" not in text
 
