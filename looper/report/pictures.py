@@ -28,7 +28,7 @@ from looper.core import matches as core_matches
 from looper.core.matches import Confusion, Region
 from looper.report.night import Night
 
-__all__ = ["STYLES", "Crop", "Pictures", "Side", "matches_of", "pictures"]
+__all__ = ["STYLES", "Crop", "Pictures", "Side", "glance_lines", "matches_of", "pictures"]
 
 #: The three ways a box is drawn (colour, line style), shared by the PNGs and the HTML legend.
 STYLES: dict[str, tuple[str, str]] = {
@@ -91,6 +91,32 @@ class Pictures:
                       "matrix": [[cb.at(a, b) - cr.at(a, b) for b in labels] for a in labels]}
         return {"iou": self.iou, "confidence": self.confidence, "best": side(self.best, cb),
                 "baseline": side(self.baseline, cr), "change": change, "notes": list(self.notes)}
+
+
+def glance_lines(p: Pictures, top: int = 5) -> list[str]:
+    """The pictures in words for a terminal and the page's first lines: each side's found /
+    invented / missed boxes on the test pages, and the best's most frequent confusions between
+    classes (with the baseline's count of the same cell). No page names."""
+    lines = []
+    for s in (p.best, p.baseline):
+        if s is not None and s.matches is not None:
+            totals = {"tp": 0, "fp": 0, "fn": 0}
+            for row in core_matches.implied_counts(s.matches).values():
+                for k in totals:
+                    totals[k] += row[k]
+            lines.append(f"{s.label}: {totals['tp']} found, {totals['fp']} invented, {totals['fn']} missed "
+                         f"on {len(s.matches['pages'])} test page(s)")
+    bg = core_matches.BACKGROUND
+    for side, c in ((p.best, p.confusion_best), (p.baseline, p.confusion_baseline)):
+        if side is None or c is None or (side is p.baseline and p.best is not None and side.exp_id == p.best.exp_id):
+            continue
+        pairs = sorted(((v, a, b) for (a, b), v in c.cells.items() if a != b and bg not in (a, b) and v > 0),
+                       key=lambda x: (-x[0], x[1], x[2]))[:top]
+        if pairs:
+            lines.append(f"{side.label} most confused: " + "; ".join(f"{b} taken for {a} {v}x" for v, a, b in pairs))
+        else:
+            lines.append(f"{side.label} takes no class for another")
+    return lines
 
 
 def matches_of(root: Path, tag: str, exp_id: int) -> tuple[dict[str, Any] | None, str | None, str | None]:

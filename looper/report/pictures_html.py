@@ -7,7 +7,7 @@ import html
 from typing import Any
 
 from looper.core.matches import BACKGROUND, Confusion
-from looper.report.pictures import STYLES, WORDS, Pictures
+from looper.report.pictures import STYLES, WORDS, Pictures, glance_lines
 
 __all__ = ["PICTURES_CSS", "confusion_svg", "pictures_html"]
 
@@ -125,6 +125,9 @@ def pictures_html(p: Pictures | None) -> str:
               else "")
         parts.append(f'<p class="sub">Test-page regions where {_h(p.best.label)} and {_h(p.baseline.label)} differ '
                      f'most{_h(at)}; each box labelled by its class.</p>')
+    glance = glance_lines(p)
+    if glance:
+        parts.append("<ul class=\"glance\">" + "".join(f"<li>{_h(x)}</li>" for x in glance) + "</ul>")
     parts.append(_legend())
     for note in p.notes:
         parts.append(f'<p class="sub">{_h(note)}</p>')

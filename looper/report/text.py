@@ -29,14 +29,22 @@ from looper.report.fmt import (
     shown,
     signed,
 )
+from looper.report.pictures import glance_lines, pictures
 from looper.store import TIME_PARTS, Store
 
 __all__ = ["render_text", "report_text"]
 
 
 def report_text(store: Store, root: Path, since: str | None = None, console_width: int = 100) -> str:
-    """The morning report for a terminal (rich, rendered to plain text)."""
-    return render_text(gather(store, root, since), console_width)
+    """The morning report for a terminal (rich, rendered to plain text), ending with the test
+    pages in words (:func:`looper.report.pictures.glance_lines`; the drawings are in the HTML page)."""
+    n = gather(store, root, since)
+    text = render_text(n, console_width)
+    lines = glance_lines(pictures(n, root, limit=0))
+    if lines:
+        text += "On the test pages (matched boxes at the pinned confidence; drawn in --html):\n"
+        text += "".join(f"  {line}\n" for line in lines)
+    return text
 
 
 def render_text(n: Night, console_width: int = 100) -> str:

@@ -19,7 +19,7 @@ LAYERS: dict[str, set[str]] = {
     "lines": {"night"},
     "facts": {"fmt", "night", "attention", "classes", "noise", "lines"},
     "history": {"fmt"},
-    "text": {"fmt", "facts"},
+    "text": {"fmt", "facts", "pictures"},
     "svg": {"fmt", "facts"},
     "pictures": {"night"},
     "pictures_html": {"pictures"},

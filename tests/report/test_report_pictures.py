@@ -39,7 +39,8 @@ def test_the_page_draws_where_best_and_baseline_differ(seeded: Seeded, tmp_path:
     # the three styles have a legend; the baseline's crops show its invented and missed boxes
     for word in ("solid green", "dashed red", "dotted orange"):
         assert word in page
-    caps = re.findall(rf"baseline #{ids['baseline']}: (\d+) found, (\d+) invented, (\d+) missed", page)
+    caps = re.findall(rf"baseline #{ids['baseline']}: (\d+) found, (\d+) invented, (\d+) missed</figcaption>",
+                      page)
     assert len(caps) == len(imgs) // 2
     assert sum(int(c[1]) for c in caps) >= 1 and sum(int(c[2]) for c in caps) >= 1
     assert any(name in page for name in PAGES)  # the person sees which page a region is on
@@ -95,3 +96,16 @@ def test_a_planted_page_name_is_never_opened(seeded: Seeded, tmp_path: Path) -> 
         assert core_matches.problems(obj) == []
     page = write_html(seeded.store, seeded.root, tmp_path / "r.html").read_text()
     assert "test page image(s) not found" in page and "data:image/png" not in page
+
+
+def test_the_terminal_report_says_it_in_words(seeded: Seeded) -> None:
+    from looper.report import report_text
+
+    ids = add_pictures(seeded.root, seeded.store)
+    text = report_text(seeded.store, seeded.root)
+    tail = text.split("On the test pages", 1)[1]
+    assert f"best #{ids['best']}: 33 found, 0 invented, 3 missed on 3 test page(s)" in tail
+    assert f"baseline #{ids['baseline']}: 24 found, 9 invented, 12 missed on 3 test page(s)" in tail
+    assert f"best #{ids['best']} takes no class for another" in tail
+    assert f"baseline #{ids['baseline']} most confused: return_diffuser taken for supply_diffuser 6x" in tail
+    assert not any(name in tail for name in PAGES)  # counts and classes, no page names
