@@ -21,9 +21,12 @@ predicted, columns what was true, plus ``background`` both ways:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from looper.core.classes import CLASSES, LOOKALIKE_GROUPS
 
@@ -50,16 +53,23 @@ def problems(obj: Any) -> list[str]:
                 and isinstance(p.get("missed"), list) and isinstance(p.get("fp_dropped", {}), dict)):
             out.append(f"page {i} of MATCHES.json lacks page, predictions, missed or fp_dropped")
             continue
-        for r in [*p["predictions"], *p["missed"]]:
-            box = r.get("box") if isinstance(r, dict) else None
-            if not (isinstance(r, dict) and isinstance(r.get("class"), str) and isinstance(box, list)
-                    and len(box) == 4 and all(isinstance(v, (int, float)) for v in box)):
-                out.append(f"page {p['page']}: an entry without a class and a 4-number box")
-                break
-            if r in p["predictions"] and r.get("match") not in ("tp", "fp"):
-                out.append(f"page {p['page']}: a prediction whose match is {r.get('match')!r}, not tp or fp")
+        for predicted, rows in ((True, p["predictions"]), (False, p["missed"])):
+            bad = _bad_entry(rows, predicted)
+            if bad:
+                out.append(f"page {p['page']}: {bad}")
                 break
     return out
+
+
+def _bad_entry(rows: list[Any], predicted: bool) -> str | None:
+    for r in rows:
+        box = r.get("box") if isinstance(r, dict) else None
+        if not (isinstance(r, dict) and isinstance(r.get("class"), str) and isinstance(box, list)
+                and len(box) == 4 and all(isinstance(v, (int, float)) for v in box)):
+            return "an entry without a class and a 4-number box"
+        if predicted and r.get("match") not in ("tp", "fp"):
+            return f"a prediction whose match is {r.get('match')!r}, not tp or fp"
+    return None
 
 
 def implied_counts(obj: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -161,59 +171,77 @@ class Region:
     score: int
 
 
-def _centre(box: Sequence[float]) -> tuple[float, float]:
-    return (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+def _centres(rows: Sequence[dict[str, Any]]) -> np.ndarray:
+    """(n, 2) box centres of ``rows``."""
+    boxes = np.array([r["box"] for r in rows], dtype=np.float64).reshape(-1, 4)
+    return np.stack([(boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2], axis=1)
 
 
-def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[float, float]]:
-    """Centres of the boxes on which two models' pages disagree: a truth one found and the other
-    missed, and a false positive one made where the other made none of its class nearby."""
-    out: list[tuple[float, float]] = []
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> np.ndarray:
+    """(n, 2) centres of the boxes on which two models' pages disagree: a truth one found and the
+    other missed, and a false positive one made where the other made none of its class nearby
+    (centres closer than the box's larger side)."""
     missed_a = {r.get("truth"): r for r in a["missed"]}
     missed_b = {r.get("truth"): r for r in b["missed"]}
-    for t in set(missed_a) ^ set(missed_b):
-        r = missed_a.get(t) or missed_b[t]
-        out.append(_centre(r["box"]))
+    rows = [missed_a.get(t) or missed_b[t] for t in sorted(set(missed_a) ^ set(missed_b), key=str)]
+    out = [_centres(rows)]
     fps = [[r for r in side["predictions"] if r["match"] == "fp"] for side in (a, b)]
     for mine, other in ((fps[0], fps[1]), (fps[1], fps[0])):
-        for r in mine:
-            cx, cy = _centre(r["box"])
-            w = max(r["box"][2] - r["box"][0], r["box"][3] - r["box"][1], 1.0)
-            if not any(o["class"] == r["class"] and abs(_centre(o["box"])[0] - cx) < w
-                       and abs(_centre(o["box"])[1] - cy) < w for o in other):
-                out.append((cx, cy))
-    return out
+        by_class: dict[str, list[dict[str, Any]]] = {}
+        for r in other:
+            by_class.setdefault(r["class"], []).append(r)
+        for cls in sorted({r["class"] for r in mine}):
+            rs = [r for r in mine if r["class"] == cls]
+            c = _centres(rs)
+            boxes = np.array([r["box"] for r in rs], dtype=np.float64)
+            w = np.maximum(np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]), 1.0)
+            others = _centres(by_class.get(cls, []))
+            if len(others):
+                near = (np.abs(c[:, None, :] - others[None, :, :]) < w[:, None, None]).all(axis=2).any(axis=1)
+                c = c[~near]
+            out.append(c)
+    return np.concatenate(out, axis=0)
 
 
 def differing_regions(best: dict[str, Any], baseline: dict[str, Any], side: float, limit: int,
                       sizes: dict[str, tuple[int, int]] | None = None) -> list[Region]:
     """Up to ``limit`` squares of side ``side`` px, over the pages both objects hold, where the two
     models differ most (most disagreeing boxes inside), never overlapping on one page, the most
-    different first (ties: page name, then position). ``sizes``: page (width, height) to keep
-    squares inside a page."""
+    different first (ties: page name, then position). Squares start on a grid of a quarter side
+    (counted from a 2-D histogram: fast on a full-scale page). ``sizes``: page (width, height),
+    to keep squares inside a page."""
     by_page = {p["page"]: p for p in baseline["pages"]}
     found: list[Region] = []
+    step, k = side / 4, 4
     for page in best["pages"]:
         other = by_page.get(page["page"])
         if other is None:
             continue
         pts = _differences(page, other)
+        if not len(pts):
+            continue
         w, h = (sizes or {}).get(page["page"], (0, 0))
+        w = w or float(pts[:, 0].max()) + 1.0
+        h = h or float(pts[:, 1].max()) + 1.0
+        nx, ny = max(k, math.ceil(w / step)), max(k, math.ceil(h / step))
+        hist, _, _ = np.histogram2d(pts[:, 1], pts[:, 0], bins=[ny, nx], range=[[0, ny * step], [0, nx * step]])
+        cum = np.zeros((ny + 1, nx + 1))
+        cum[1:, 1:] = hist.cumsum(0).cumsum(1)
+        win = cum[k:, k:] - cum[:-k, k:] - cum[k:, :-k] + cum[:-k, :-k]  # points in each k x k block of cells
+        order = np.lexsort((np.arange(win.size), -win.ravel()))
         chosen: list[tuple[float, float, float, float]] = []
-        candidates = []
-        for cx, cy in pts:
-            x1, y1 = cx - side / 2, cy - side / 2
-            if w and h:
-                x1, y1 = min(max(0.0, x1), max(0.0, w - side)), min(max(0.0, y1), max(0.0, h - side))
-            else:
-                x1, y1 = max(0.0, x1), max(0.0, y1)
+        for flat in order:
+            count = int(win.ravel()[flat])
+            if count <= 0 or len(chosen) >= limit:
+                break
+            i, j = divmod(int(flat), win.shape[1])
+            x1 = min(j * step, max(0.0, w - side))
+            y1 = min(i * step, max(0.0, h - side))
             box = (x1, y1, x1 + side, y1 + side)
-            inside = sum(1 for px, py in pts if box[0] <= px < box[2] and box[1] <= py < box[3])
-            candidates.append((-inside, box))
-        for neg, box in sorted(candidates):
             if any(box[0] < c[2] and c[0] < box[2] and box[1] < c[3] and c[1] < box[3] for c in chosen):
                 continue
             chosen.append(box)
-            found.append(Region(page["page"], box, -neg))
+            inside = ((pts[:, 0] >= x1) & (pts[:, 0] < x1 + side) & (pts[:, 1] >= y1) & (pts[:, 1] < y1 + side)).sum()
+            found.append(Region(page["page"], box, int(inside)))  # exact, also where the square was moved inside
     found.sort(key=lambda r: (-r.score, r.page, r.box))
     return found[:limit]
