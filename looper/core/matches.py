@@ -33,8 +33,8 @@ from looper.core.classes import CLASSES, LOOKALIKE_GROUPS
 BACKGROUND = "background"
 
 __all__ = [
-    "BACKGROUND", "Confusion", "Region", "class_order", "confusion", "differing_regions", "implied_counts",
-    "problems",
+    "BACKGROUND", "Confusion", "Region", "class_order", "confusion", "differing_regions", "error_regions",
+    "implied_counts", "problems",
 ]
 
 
@@ -207,20 +207,33 @@ def differing_regions(best: dict[str, Any], baseline: dict[str, Any], side: floa
                       sizes: dict[str, tuple[int, int]] | None = None) -> list[Region]:
     """Up to ``limit`` squares of side ``side`` px, over the pages both objects hold, where the two
     models differ most (most disagreeing boxes inside), never overlapping on one page, the most
-    different first (ties: page name, then position). Squares start on a grid of a quarter side
-    (counted from a 2-D histogram: fast on a full-scale page). ``sizes``: page (width, height),
-    to keep squares inside a page."""
+    different first (ties: page name, then position). ``sizes``: page (width, height), to keep
+    squares inside a page."""
     by_page = {p["page"]: p for p in baseline["pages"]}
+    pts = {p["page"]: _differences(p, by_page[p["page"]]) for p in best["pages"] if p["page"] in by_page}
+    return _densest(pts, side, limit, sizes)
+
+
+def error_regions(obj: dict[str, Any], side: float, limit: int,
+                  sizes: dict[str, tuple[int, int]] | None = None) -> list[Region]:
+    """Like :func:`differing_regions` for one model alone (the best is the baseline): the squares
+    with the most false positives and misses inside."""
+    pts = {p["page"]: np.concatenate([_centres([r for r in p["predictions"] if r["match"] == "fp"]),
+                                      _centres(p["missed"])], axis=0) for p in obj["pages"]}
+    return _densest(pts, side, limit, sizes)
+
+
+def _densest(points: dict[str, np.ndarray], side: float, limit: int,
+             sizes: dict[str, tuple[int, int]] | None) -> list[Region]:
+    """The squares holding the most ``points`` (per page, (n, 2) centres), never overlapping on one
+    page. Squares start on a grid of a quarter side, counted from a 2-D histogram (fast on a
+    full-scale page); each chosen square's count is exact."""
     found: list[Region] = []
     step, k = side / 4, 4
-    for page in best["pages"]:
-        other = by_page.get(page["page"])
-        if other is None:
-            continue
-        pts = _differences(page, other)
+    for page, pts in points.items():
         if not len(pts):
             continue
-        w, h = (sizes or {}).get(page["page"], (0, 0))
+        w, h = (sizes or {}).get(page, (0, 0))
         w = w or float(pts[:, 0].max()) + 1.0
         h = h or float(pts[:, 1].max()) + 1.0
         nx, ny = max(k, math.ceil(w / step)), max(k, math.ceil(h / step))
@@ -231,8 +244,7 @@ def differing_regions(best: dict[str, Any], baseline: dict[str, Any], side: floa
         order = np.lexsort((np.arange(win.size), -win.ravel()))
         chosen: list[tuple[float, float, float, float]] = []
         for flat in order:
-            count = int(win.ravel()[flat])
-            if count <= 0 or len(chosen) >= limit:
+            if win.ravel()[flat] <= 0 or len(chosen) >= limit:
                 break
             i, j = divmod(int(flat), win.shape[1])
             x1 = min(j * step, max(0.0, w - side))
@@ -242,6 +254,6 @@ def differing_regions(best: dict[str, Any], baseline: dict[str, Any], side: floa
                 continue
             chosen.append(box)
             inside = ((pts[:, 0] >= x1) & (pts[:, 0] < x1 + side) & (pts[:, 1] >= y1) & (pts[:, 1] < y1 + side)).sum()
-            found.append(Region(page["page"], box, int(inside)))  # exact, also where the square was moved inside
+            found.append(Region(page, box, int(inside)))  # exact, also where the square was moved inside
     found.sort(key=lambda r: (-r.score, r.page, r.box))
     return found[:limit]

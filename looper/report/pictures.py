@@ -58,8 +58,8 @@ class Side:
 @dataclass(frozen=True)
 class Crop:
     region: Region
-    best_png: str       # base64 PNG
-    baseline_png: str
+    best_png: str              # base64 PNG
+    baseline_png: str | None   # None: the best drawn alone (nothing to compare with)
     counts: dict[str, dict[str, int]]  # side -> {"tp", "fp", "fn"} inside the crop
 
 
@@ -180,17 +180,23 @@ def pictures(n: Night, root: Path, limit: int = LIMIT) -> Pictures:
     cb = core_matches.confusion([best.matches], iou or 0.5, classes) if best.matches else None
     cr = core_matches.confusion([base.matches], iou or 0.5, classes) if base and base.matches else None
     crops: list[Crop] = []
-    if best.matches and base is not None and base.matches:
-        if base.exp_id == best.exp_id:
-            notes.append(f"the best is the baseline (#{best.exp_id}): no regions where they differ")
-        else:
-            crops, more = _crops(best.matches, base.matches, _data_dir(root) / "pages" / "test", limit)
-            notes += more
+    if best.matches:
+        alone = base is None or base.matches is None or base.exp_id == best.exp_id
+        if alone:  # nothing to compare with: where the best errs most
+            why = (f"the best is the baseline (#{best.exp_id})" if base is not None and base.exp_id == best.exp_id
+                   else "the baseline has no matched boxes")
+            notes.append(f"{why}: the regions where {best.label} invents and misses most, drawn alone")
+        crops, more = _crops(best.matches, None if alone else base.matches,  # type: ignore[union-attr]
+                             _data_dir(root) / "pages" / "test", limit)
+        notes += more
     return Pictures(best, base, iou, conf, cb, cr, crops, notes)
 
 
 # ------------------------------------------------------------------------------ drawing
-def _crops(best: dict[str, Any], base: dict[str, Any], pages: Path, limit: int) -> tuple[list[Crop], list[str]]:
+def _crops(best: dict[str, Any], base: dict[str, Any] | None, pages: Path,
+           limit: int) -> tuple[list[Crop], list[str]]:
+    """Crops where ``best`` and ``base`` differ most, drawn for both; with no ``base``, where
+    ``best`` errs most, drawn for it alone."""
     try:
         from PIL import Image
     except ImportError:  # pragma: no cover - Pillow comes with Ultralytics
@@ -208,10 +214,16 @@ def _crops(best: dict[str, Any], base: dict[str, Any], pages: Path, limit: int) 
     if missing:
         notes.append(f"{len(missing)} test page image(s) not found under {pages}: their regions are not drawn")
     both = {"pages": [p for p in best["pages"] if p["page"] in sizes]}
-    regions = core_matches.differing_regions(both, base, CROP, limit, sizes)
-    if not regions and sizes:
-        notes.append("the best and the baseline find, miss and invent the same boxes on every test page")
-    by = {"best": {p["page"]: p for p in best["pages"]}, "base": {p["page"]: p for p in base["pages"]}}
+    if base is None:
+        regions = core_matches.error_regions(both, CROP, limit, sizes)
+        if not regions and sizes:
+            notes.append("the best finds every box and invents none on every test page")
+    else:
+        regions = core_matches.differing_regions(both, base, CROP, limit, sizes)
+        if not regions and sizes:
+            notes.append("the best and the baseline find, miss and invent the same boxes on every test page")
+    by = {"best": {p["page"]: p for p in best["pages"]},
+          "base": {p["page"]: p for p in base["pages"]} if base is not None else {}}
     out = []
     decoded: dict[str, Any] = {}  # each page decoded once
     for r in regions:
@@ -219,10 +231,12 @@ def _crops(best: dict[str, Any], base: dict[str, Any], pages: Path, limit: int) 
             with Image.open(pages / r.page) as im:
                 decoded[r.page] = im.convert("L")
         page = decoded[r.page]
-        pngs, counts = {}, {}
-        for key in ("best", "base"):
+        pngs: dict[str, str | None] = {"base": None}
+        counts: dict[str, dict[str, int]] = {}
+        for key in ("best", "base") if base is not None else ("best",):
             pngs[key], counts[key] = _draw(page, r, by[key][r.page])
-        out.append(Crop(r, pngs["best"], pngs["base"], {"best": counts["best"], "baseline": counts["base"]}))
+        out.append(Crop(r, pngs["best"] or "", pngs["base"],
+                        {"best": counts["best"], **({"baseline": counts["base"]} if "base" in counts else {})}))
     return out, notes
 
 

@@ -136,9 +136,12 @@ def pictures_html(p: Pictures | None) -> str:
         for k, c in enumerate(p.crops, 1):
             r = c.region
             where = f"region {k}: {r.page}, x {r.box[0]:.0f}-{r.box[2]:.0f}, y {r.box[1]:.0f}-{r.box[3]:.0f}"
-            parts.append(f'<p class="crophead">{_h(where)} ({r.score} box(es) differ)</p>')
+            what = "box(es) differ" if c.baseline_png is not None else "invented or missed"
+            parts.append(f'<p class="crophead">{_h(where)} ({r.score} {what})</p>')
             for side, png, label in (("best", c.best_png, p.best.label if p.best else "best"),
                                      ("baseline", c.baseline_png, p.baseline.label if p.baseline else "baseline")):
+                if png is None:
+                    continue
                 parts.append(f'<figure><img class="crop crop-{side}" alt="{_h(label)}, {_h(where)}" '
                              f'src="data:image/png;base64,{png}"><figcaption>{_h(label)}: '
                              f'{_h(_counts(c.counts[side]))}</figcaption></figure>')

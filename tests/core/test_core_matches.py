@@ -144,3 +144,14 @@ def test_regions_where_two_models_differ_most() -> None:
     assert x1 <= 100 and x2 >= 210 and y1 <= 100 and y2 >= 130 and x2 - x1 == 300
     assert all(r.score >= 1 for r in regions)
     assert cm.differing_regions(a, a, side=300, limit=4) == []  # the same model differs nowhere
+
+
+def test_error_regions_find_where_one_model_invents_and_misses() -> None:
+    truth = [D("fire_damper", 100 + 40 * i, 100, 130 + 40 * i, 130) for i in range(3)]
+    truth.append(D("thermostat", 900, 900, 930, 930))
+    preds = [D("thermostat", 900, 900, 930, 930, 0.9), D("smoke_damper", 600, 600, 630, 630, 0.8)]
+    obj = matches_file([page_matches("p.png", preds, truth)], CLASSES)
+    regions = cm.error_regions(obj, side=300, limit=4, sizes={"p.png": (1000, 1000)})
+    assert [r.score for r in regions] == [3, 1]  # three misses together, then the invented damper
+    assert cm.error_regions(matches_file([page_matches("p.png", [D(t.cls, *t.box, 0.9) for t in truth], truth)],
+                                         CLASSES), side=300, limit=4) == []  # a perfect page has none

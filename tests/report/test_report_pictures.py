@@ -75,7 +75,10 @@ def test_a_missing_matches_file_is_said_in_words(seeded: Seeded, tmp_path: Path)
     ids = add_pictures(seeded.root, seeded.store, baseline=False)
     page = write_html(seeded.store, seeded.root, tmp_path / "r.html").read_text()
     assert f"baseline #{ids['baseline']}: no run folder" in page or f"baseline #{ids['baseline']}: no MATCHES.json" in page
-    assert "data:image/png" not in page and 'id="confusion-best"' in page
+    assert "the baseline has no matched boxes: the regions where best" in page and 'id="confusion-best"' in page
+    sides = [side for side, _ in PNG.findall(page)]
+    assert sides and set(sides) == {"best"}  # the best's errors, drawn alone
+    assert re.search(r"\(\d+ invented or missed\)", page)
     got = report_json(seeded.store, seeded.root)["pictures"]
     assert got["baseline"]["confusion"] is None and got["baseline"]["problem"]
 
@@ -109,3 +112,23 @@ def test_the_terminal_report_says_it_in_words(seeded: Seeded) -> None:
     assert f"best #{ids['best']} takes no class for another" in tail
     assert f"baseline #{ids['baseline']} most confused: return_diffuser taken for supply_diffuser 6x" in tail
     assert not any(name in tail for name in PAGES)  # counts and classes, no page names
+
+
+def test_when_the_best_is_the_baseline_its_errors_are_drawn_alone(seeded: Seeded) -> None:
+    """A night that kept nothing (the demo's usual answer): the baseline is the best, so there is
+    nothing to compare; the page shows where it invents and misses most."""
+    import dataclasses
+
+    from looper.report.facts import gather
+    from looper.report.pictures import pictures
+    from looper.report.pictures_html import pictures_html
+
+    ids = add_pictures(seeded.root, seeded.store)
+    n = gather(seeded.store, seeded.root)
+    same = dataclasses.replace(n, baseline_id=ids["best"])
+    p = pictures(same, seeded.root)
+    assert p.crops and all(c.baseline_png is None and set(c.counts) == {"best"} for c in p.crops)
+    assert all(c.counts["best"]["fp"] + c.counts["best"]["fn"] >= 1 for c in p.crops)
+    assert any(f"the best is the baseline (#{ids['best']})" in x for x in p.notes)
+    html = pictures_html(p)
+    assert html.count('class="crop crop-best"') == len(p.crops) and "crop-baseline" not in html
