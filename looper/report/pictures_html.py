@@ -119,10 +119,15 @@ def pictures_html(p: Pictures | None) -> str:
     """The section ``#pictures``: where best and baseline differ, drawn; and the confusion matrices."""
     if p is None:
         return ""
-    parts = ['<section id="pictures"><h2>On the drawings: where the best and the baseline differ</h2>']
-    if p.best is not None and p.baseline is not None:
-        at = (f" at confidence {p.confidence:g} and IoU {p.iou:g}" if p.confidence is not None and p.iou is not None
-              else "")
+    alone = bool(p.crops) and p.crops[0].baseline_png is None
+    head = "where the best errs most" if alone else "where the best and the baseline differ"
+    parts = [f'<section id="pictures"><h2>On the drawings: {head}</h2>']
+    at = (f" at confidence {p.confidence:g} and IoU {p.iou:g}" if p.confidence is not None and p.iou is not None
+          else "")
+    if p.best is not None and alone:
+        parts.append(f'<p class="sub">Test-page regions where {_h(p.best.label)} invents and misses most{_h(at)}; '
+                     "each box labelled by its class.</p>")
+    elif p.best is not None and p.baseline is not None:
         parts.append(f'<p class="sub">Test-page regions where {_h(p.best.label)} and {_h(p.baseline.label)} differ '
                      f'most{_h(at)}; each box labelled by its class.</p>')
     glance = glance_lines(p)
