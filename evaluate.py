@@ -7,7 +7,9 @@ per-tile predict call); boxes cut by an inner tile edge are dropped and the rest
 across tiles class by class; predictions are matched to the page's truth per class at
 IoU >= 0.5 (looper.core.metrics). Precision, recall, F1 and the per-instance ``found``
 flags count boxes scored >= the pinned confidence 0.25; AP50 ranks every merged box
-scored above 0.001. The METRICS.json format is in docs/INTERFACES.md. Same weights, same
+scored above 0.001. The METRICS.json format is in docs/INTERFACES.md. Beside it,
+MATCHES.json holds every page's matched boxes at the pinned confidence (true positives,
+false positives with the truth they overlap, misses; docs/REFERENCE.md). Same weights, same
 data -> same bytes. On any failure it exits non-zero, says why, and writes nothing.
 """
 
@@ -26,7 +28,9 @@ from looper.core.metrics import (
     Detection,
     drop_seam_boxes,
     evaluate_pages,
+    matches_file,
     merge_detections,
+    page_matches,
     tile_grid,
 )
 
@@ -34,6 +38,7 @@ TILE = 256  # inference tile side, px (the training tile side)
 OVERLAP = 96  # px; larger than the largest symbol, so every symbol is whole in some tile
 NMS_IOU = 0.7  # within-tile NMS (Ultralytics' default for validation)
 BATCH = 32  # tiles per forward pass
+MATCHES_NAME = "MATCHES.json"  # the matched boxes of every page, written beside --out (docs/REFERENCE.md)
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -242,14 +247,22 @@ def main(argv: list[str] | None = None) -> int:
              f"data set's ({len(classes)}: {classes[:3]}...)", WEIGHTS_REFUSED)
 
     evaluated = []
+    matched = []
     for image, truth in pages:
         preds = [Detection(classes[c], box, score)
                  for c, box, score in detect_page(model, image, device, len(classes), STREAM_CONFIDENCE)]
         gt = [Detection(str(b["class"]), tuple(float(v) for v in b["box"])) for b in truth["boxes"]]  # type: ignore[misc]
         evaluated.append((preds, gt))
+        matched.append(page_matches(image.name, preds, gt, IOU, CONFIDENCE))
     metrics = evaluate_pages(evaluated, classes, IOU, CONFIDENCE)
     text = json.dumps(metrics, sort_keys=True, indent=1) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    # the matched boxes of every page, beside METRICS.json (written first: METRICS.json last means both)
+    matches = args.out.with_name(MATCHES_NAME)
+    tmp = matches.with_name(matches.name + ".tmp")
+    tmp.write_text(json.dumps(matches_file(matched, classes, IOU, CONFIDENCE), sort_keys=True,
+                              separators=(",", ":")) + "\n")
+    tmp.replace(matches)
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(args.out)

@@ -10,6 +10,14 @@ a final harness error with a halt; every measured experiment has 26 per-class ro
 schema (the CHECK constraints still apply). Then times ``report_text``, ``write_html`` and
 ``history_rows`` + ``history_json``, each ``--repeats`` times, and prints median and spread.
 Goal: under 2 s each.
+
+With pictures (the default; ``--no-pictures`` leaves them out) the workspace also gets the demo
+test pages (prepare.py, scale demo, 8 pages of 1024 px) and a MATCHES.json for the best and the
+baseline (synthetic detections from the pages' truth: the best finds ~85 %, the baseline ~70 %
+and takes look-alikes for each other, both invent a few boxes), so ``write_html`` draws the
+crops and the confusion matrices as the morning report does; the page's size and the
+pictures' share of it are printed (goal: a demo-scale night's page under 5 MB; at 10,000
+experiments the tables alone are about 5 MB).
 """
 
 from __future__ import annotations
@@ -121,6 +129,51 @@ def build(root: Path, n: int, seed: int = 0) -> Path:
     return root
 
 
+def add_pictures(root: Path, seed: int = 0) -> float:
+    """Demo test pages and the best's and the baseline's MATCHES.json; returns seconds taken."""
+    from looper.core.classes import LOOKALIKE_GROUPS
+    from looper.core.metrics import Detection, matches_file, page_matches
+
+    t = time.perf_counter()
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    try:
+        import prepare
+    finally:
+        sys.path.remove(str(repo))
+    data = root / "data"
+    if not (data / "manifest.json").is_file():
+        prepare.build(data, "demo", 0)
+    rng = random.Random(seed)
+    twin = {c: g for g in LOOKALIKE_GROUPS.values() for c in g}
+    store = Store(root)
+    best = store.best(TAG)
+    store.close()
+    assert best is not None
+    sides: dict[int, list[dict]] = {1: [], best.id: []}
+    for truth_path in sorted((data / "pages" / "test").glob("page_*.json")):
+        truth = [Detection(str(b["class"]), tuple(float(v) for v in b["box"]))  # type: ignore[misc]
+                 for b in json.loads(truth_path.read_text())["boxes"]]
+        for exp_id, found in ((best.id, 0.85), (1, 0.70)):
+            preds = []
+            for d in truth:
+                r = rng.random()
+                if r < found:
+                    preds.append(Detection(d.cls, d.box, rng.uniform(0.4, 0.99)))
+                elif r < found + 0.08 and d.cls in twin:
+                    other = [c for c in twin[d.cls] if c != d.cls]
+                    preds.append(Detection(rng.choice(other), d.box, rng.uniform(0.3, 0.8)))
+            for _ in range(6):
+                x, y = rng.uniform(0, 990), rng.uniform(0, 990)
+                preds.append(Detection(rng.choice(CLASSES), (x, y, x + 30, y + 30), rng.uniform(0.25, 0.6)))
+            sides[exp_id].append(page_matches(truth_path.with_suffix(".png").name, preds, truth))
+    for exp_id, pages in sides.items():
+        run = root / "runs" / TAG / f"{exp_id:05d}" / "main-s0"
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "MATCHES.json").write_text(json.dumps(matches_file(pages, CLASSES)))
+    return time.perf_counter() - t
+
+
 def timed(fn, repeats: int) -> list[float]:  # type: ignore[no-untyped-def]
     out = []
     for _ in range(repeats):
@@ -135,11 +188,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("bench/out/report"))
+    ap.add_argument("--no-pictures", dest="pictures", action="store_false",
+                    help="no test pages and MATCHES.json: the report without its pictures")
     args = ap.parse_args(argv)
     t = time.perf_counter()
     root = build(args.out, args.n)
     print(f"built {args.n} experiments in {time.perf_counter() - t:.1f} s "
           f"({(root / 'experiments.db').stat().st_size / 1e6:.1f} MB)")
+    if args.pictures:
+        print(f"demo test pages and MATCHES.json of the best and the baseline in {add_pictures(root):.1f} s")
     store = Store(root)
     html_path = root / "report.html"
     results = {
@@ -148,7 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         "history_json": timed(lambda: history_json(history_rows(store)), args.repeats),
     }
     store.close()
-    print(f"HTML page: {html_path.stat().st_size / 1e6:.2f} MB")
+    page = html_path.read_text()
+    crops = page.count('<img class="crop ')
+    matrices = "with" if 'id="confusion-best"' in page else "without"
+    size = html_path.stat().st_size
+    section = page.split('<section id="pictures">', 1)[1].split("</section>", 1)[0] if crops or matrices == "with" else ""
+    print(f"pictures section: {len(section.encode()) / 1e6:.2f} MB of the page")
+    print(f"HTML page: {size / 1e6:.2f} MB ({crops} crop images, {matrices} confusion matrices)")
     print("| function | median s | min s | max s | runs |")
     print("| --- | --- | --- | --- | --- |")
     worst = 0.0

@@ -203,13 +203,20 @@ def suggest(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command()
 @_errors
 def report(html: Path | None = typer.Option(None, "--html", help="Also write one self-contained HTML page."),
-           since: str | None = typer.Option(None, help="ISO time; default: the last daemon run.")) -> None:
+           since: str | None = typer.Option(None, help="ISO time; default: the last daemon run."),
+           as_json: bool = typer.Option(False, "--json", help="Print the headline numbers and the confusion "
+                                                              "matrices as one JSON object instead.")) -> None:
     """The morning report."""
     from looper.report import report_text, write_html
 
     root = _root()
     store = _store(root)
-    typer.echo(report_text(store, root, since=since))
+    if as_json:
+        from looper.report.json_report import report_json
+
+        typer.echo(json.dumps(report_json(store, root, since=since), indent=2, sort_keys=True, default=str))
+    else:
+        typer.echo(report_text(store, root, since=since))
     if html is not None:
         path = write_html(store, root, html, since=since)
         typer.echo(f"html report: {path}")

@@ -213,6 +213,7 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
     assert m.run_dir is not None
     rd, seed = m.run_dir, m.seed
     metrics_path = rd / "METRICS.json"
+    (rd / "MATCHES.json").unlink(missing_ok=True)  # the report reads only matched boxes this run wrote
     ctx.store.set_phase(exp_id, f"evaluate ({role}, seed {seed})")
     ctx.display.set_phase(exp_id, f"{ctx.wlabel(w)}evaluate {role} seed={seed}")
     limit = eval_limit(ctx, role)  # a candidate's evaluation far longer than the best's: its crash

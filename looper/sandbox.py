@@ -335,6 +335,9 @@ def collect_metrics(out_dir: Path, metrics_path: Path) -> bool:
     src = Path(out_dir) / "METRICS.json"
     if plain_file(src) is not None:
         return False
+    matches = Path(out_dir) / "MATCHES.json"  # the matched boxes beside it (for the report), when written
+    if plain_file(matches) is None:
+        os.replace(matches, Path(metrics_path).with_name("MATCHES.json"))
     os.replace(src, metrics_path)
     return True
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from looper.report.fmt import shown, tag_sigma
 from looper.store import Store
 from looper.store.queries import lean_experiments
 
@@ -20,8 +21,9 @@ def status_text(store: Store, cfg: Any, lock: Any) -> str:
         lines.append(f"now: #{r.id} [{r.tag}] {r.phase or r.status.value} since {r.started_at}"
                      f" on {r.worker or 'local'}: {r.description}")
     best = store.best(tag)
+    sigma = tag_sigma(store, tag)  # scores are shown to the digits their noise supports
     if best:
-        lines.append(f"best [{tag}]: #{best.id} score {best.score} ({best.description})")
+        lines.append(f"best [{tag}]: #{best.id} score {shown(best.score, sigma)} ({best.description})")
     else:
         lines.append(f"best [{tag}]: none yet")
     rows = [r for r in lean_experiments(store, tag=tag, figures=False) if r.status.is_terminal]
@@ -31,7 +33,7 @@ def status_text(store: Store, cfg: Any, lock: Any) -> str:
     if counts:
         lines.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     for r in rows[-5:]:
-        s = "-" if r.score is None else f"{r.score:.4f}"
+        s = shown(r.score, sigma)
         why = "; ".join(r.blocking)[:100]
         lines.append(f"  #{r.id} {r.status.value:<12} {s:>7}  {r.description}" + (f"  ({why})" if why else ""))
     halts = store.journal(tag=tag, kind=("halt", "stuck", "page_failed"), limit=1)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from looper.errors import UsageError
+from looper.report.fmt import shown, tag_sigma
 from looper.store import Store
 
 
@@ -37,7 +38,7 @@ def suggest(root: Path, cfg: Any, store: Store) -> dict[str, Any]:
     changes = {k: {"from": v[0], "to": v[1]} for k, v in proposal.knobs.items()}
     text = (f"Next (phase {proposal.phase}): {proposal.description}\n"
             f"Why: {proposal.rationale}\n"
-            f"From: best #{base['best_experiment']} ({tag}), score {base['best_score']}; "
+            f"From: best #{base['best_experiment']} ({tag}), score {shown(base['best_score'], tag_sigma(store, tag))}; "
             f"{len(base['exclusions'])} exclusion(s) avoided\n"
             f"Each strategy ([agent] kind):\n{lines}")
     return {**base, "exhausted": False, "phase": proposal.phase, "description": proposal.description,

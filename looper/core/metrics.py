@@ -39,6 +39,8 @@ MERGE_IOU = 0.5  # a same-class box with IoU >= this to a more confident kept bo
 MERGE_CONTAIN = 0.6  # ... and so is one whose smaller box lies this much inside the other (a piece)
 SEAM_TOL = 2.0  # px: a box edge this close to an inner tile edge was cut by that edge
 DIGITS = 6  # floats in METRICS.json are rounded to this many decimals
+MATCHES_SCHEMA = 1
+MAX_PAGE_FP = 400  # MATCHES.json lists at most this many false positives per page (the most confident)
 
 BoxT = tuple[float, float, float, float]  # x1, y1, x2, y2 (page pixels, x2/y2 exclusive)
 
@@ -84,6 +86,9 @@ class PageResult:
     ranked: dict[str, list[tuple[float, bool]]] = field(default_factory=dict)
     predictions: int = 0
     truth: int = 0
+    #: every prediction scored >= the pinned confidence, most confident first, with the index
+    #: (in the page's truth order) of the truth box it matched, -1 for a false positive
+    pairs: list[tuple[Detection, int]] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------
@@ -210,8 +215,10 @@ def match_page(preds: Iterable[Detection], truth: Iterable[Detection], iou_thr: 
     truth_l = list(truth)
     res = PageResult(truth=len(truth_l))
     by_class: dict[str, list[BoxT]] = {}
-    for t in truth_l:
+    index_of: dict[str, list[int]] = {}
+    for i, t in enumerate(truth_l):
         by_class.setdefault(t.cls, []).append(t.box)
+        index_of.setdefault(t.cls, []).append(i)
     matched_at: dict[str, list[float | None]] = {c: [None] * len(b) for c, b in by_class.items()}
     for p in ordered:
         counted = p.score >= confidence
@@ -233,6 +240,7 @@ def match_page(preds: Iterable[Detection], truth: Iterable[Detection], iou_thr: 
                 c.tp += 1
             else:
                 c.fp += 1
+            res.pairs.append((p, index_of[p.cls][best] if best >= 0 else -1))
         res.ranked.setdefault(p.cls, []).append((p.score, best >= 0))
     for cls, scores in matched_at.items():
         found = [s is not None and s >= confidence for s in scores]
@@ -363,3 +371,65 @@ def evaluate_pages(pages: Sequence[tuple[Sequence[Detection], Sequence[Detection
             found.setdefault(c, []).extend(f)
     return metrics_from_counts(total, classes, len(pages), n_pred, n_truth, iou_thr, confidence,
                                ranked=ranked, found=found)
+
+
+# --------------------------------------------------------------------------------------
+# the matched boxes of one page (MATCHES.json)
+# --------------------------------------------------------------------------------------
+def _box(b: BoxT) -> list[float]:
+    return [round(float(v), 1) for v in b]
+
+
+def page_matches(name: str, preds: Sequence[Detection], truth: Sequence[Detection], iou_thr: float = IOU,
+                 confidence: float = CONFIDENCE, max_fp: int = MAX_PAGE_FP) -> dict[str, object]:
+    """One page of MATCHES.json: what :func:`match_page` decided at the pinned confidence, box by box.
+
+    ``predictions``: every prediction scored >= ``confidence``, most confident first, each with
+    its class, score, box and ``match``: ``tp`` (with ``truth``, the index of the truth box it
+    matched in the page's truth order) or ``fp`` (with ``overlaps``: the truth box of any class
+    it overlaps most, its index, class and IoU, or None when it overlaps none). ``missed``:
+    every truth box no such prediction matched (the false negatives). At most ``max_fp`` false
+    positives are listed (the most confident); ``fp_dropped`` counts the rest per class, so the
+    counts the page implies stay exact.
+    """
+    truth_l = list(truth)
+    res = match_page(preds, truth_l, iou_thr, confidence)
+    tb = np.array([t.box for t in truth_l], dtype=np.float64).reshape(-1, 4)
+    matched: set[int] = set()
+    listed: list[dict[str, object]] = []
+    dropped: dict[str, int] = {}
+    fps = 0
+    for p, j in res.pairs:
+        row: dict[str, object] = {"class": p.cls, "score": round(float(p.score), 4), "box": _box(p.box)}
+        if j >= 0:
+            matched.add(j)
+            row.update(match="tp", truth=j)
+        else:
+            fps += 1
+            if fps > max_fp:
+                dropped[p.cls] = dropped.get(p.cls, 0) + 1
+                continue
+            overlaps = None
+            if len(tb):
+                x1 = np.maximum(tb[:, 0], p.box[0])
+                y1 = np.maximum(tb[:, 1], p.box[1])
+                x2 = np.minimum(tb[:, 2], p.box[2])
+                y2 = np.minimum(tb[:, 3], p.box[3])
+                inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+                union = ((tb[:, 2] - tb[:, 0]) * (tb[:, 3] - tb[:, 1]) + area(p.box) - inter)
+                ious = np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+                k = int(np.argmax(ious))
+                if ious[k] > 0:
+                    overlaps = {"truth": k, "class": truth_l[k].cls, "iou": round(float(ious[k]), 3)}
+            row.update(match="fp", overlaps=overlaps)
+        listed.append(row)
+    missed = [{"truth": i, "class": t.cls, "box": _box(t.box)} for i, t in enumerate(truth_l) if i not in matched]
+    return {"page": name, "truth": len(truth_l), "predictions": listed, "missed": missed,
+            "fp_dropped": dict(sorted(dropped.items()))}
+
+
+def matches_file(pages: Sequence[dict[str, object]], classes: Sequence[str], iou_thr: float = IOU,
+                 confidence: float = CONFIDENCE, max_fp: int = MAX_PAGE_FP) -> dict[str, object]:
+    """The MATCHES.json object: the pages of :func:`page_matches` under a small header."""
+    return {"schema": MATCHES_SCHEMA, "iou": iou_thr, "confidence": confidence, "max_fp_per_page": max_fp,
+            "classes": list(classes), "pages": list(pages)}

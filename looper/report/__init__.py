@@ -6,6 +6,9 @@ importing only the ones above it (no circle):
 - :mod:`~looper.report.fmt`: redaction of free text, numbers, durations, id lists;
 - :mod:`~looper.report.facts`: :func:`gather` collects the facts of one window (by default
   the last daemon run, from its latest ``start`` event) into a :class:`Night`;
+  :mod:`~looper.report.night` (the values), :mod:`~looper.report.attention`,
+  :mod:`~looper.report.classes`, :mod:`~looper.report.noise` and :mod:`~looper.report.lines`
+  (what the pages derive from them) sit below it;
 - :mod:`~looper.report.text`: :func:`report_text` renders it for a terminal;
 - :mod:`~looper.report.svg`: the plots, hand-written inline SVG;
 - :mod:`~looper.report.html_page`: :func:`write_html` writes ONE self-contained HTML page

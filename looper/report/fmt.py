@@ -6,6 +6,7 @@ The lowest layer of :mod:`looper.report`: it knows nothing of the facts or of th
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,7 +15,7 @@ from looper.core.untrusted import clean as untrusted_clean
 
 __all__ = [
     "MAX_ATTENTION", "MAX_TEXT_ROWS", "OUTCOME_ORDER", "TRIGGERS", "TRIGGERS_FOR", "clean", "console", "fmt",
-    "id_list", "line_of", "num", "secs", "signed",
+    "digits_for", "id_list", "line_of", "num", "secs", "shown", "signed", "tag_sigma",
 ]
 
 #: Outcomes in the order the report lists them.
@@ -62,6 +63,31 @@ def num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
+
+
+def digits_for(band: float | None, default: int = 4) -> int:
+    """How many decimals a number whose noise band (or spread) is ``band`` supports: down to the
+    band's first significant digit and one more (0.062 -> 3, 0.004 -> 4, 0.15 -> 2), between 2
+    and 6; ``default`` when the band is unknown."""
+    if band is None or isinstance(band, bool) or not math.isfinite(band) or band <= 0:
+        return default
+    return min(6, max(2, 1 - math.floor(math.log10(band))))
+
+
+def shown(v: float | None, band: float | None = None, default: int = 4, sign: bool = False) -> str:
+    """A number as a person reads it: rounded to what its noise band supports (:func:`digits_for`);
+    ``-`` for None. The one helper for scores in suggest, status and the report's headline."""
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return "-"
+    d = digits_for(band, default)
+    return f"{v:+.{d}f}" if sign else f"{v:.{d}f}"
+
+
+def tag_sigma(store: Any, tag: str | None) -> float | None:
+    """The score noise (``sigma``) the tag's baseline measured, None when unmeasured."""
+    record = store.tag_record(tag) if tag else None
+    noise = record.noise if record is not None and isinstance(record.noise, dict) else {}
+    return num(noise.get("sigma"))
 
 
 def fmt(v: float | None, digits: int = 4) -> str:

@@ -25,7 +25,9 @@ from looper.report.facts import (
     with_intervals,
     worker_lines,
 )
-from looper.report.fmt import OUTCOME_ORDER, clean, fmt, secs, signed
+from looper.report.fmt import OUTCOME_ORDER, clean, fmt, secs, shown, signed
+from looper.report.pictures import Pictures, pictures
+from looper.report.pictures_html import PICTURES_CSS, pictures_html
 from looper.report.svg import (
     COLORS,
     TIME_COLORS,
@@ -94,7 +96,7 @@ def write_html(store: Store, root: Path, out: Path, since: str | None = None) ->
     from looper.report.confirmed import morning
 
     n = gather(store, root, since)
-    page = untrusted_clean(render_html(n, morning(store, n.tag, n.since)))  # no control character in the page
+    page = untrusted_clean(render_html(n, morning(store, n.tag, n.since), pictures(n, root)))  # no control character in the page
     out = Path(out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +134,7 @@ def _attention_html(n: Night) -> str:
 
 def _glance_html(n: Night) -> str:
     best = n.best
-    best_s = fmt(best.score) if best else "-"
+    best_s = shown(best.score, n.sigma) if best else "-"
     delta = None
     if best and best.score is not None and n.baseline_score is not None:
         delta = float(best.score) - n.baseline_score
@@ -142,8 +144,8 @@ def _glance_html(n: Night) -> str:
         ("kept improvements", str(len(n.kept)), " ".join(_exp(k.id) for k in n.kept[:12])
          + (" …" if len(n.kept) > 12 else "")),
         (f"best {html.escape(n.score_name)}", best_s, _exp(best.id) if best else ""),
-        ("baseline", fmt(n.baseline_score), html.escape(n.baseline_source)),
-        ("best vs baseline", f'<span class="{_num_class(delta)}">{signed(delta)}</span>', ""),
+        ("baseline", shown(n.baseline_score, n.sigma), html.escape(n.baseline_source)),
+        ("best vs baseline", f'<span class="{_num_class(delta)}">{shown(delta, n.sigma, sign=True)}</span>', ""),
         ("halts / undelivered pages", str(halts), ""),
     ]
     cards = "".join(f'<div class="kpi" data-kpi="{html.escape(k)}">{k}<b>{v}</b>{s}</div>' for k, v, s in kpis)
@@ -351,8 +353,9 @@ def _earlier_html(n: Night, body: str) -> str:
             f'{"".join(rows)}</table></section>')
 
 
-def render_html(n: Night, confirmed: Any = None) -> str:
-    """The whole page as one string (``confirmed``: looper.report.confirmed.Morning, the headline)."""
+def render_html(n: Night, confirmed: Any = None, pics: Pictures | None = None) -> str:
+    """The whole page as one string (``confirmed``: looper.report.confirmed.Morning, the headline;
+    ``pics`` (:func:`looper.report.pictures.pictures`) adds the drawings and the confusion matrices)."""
     from looper.report.confirmed import morning_html
 
     window = f"since {html.escape(n.since[:19])}" if n.since else "all history"
@@ -365,6 +368,7 @@ def render_html(n: Night, confirmed: Any = None) -> str:
         _glance_html(n),
         f'<section id="score"><h2>Score over experiments</h2>{score_svg(n)}</section>',
         _classes_html(n),
+        pictures_html(pics),
         _kept_html(n),
         _near_html(n),
         _verdicts_html(n),
@@ -375,5 +379,5 @@ def render_html(n: Night, confirmed: Any = None) -> str:
     body.append(_earlier_html(n, "".join(body)))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{title}</title><style>{CSS}</style></head><body><main>"
+            f"<title>{title}</title><style>{CSS}{PICTURES_CSS}</style></head><body><main>"
             + "\n".join(body) + "</main></body></html>\n")

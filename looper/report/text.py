@@ -27,19 +27,27 @@ from looper.report.fmt import (
     id_list,
     line_of,
     secs,
+    shown,
     signed,
 )
+from looper.report.pictures import glance_lines, pictures
 from looper.store import TIME_PARTS, Store
 
 __all__ = ["render_text", "report_text"]
 
 
 def report_text(store: Store, root: Path, since: str | None = None, console_width: int = 100) -> str:
-    """The morning report for a terminal (rich, rendered to plain text)."""
+    """The morning report for a terminal (rich, rendered to plain text), ending with the test
+    pages in words (:func:`looper.report.pictures.glance_lines`; the drawings are in the HTML page)."""
     from looper.report.confirmed import morning
 
     n = gather(store, root, since)
-    return untrusted_clean(render_text(n, console_width, morning(store, n.tag, n.since)))  # no escape code reaches a terminal
+    text = render_text(n, console_width, morning(store, n.tag, n.since))
+    lines = glance_lines(pictures(n, root, limit=0))
+    if lines:
+        text += "On the test pages (matched boxes at the pinned confidence; drawn in --html):\n"
+        text += "".join(f"  {line}\n" for line in lines)
+    return untrusted_clean(text)  # no escape code reaches a terminal
 
 
 def render_text(n: Night, console_width: int = 100, confirmed: Any = None) -> str:
@@ -117,10 +125,10 @@ def _glance(con: Any, n: Night) -> None:
     con.print(Text(f"kept improvements: {len(n.kept)}" + (f" ({kept_ids})" if kept_ids else "")))
     best_line = "best: -"
     if n.best is not None:
-        best_line = f"best {n.score_name}: {fmt(n.best.score)} (#{n.best.id})"
+        best_line = f"best {n.score_name}: {shown(n.best.score, n.sigma)} (#{n.best.id})"
         if n.baseline_score is not None:
-            best_line += (f" vs baseline {fmt(n.baseline_score)} ({n.baseline_source}): "
-                          f"{signed((n.best.score or 0.0) - n.baseline_score)}")
+            best_line += (f" vs baseline {shown(n.baseline_score, n.sigma)} ({n.baseline_source}): "
+                          f"{shown((n.best.score or 0.0) - n.baseline_score, n.sigma, sign=True)}")
     con.print(Text(best_line))
     budget = step_budget_line(n)
     if budget:

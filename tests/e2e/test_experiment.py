@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from looper.core import matches as core_matches
 from looper.core.classes import CLASSES
 
 pytestmark = pytest.mark.e2e
@@ -25,11 +26,22 @@ def test_train_then_evaluate_twice(tiny_data: Path, tiny_weights: Path, tmp_path
     train = json.loads((tiny_weights / "train.json").read_text())
     assert train["steps"] > 0 and train["epochs"] >= 1 and train["device"] == "cpu"
     assert set(train["final_losses"]) == {"box", "cls", "dfl"} and train["seconds"] > 0
-    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a, b = tmp_path / "a" / "METRICS.json", tmp_path / "b" / "METRICS.json"
     for out in (a, b):
+        out.parent.mkdir()
         proc = evaluate(tiny_weights / "weights.pt", tiny_data, out)
         assert proc.returncode == 0, proc.stderr
     assert a.read_bytes() == b.read_bytes()
+    # the matched boxes beside it: same bytes, and the page-level counts they imply are METRICS.json's
+    ma, mb = a.with_name("MATCHES.json"), b.with_name("MATCHES.json")
+    assert ma.read_bytes() == mb.read_bytes()
+    matches = json.loads(ma.read_text())
+    assert core_matches.problems(matches) == []
+    assert [p["page"] for p in matches["pages"]] == sorted(p.name for p in (tiny_data / "pages" / "test").glob("*.png"))
+    implied = core_matches.implied_counts(matches)
+    metrics = json.loads(a.read_text())
+    for name, c in metrics["classes"].items():
+        assert implied.get(name, {"tp": 0, "fp": 0, "fn": 0}) == {"tp": c["tp"], "fp": c["fp"], "fn": c["fn"]}, name
     m = json.loads(a.read_text())
     assert set(m["classes"]) == set(CLASSES)
     assert m["pages"] == 2 and m["truth"] == sum(c["support"] for c in m["classes"].values()) > 0

@@ -88,3 +88,32 @@ def test_real_night_baseline_that_found_nothing_cannot_gate(night: Night) -> Non
     assert len(night.halts) == 1 and "cannot gate" in night.halts[0], night.halts
     # nothing is judged against a baseline that cannot gate
     assert all(c["status"] == "error" and c["score"] is None for c in night.candidates), night.candidates
+
+
+def test_real_night_keeps_the_matched_boxes_and_the_report_draws_them(night: Night, tmp_path: Path) -> None:
+    """Whatever the model learned: every evaluated run (through the real evaluation sandbox) left
+    MATCHES.json beside METRICS.json with the same counts, and the report reads it: the confusion
+    matrix as numbers (``looper report --json``) and as a picture (``--html``)."""
+    from looper.core import matches as core_matches
+
+    runs = sorted((night.root / "runs" / "tiny").glob("*/*/METRICS.json"))
+    assert runs, (night.run.stdout, night.run.stderr)
+    for metrics_path in runs:
+        matches = json.loads(metrics_path.with_name("MATCHES.json").read_text())
+        assert core_matches.problems(matches) == []
+        implied = core_matches.implied_counts(matches)
+        for name, c in json.loads(metrics_path.read_text())["classes"].items():
+            assert implied.get(name, {"tp": 0, "fp": 0, "fn": 0}) == {k: c[k] for k in ("tp", "fp", "fn")}, name
+    r = subprocess.run([sys.executable, "-m", "looper.cli", "report", "--json"], cwd=night.root, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    pics = json.loads(r.stdout)["pictures"]
+    best = pics["best"]["confusion"]
+    assert best is not None and best["labels"][-1] == "background", pics
+    assert sum(map(sum, best["matrix"])) >= night.metrics["truth"]  # every truth box sits in a column
+    html_path = tmp_path / "report.html"
+    r = subprocess.run([sys.executable, "-m", "looper.cli", "report", "--html", str(html_path)], cwd=night.root,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    page = html_path.read_text()
+    assert 'id="pictures"' in page and 'id="confusion-best"' in page

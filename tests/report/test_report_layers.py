@@ -12,12 +12,20 @@ REPORT = Path(__file__).resolve().parents[2] / "looper" / "report"
 #: module -> the report modules it may import (its layers below).
 LAYERS: dict[str, set[str]] = {
     "fmt": set(),
-    "facts": {"fmt"},
+    "night": {"fmt"},
+    "attention": {"fmt", "night"},
+    "classes": {"fmt", "night"},
+    "noise": {"fmt", "night"},
+    "lines": {"night"},
+    "facts": {"fmt", "night", "attention", "classes", "noise", "lines"},
     "confirmed": {"fmt"},
     "history": {"fmt", "confirmed"},
-    "text": {"fmt", "facts", "confirmed"},
+    "text": {"fmt", "facts", "pictures", "confirmed"},
     "svg": {"fmt", "facts"},
-    "html_page": {"fmt", "facts", "svg", "confirmed"},
+    "pictures": {"night"},
+    "pictures_html": {"pictures"},
+    "html_page": {"fmt", "facts", "svg", "pictures", "pictures_html", "confirmed"},
+    "json_report": {"facts", "pictures"},
     "__init__": {"facts", "history", "html_page", "text"},
 }
 STORE_PUBLIC = {"looper.store", "looper.store.queries"}

@@ -37,7 +37,7 @@ def test_status_reads_every_line_from_the_database(seeded: Seeded) -> None:
     finally:
         con.close()
     assert f"now: #{running} [{TAG}] training 40% since {started} on w1: dropout 0.1" in lines
-    assert f"best [{TAG}]: #{best_id} score {best_score} ({best_desc})" in lines
+    assert f"best [{TAG}]: #{best_id} score {best_score:.4f} ({best_desc})" in lines
     assert "outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) in lines
     shown = [line.split()[0] for line in lines if line.startswith("  #")]
     assert shown == [f"#{i}" for i, _ in reversed(last5)]

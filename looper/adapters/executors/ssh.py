@@ -410,6 +410,8 @@ class SshExecutor(DataFolder):
             self._fetch(result, [self.link.spec(f"{run}/out/"), str(staging) + "/"],
                         f"fetching METRICS.json from {run}")
             if (staging / "METRICS.json").is_file():
+                if (staging / "MATCHES.json").is_file():  # the matched boxes, for the report
+                    os.replace(staging / "MATCHES.json", job.metrics_path.with_name("MATCHES.json"))
                 os.replace(staging / "METRICS.json", job.metrics_path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
