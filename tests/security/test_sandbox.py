@@ -79,13 +79,14 @@ def test_test_pages_are_not_there_but_tiles_are(ws: dict[str, Path]) -> None:
     done = run_in_train_sandbox(ws, """
         import os
         print("TILES", os.listdir("data/tiles/train/images"))
-        print("PAGES", os.listdir("data/pages/test"))
+        print("PAGES", os.path.exists("data/pages/test"), sorted(os.listdir("data")))
         try:
             open("data/pages/test/page_000.json").read()
             print("READ TRUTH")
         except OSError:
             print("NO TRUTH")
         try:
+            os.makedirs("data/pages/test", exist_ok=True)
             open("data/pages/test/planted.json", "w").write("x")
             print("WROTE PAGES")
         except OSError:
@@ -93,21 +94,26 @@ def test_test_pages_are_not_there_but_tiles_are(ws: dict[str, Path]) -> None:
         """)
     assert done.ok, done.stderr
     assert "TILES ['t0.png']" in done.stdout
-    assert "PAGES []" in done.stdout and "NO TRUTH" in done.stdout and "PAGES READ-ONLY" in done.stdout
+    assert "PAGES False ['tiles']" in done.stdout and "NO TRUTH" in done.stdout and "PAGES READ-ONLY" in done.stdout
     assert (ws["data"] / "pages" / "test" / "page_000.json").is_file()  # hidden, not touched
+    assert not (ws["data"] / "pages" / "test" / "planted.json").exists()
 
 
-def test_credentials_in_home_are_hidden(ws: dict[str, Path]) -> None:
+def test_home_is_not_there(ws: dict[str, Path]) -> None:
+    """Deny by default: nothing of $HOME (credentials, ~/.config/looper/<ws>.env) is in the sandbox."""
     (ws["home"] / ".ssh").mkdir(parents=True)
     (ws["home"] / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
     (ws["home"] / ".netrc").write_text("machine x password y\n")
+    (ws["home"] / ".config" / "looper").mkdir(parents=True)
+    (ws["home"] / ".config" / "looper" / "ws.env").write_text("OPENAI_API_KEY=sk-planted\n")
     done = run_in_train_sandbox(ws, f"""
         import os
-        print("SSH", os.listdir({str(ws["home"] / ".ssh")!r}))
-        print("NETRC", repr(open({str(ws["home"] / ".netrc")!r}).read()))
+        for p in ({str(ws["home"])!r}, {str(ws["home"] / ".ssh")!r}, {str(ws["home"] / ".netrc")!r},
+                  {str(ws["home"] / ".config/looper/ws.env")!r}):
+            print("SEEN" if os.path.exists(p) else "ABSENT", p)
         """)
     assert done.ok, done.stderr
-    assert "SSH []" in done.stdout and "NETRC ''" in done.stdout
+    assert "SEEN" not in done.stdout and done.stdout.count("ABSENT") == 4, done.stdout
 
 
 def test_environment_is_clean(ws: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
