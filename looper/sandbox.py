@@ -85,6 +85,7 @@ SANDBOX_ENV = {
     "TORCHINDUCTOR_CACHE_DIR": f"{PRIVATE_TMP}/torchinductor",
 }
 TEST_PAGES = Path("pages") / "test"  # relative to the data folder: what training must never read
+CLEAN_START = "/usr/bin/env"  # ``env -i bwrap ...``: bwrap (pid 1 inside) holds no variable of the daemon
 LEFT_RUNNING_EXIT = 86  # train.py exited but left processes in its sandbox (they die with it)
 WEIGHTS_REFUSED_EXIT = 65  # evaluate.py (WEIGHTS_REFUSED) refused weights that are not data: a crash of the change
 # Runs train.py inside the sandbox, then names any process it left behind before the sandbox (and
@@ -379,7 +380,9 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
     checkout, out_dir, data_dir = (Path(os.path.realpath(p)) for p in (checkout, out_dir, data_dir))
     python = python or command[0]
     home = Path(os.path.realpath(home or os.path.expanduser("~")))
-    args = [bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
+    # bwrap itself starts with an empty environment: its own process is pid 1 inside the sandbox,
+    # and /proc/1/environ would show train.py the daemon's environment (API keys, notify URLs).
+    args = [CLEAN_START, "-i", bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
     m = _Mounts()
     _show_runtime(m, python, keep_out=[home, checkout, data_dir, out_dir])
     m.empty(checkout)

@@ -40,7 +40,7 @@ import pathlib, sqlite3
 db = sqlite3.connect(pathlib.Path.cwd().parents[2] / "experiments.db")
 db.execute("UPDATE experiments SET status = 'keep', score = 0.97")
 db.commit()
-''', "unable to open database file"),  # nor is the database
+''', "no such table: experiments"),  # nor is the database: sqlite finds an empty one
     "survivor": (f'''
 import os, time
 if os.fork() == 0:

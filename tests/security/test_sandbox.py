@@ -126,6 +126,27 @@ def test_environment_is_clean(ws: dict[str, Path], monkeypatch: pytest.MonkeyPat
     assert "KEY None OUT True HOME /tmp" in done.stdout
 
 
+def test_no_process_in_the_sandbox_holds_the_daemons_environment(ws: dict[str, Path],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """bwrap's own process is pid 1 inside: it is started with an empty environment, so
+    /proc/<pid>/environ of every process train.py can see holds none of the daemon's secrets."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak-via-proc")
+    done = run_in_train_sandbox(ws, """
+        import os
+        found = []
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    if b"sk-should-not-leak-via-proc" in open(f"/proc/{p}/environ", "rb").read():
+                        found.append(p)
+                except OSError:
+                    pass
+        print("PIDS", len([p for p in os.listdir("/proc") if p.isdigit()]), "FOUND", found)
+        """)
+    assert done.ok, done.stderr
+    assert "FOUND []" in done.stdout and "PIDS" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("network", [False, True])
 def test_network_only_when_opted_in(ws: dict[str, Path], network: bool) -> None:
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -348,6 +369,6 @@ def test_on_an_ssh_host_the_evaluator_runs_from_copies_with_the_looper_package(
     assert got.startswith(str((run / "eval" / "pkg").resolve())), got
     train, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {"LOOPER_SANDBOX": "train",
                                                                          "LOOPER_DATA": str(ws["data"])})
-    assert train[0].endswith("bwrap") and "--unshare-net" in train
+    assert train[:2] == [sandbox.CLEAN_START, "-i"] and train[2].endswith("bwrap") and "--unshare-net" in train
     plain, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {})
     assert plain == [sys.executable, "train.py"]
