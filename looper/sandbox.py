@@ -382,7 +382,9 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
     home = Path(os.path.realpath(home or os.path.expanduser("~")))
     # bwrap itself starts with an empty environment: its own process is pid 1 inside the sandbox,
     # and /proc/1/environ would show train.py the daemon's environment (API keys, notify URLs).
-    args = [CLEAN_START, "-i", bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
+    # PATH alone (no secret) so that a bare "bwrap" (a SLURM node's) is still found where it is installed.
+    args = [CLEAN_START, "-i", f"PATH={os.environ.get('PATH') or '/usr/local/bin:/usr/bin:/bin'}",
+            bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
     m = _Mounts()
     _show_runtime(m, python, keep_out=[home, checkout, data_dir, out_dir])
     m.empty(checkout)

@@ -369,6 +369,7 @@ def test_on_an_ssh_host_the_evaluator_runs_from_copies_with_the_looper_package(
     assert got.startswith(str((run / "eval" / "pkg").resolve())), got
     train, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {"LOOPER_SANDBOX": "train",
                                                                          "LOOPER_DATA": str(ws["data"])})
-    assert train[:2] == [sandbox.CLEAN_START, "-i"] and train[2].endswith("bwrap") and "--unshare-net" in train
+    assert train[:2] == [sandbox.CLEAN_START, "-i"] and train[2].startswith("PATH=") and train[3].endswith("bwrap")
+    assert "--unshare-net" in train
     plain, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {})
     assert plain == [sys.executable, "train.py"]
