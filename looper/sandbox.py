@@ -84,7 +84,6 @@ SANDBOX_ENV = {
     "YOLO_CONFIG_DIR": f"{PRIVATE_TMP}/ultralytics",
     "TORCHINDUCTOR_CACHE_DIR": f"{PRIVATE_TMP}/torchinductor",
 }
-TEST_PAGES = Path("pages") / "test"  # relative to the data folder: what training must never read
 CLEAN_START = "/usr/bin/env"  # ``env -i bwrap ...``: bwrap (pid 1 inside) holds no variable of the daemon
 LEFT_RUNNING_EXIT = 86  # train.py exited but left processes in its sandbox (they die with it)
 WEIGHTS_REFUSED_EXIT = 65  # evaluate.py (WEIGHTS_REFUSED) refused weights that are not data: a crash of the change
@@ -229,12 +228,11 @@ class _Mounts:
     def _add(self, dest: Path, order: int, args: list[str]) -> None:
         self.ops.append((dest, order, args))
 
-    def ro(self, path: Path | str, dest: Path | str | None = None) -> None:
-        """``path`` read-only at ``dest`` (default: its own place) when it exists."""
+    def ro(self, path: Path | str) -> None:
+        """``path`` read-only at its own place, when it exists."""
         p = Path(os.path.realpath(path))
         if p.exists():
-            d = Path(os.path.realpath(dest)) if dest is not None else p
-            self._add(d, 2, ["--ro-bind", str(p), str(d)])
+            self._add(p, 2, ["--ro-bind", str(p), str(p)])
 
     def rw(self, path: Path) -> None:
         p = Path(os.path.realpath(path))
@@ -319,15 +317,17 @@ def _safe_roots(paths: Sequence[Path], keep_out: Sequence[Path]) -> list[Path]:
     return safe
 
 
-def _show_runtime(m: _Mounts, python: str, keep_out: Sequence[Path]) -> None:
+def _show_runtime(m: _Mounts, python: str, keep_out: Sequence[Path], not_inside: Path | None = None) -> None:
+    """The Python runtime, read-only; nothing of it that lies inside ``not_inside`` (the checkout: on
+    an ssh host the synced looper package sits there, and train.py sees train.py alone)."""
     roots, packages = _runtime_paths(python)
-    for root in _safe_roots(roots, keep_out):
-        m.ro(root)
-    for pkg in _safe_roots(packages, keep_out):
-        m.ro(pkg)
+    shown = [p for p in _safe_roots(roots, keep_out) + _safe_roots(packages, keep_out)
+             if not_inside is None or not _under(p, not_inside)]
+    for path in shown:
+        m.ro(path)
     for pkg in {Path(os.path.realpath(p)) for p in packages}:
         for name in PACKAGE_HIDDEN:
-            if (pkg / name).is_dir():
+            if (pkg / name).is_dir() and any(_under(pkg / name, s) for s in shown):
                 m.empty(pkg / name)
 
 
@@ -386,7 +386,7 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
     args = [CLEAN_START, "-i", f"PATH={os.environ.get('PATH') or '/usr/local/bin:/usr/bin:/bin'}",
             bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
     m = _Mounts()
-    _show_runtime(m, python, keep_out=[home, checkout, data_dir, out_dir])
+    _show_runtime(m, python, keep_out=[home, checkout, data_dir, out_dir], not_inside=checkout)
     m.empty(checkout)
     m.ro(checkout / "train.py")
     for part in TRAIN_DATA_PARTS:

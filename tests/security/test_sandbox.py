@@ -367,9 +367,14 @@ def test_on_an_ssh_host_the_evaluator_runs_from_copies_with_the_looper_package(
 
     got = json.loads((run / "out" / "METRICS.json").read_text())["looper"]
     assert got.startswith(str((run / "eval" / "pkg").resolve())), got
+    (ws["checkout"] / "train.py").write_text("import os\nprint('CWD', sorted(os.listdir('.')))\n")
     train, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {"LOOPER_SANDBOX": "train",
                                                                          "LOOPER_DATA": str(ws["data"])})
     assert train[:2] == [sandbox.CLEAN_START, "-i"] and train[2].startswith("PATH=") and train[3].endswith("bwrap")
     assert "--unshare-net" in train
+    done = proc.run(train, timeout=60)
+    assert done.ok, done.stderr
+    assert "'looper'" not in done.stdout and "'evaluate.py'" not in done.stdout and "'train.py'" in done.stdout, \
+        done.stdout  # the synced looper package and the fixed files of the host's checkout are not shown
     plain, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {})
     assert plain == [sys.executable, "train.py"]
