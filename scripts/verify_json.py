@@ -11,12 +11,20 @@ as a single JSON line, the last line of stdout. Human-readable details go to std
 
 Exit code 0 / 1 / 2 for pass / fail / error. The whole run stays under 55 s: ruff gets
 at most 15 s and pytest what is left of 47 s (a late child gets 5 s more to stop).
+
+The fast tier's clock (issue 26): pytest runs with scripts/pytest_clock.py (``-p pytest_clock``),
+which writes each test's duration as it finishes. The verdict's metrics always carry
+``pytest_seconds`` and ``collect_seconds``; a run over the fast tier's 30 s budget, or one stopped
+at the deadline, also carries ``slowest`` (the ten slowest tests that finished, "1.23 s test id")
+and, when stopped, ``running_when_stopped``; a stopped run names them in its blocking reason too,
+so the next person sees what to move to the end-to-end tier.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -29,6 +37,10 @@ RUFF_PATHS = ("looper", "tests", "scripts")
 DEADLINE_S = 47.0  # + up to 5 s for proc.run to stop a late pytest: stays under 55 s
 RUFF_TIMEOUT_S = 15.0
 EXIT_FOR_STATUS = {"pass": 0, "fail": 1, "error": 2}
+
+SCRIPTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(SCRIPTS))
+import pytest_clock  # noqa: E402 - standard library only: cannot break with the package
 
 try:  # the verdict type comes from the package; if the package is broken, say so in JSON
     sys.path.insert(0, str(ROOT))
@@ -122,6 +134,39 @@ def pytest_verdict(exit_code: int | None, timed_out: bool, junit_text: str | Non
     return Verdict.errored("pytest: exit code 1 but no test failed", metrics=facts)
 
 
+def with_clock(verdict: Verdict, clock: pytest_clock.Clock | None, timed_out: bool, seconds: float,
+               budget_s: float = pytest_clock.FAST_BUDGET_S, show: int = pytest_clock.SHOW_SLOWEST) -> Verdict:
+    """pytest's verdict with the fast tier's clock: its duration always; over the budget or stopped
+    at the deadline, its slowest finished tests (and a stopped run names them in its reason)."""
+    facts: dict[str, Any] = {"pytest_seconds": round(seconds, 2)}
+    if clock is None:
+        return verdict.with_metrics(**facts)
+    if clock.collect_s is not None:
+        facts["collect_seconds"] = round(clock.collect_s, 2)
+    if not (timed_out or seconds > budget_s):
+        return verdict.with_metrics(**facts)
+    facts["fast_budget_seconds"] = budget_s
+    facts["slowest"] = pytest_clock.slowest(clock.durations, show)
+    if not timed_out:
+        return verdict.with_metrics(**facts)
+    facts["running_when_stopped"] = clock.running
+    total_s = pytest_clock.total_s(clock)
+    if clock.collect_s is None:
+        why = f"pytest: stopped while collecting ({clock.last_at:.0f} s in)"
+    else:
+        done = len(clock.durations)
+        if done == clock.collected and not clock.running:
+            why = (f"pytest: all {done} tests finished (collection {clock.collect_s:.1f} s, the session "
+                   f"{total_s:.1f} s) but pytest had not exited")
+        else:
+            why = f"pytest: stopped after {done} of {clock.collected} tests (collection {clock.collect_s:.1f} s)"
+        if clock.running:
+            why += f", during {clock.running}"
+        if facts["slowest"]:
+            why += "; slowest: " + ", ".join(facts["slowest"][:3])
+    return Verdict.errored(*verdict.blocking, why, metrics={**verdict.metrics, **facts})
+
+
 # -- running the tools ---------------------------------------------------------------------------
 
 
@@ -136,16 +181,24 @@ def _run_ruff(root: Path) -> tuple[Verdict, Completed | None]:
 
 def _run_pytest(root: Path, timeout_s: float) -> tuple[Verdict, Completed | None]:
     with tempfile.TemporaryDirectory(prefix="looper-verify-") as tmp:
-        junit = Path(tmp) / "junit.xml"
+        junit, times = Path(tmp) / "junit.xml", Path(tmp) / "times.jsonl"
         junit.unlink(missing_ok=True)  # a report not written by this run does not exist
         argv = [sys.executable, "-m", "pytest", "-m", "not e2e", "-q", "-p", "no:cacheprovider",
-                f"--junitxml={junit}"]
+                "-p", "pytest_clock", f"--junitxml={junit}"]
+        path = os.pathsep.join(p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH", "")) if p)
+        # bytecode caches are written (git-ignored __pycache__, even where PYTHONDONTWRITEBYTECODE is
+        # set): recompiling and re-rewriting ~300 files cost about 3 s of every run (issue 26)
+        env = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPATH": path, pytest_clock.TIMES_ENV: str(times)}
+        start = time.monotonic()
         try:
-            done = run(argv, cwd=root, timeout=timeout_s, env={"PYTHONDONTWRITEBYTECODE": "1"})
+            done = run(argv, cwd=root, timeout=timeout_s, env=env)
         except OSError as exc:
             return Verdict.errored(f"pytest: could not start ({exc})"), None
+        seconds = time.monotonic() - start
         text = junit.read_text(encoding="utf-8", errors="replace") if junit.exists() else None
-    return pytest_verdict(done.exit_code, done.timed_out, text, timeout_s), done
+        clock = pytest_clock.summarise(times.read_text(encoding="utf-8", errors="replace")) if times.exists() else None
+    verdict = pytest_verdict(done.exit_code, done.timed_out, text, timeout_s)
+    return with_clock(verdict, clock, done.timed_out, seconds), done
 
 
 def _explain(name: str, verdict: Verdict, done: Completed | None) -> None:
@@ -163,6 +216,15 @@ def _explain(name: str, verdict: Verdict, done: Completed | None) -> None:
         print((done.stdout + done.stderr)[-4000:], file=sys.stderr)
 
 
+def _explain_clock(verdict: Verdict) -> None:
+    if verdict.metrics.get("slowest"):
+        print(f"pytest: {verdict.metrics.get('pytest_seconds')} s against the fast tier's "
+              f"{verdict.metrics.get('fast_budget_seconds'):g} s budget; slowest tests (move what trains "
+              "or imports torch to the e2e tier, tests/tiers.py):", file=sys.stderr)
+        for line in verdict.metrics["slowest"]:
+            print(f"  {line}", file=sys.stderr)
+
+
 def verify(root: Path) -> Verdict:
     start = time.monotonic()
     ruff, ruff_done = _run_ruff(root)
@@ -170,6 +232,7 @@ def verify(root: Path) -> Verdict:
     left = max(5.0, DEADLINE_S - (time.monotonic() - start))
     tests, tests_done = _run_pytest(root, left)
     _explain("pytest", tests, tests_done)
+    _explain_clock(tests)
     metrics = {**ruff.metrics, **tests.metrics, "seconds": round(time.monotonic() - start, 2)}
     return Verdict.combine({"ruff": ruff, "pytest": tests}, metrics=metrics)
 

@@ -51,6 +51,45 @@ def pytest_configure(config: pytest.Config) -> None:
     import tiers
 
     tiers.skipped()  # an unknown tier name in LOOPER_SKIP_TIERS stops the run before any test
+    _register_clock(config)
+    _fast_tier_tmp_in_memory(config)
+
+
+RAM_DISK = Path("/dev/shm")
+RAM_DISK_MIN_FREE = 1 << 30  # bytes: the fast tier writes about 25 MB a run, pytest keeps 3 runs
+
+
+def _fast_tier_tmp_in_memory(config: pytest.Config) -> None:
+    """The fast tier's ``tmp_path`` folders on a RAM disk (tmpfs) when there is one with room.
+
+    Its tests open about 130 SQLite stores and commit about 1,250 times, and experiments.db
+    commits with ``synchronous = FULL``: on a disk every commit waits for an fsync (2-6 ms here),
+    on tmpfs it does not. Nothing a fast test asserts depends on the disk (a crash test kills a
+    process; the page cache survives it). Only for ``-m "not e2e"`` exactly: the end-to-end tier
+    keeps the usual temporary folder (its sandbox mounts a private /dev/shm). ``--basetemp`` or
+    ``PYTEST_DEBUG_TEMPROOT`` (pytest's own setting for the folder) win.
+    """
+    if " ".join(str(config.option.markexpr or "").split()) != "not e2e":
+        return
+    if config.option.basetemp or os.environ.get("PYTEST_DEBUG_TEMPROOT"):
+        return
+    try:
+        st = os.statvfs(RAM_DISK)
+    except OSError:
+        return
+    if os.access(RAM_DISK, os.W_OK) and st.f_bavail * st.f_frsize >= RAM_DISK_MIN_FREE:
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(RAM_DISK)  # read when the first tmp_path is made
+
+
+def _register_clock(config: pytest.Config) -> None:
+    """scripts/pytest_clock.py: every run ends with its duration, the fast tier with its 30 s budget
+    and, over it, its slowest tests (issue 26). verify_json.py loads it itself with ``-p``."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import pytest_clock
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    pytest_clock.register(config)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001

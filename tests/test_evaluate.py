@@ -2,16 +2,19 @@
 
 Ultralytics' NMS keeps only scores strictly above its threshold, compared in float32;
 evaluate.py feeds it the float32 just below and keeps scores >= the threshold itself.
+
+End-to-end tier: these tests run torch and Ultralytics' NMS, so torch is imported inside the
+tests, never when the fast tier collects this file (about 1.5 s of torch import on every run).
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-import torch
 
 from looper.core.metrics import CONFIDENCE, STREAM_CONFIDENCE, Detection, evaluate_pages
 
@@ -21,6 +24,11 @@ import evaluate  # noqa: E402
 
 sys.path.remove(str(REPO))
 
+if TYPE_CHECKING:
+    import torch
+
+pytestmark = pytest.mark.e2e  # torch and Ultralytics: the end-to-end tier (tests/tiers.py)
+
 AT = float(np.float32(CONFIDENCE))  # 0.25 exactly
 BELOW = float(np.nextafter(np.float32(CONFIDENCE), np.float32(0)))  # the next float32 down
 
@@ -28,6 +36,8 @@ BELOW = float(np.nextafter(np.float32(CONFIDENCE), np.float32(0)))  # the next f
 def raw_output(scores: list[float], nc: int = 2) -> torch.Tensor:
     """A detection head's raw output for one tile: (1, 4 + nc, anchors), boxes as centre x, y, w, h;
     anchor i is a 20 px box at (40 + 60 i, 40), class 0 scored ``scores[i]``."""
+    import torch
+
     out = torch.zeros(1, 4 + nc, len(scores), dtype=torch.float32)
     for i, s in enumerate(scores):
         out[0, :4, i] = torch.tensor([40.0 + 60 * i, 40.0, 20.0, 20.0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -62,7 +63,8 @@ def test_manifest_hashes_every_file(tiny_data: Path) -> None:
 
 def test_verify_catches_a_changed_file(tiny_data: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
-    prepare.build(copy, "tiny", 0)  # a secret test seed: verify needs none, it checks hashes
+    shutil.copytree(tiny_data, copy)  # the session's build, verified clean by test_manifest_hashes_every_file
+    assert prepare.verify(copy) == []
     page = copy / "pages/test/page_000.json"
     page.write_text(page.read_text().replace("supply", "return", 1))
     assert any("page_000.json" in p for p in prepare.verify(copy))
@@ -166,28 +168,26 @@ def _digests(data: Path, prefix: str) -> dict[str, str]:
     return {k: v for k, v in files.items() if k.startswith(prefix)}
 
 
-def test_the_test_pages_come_from_a_secret_the_manifest_does_not_hold(tmp_path: Path) -> None:
-    """Two builds from the same (public) seed: the same train and val files, different test pages; the
-    manifest, the dataset.yaml and the file names hold nothing of the secret: prepare.py and the
-    manifest's seed rebuild the training data, never the test pages."""
-    a = prepare.build(tmp_path / "a", "tiny", 0)
-    prepare.build(tmp_path / "b", "tiny", 0)
-    assert _digests(tmp_path / "a", "tiles/") == _digests(tmp_path / "b", "tiles/")
-    assert _digests(tmp_path / "a", "pages/val/") == _digests(tmp_path / "b", "pages/val/")
-    test_a, test_b = _digests(tmp_path / "a", "pages/test/"), _digests(tmp_path / "b", "pages/test/")
-    assert test_a and set(test_a) == set(test_b) and not set(test_a.values()) & set(test_b.values())
-    assert a["seed"] == 0 and a["version"] == 2 and "test_seed" not in a
-    prepare.build(tmp_path / "rebuilt", "tiny", int(a["seed"]), test_seed=int(a["seed"]))  # the old way
-    assert not set(_digests(tmp_path / "rebuilt", "pages/test/").values()) & set(test_a.values())
+def test_the_test_pages_come_from_a_secret_the_manifest_does_not_hold(tiny_data: Path, tmp_path: Path) -> None:
+    """A build from the same (public) seed as tiny_data, whose test pages were drawn the old way (from
+    that seed: test_seed=0): the same train and val files, other test pages. prepare.py and the
+    manifest's seed rebuild the training data, never the test pages; the manifest holds no test seed."""
+    a = prepare.build(tmp_path / "a", "tiny", 0)  # a fresh secret
+    assert _digests(tmp_path / "a", "tiles/") == _digests(tiny_data, "tiles/")
+    assert _digests(tmp_path / "a", "pages/val/") == _digests(tiny_data, "pages/val/")
+    mine, old_way = _digests(tmp_path / "a", "pages/test/"), _digests(tiny_data, "pages/test/")
+    assert mine and set(mine) == set(old_way) and not set(mine.values()) & set(old_way.values())
+    assert a["seed"] == 0 and a["version"] == 2 and not [k for k in a if "test" in k]
 
 
-def test_an_explicit_test_seed_rebuilds_the_same_bytes(tmp_path: Path) -> None:
+def test_an_explicit_test_seed_is_never_written_down(tmp_path: Path) -> None:
+    """Reproducible builds (--test-seed) are covered by test_same_seed_same_bytes; the seed itself
+    appears in no file of the data set."""
     seed = 0xDEADBEEF_0123456789ABCDEF_55AA55AA
-    a = prepare.build(tmp_path / "a", "tiny", 0, test_seed=seed)
-    b = prepare.build(tmp_path / "b", "tiny", 0, test_seed=seed)
-    assert a["hash"] == b["hash"]
-    text = (tmp_path / "a" / "manifest.json").read_text() + (tmp_path / "a" / "dataset.yaml").read_text()
-    assert str(seed) not in text and f"{seed:x}" not in text and f"{seed:032x}" not in text
+    prepare.build(tmp_path / "a", "tiny", 0, test_seed=seed)
+    text = b"".join(p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.suffix in (".json", ".yaml", ".txt"))
+    for form in (str(seed), f"{seed:x}", f"{seed:032x}"):
+        assert form.encode() not in text
     with pytest.raises(SystemExit, match="below 2\\*\\*128"):
         prepare.build(tmp_path / "c", "tiny", 0, test_seed=1 << 128)
 

@@ -6,6 +6,25 @@ apt line that installs it, unless the user opts out of the tier by name::
 Skipped tiers are named again at the end of the run (``pytest_terminal_summary`` in
 tests/conftest.py). The tier -> package table is ``scripts/system_packages.txt``, the same one
 ``scripts/setup_system.sh`` installs from (``make test`` runs it first).
+
+Two speed tiers cut across these (issue 26):
+
+- the fast tier, ``python -m pytest -q -m "not e2e"`` (``make test-fast``, and inside
+  ``make verify-json``): no torch import, no training, no sandbox, no browser; budget 30 s on
+  an idle 2-core machine (``FAST_BUDGET_S`` in scripts/pytest_clock.py; verify-json's hard
+  deadline is 47 s). Every run ends with one line: its duration, split into collection and
+  tests, and over the budget its ten slowest tests. What collection imports counts too:
+  ``python -X importtime -m pytest --collect-only -q -s -m "not e2e" 2>imp.txt`` shows it;
+  a test file imports heavy libraries (torch, ultralytics) inside its tests, not at the top.
+  Its ``tmp_path`` folders are on /dev/shm when that has room (tests/conftest.py);
+  ``make test-fast`` and ``make verify-json`` write bytecode caches (git-ignored __pycache__)
+  even where PYTHONDONTWRITEBYTECODE is set: recompiling every file costs about 3 s a run.
+- the end-to-end tier, ``@pytest.mark.e2e`` (a module's ``pytestmark``, or the tests/e2e
+  folder): real training, real git, sandbox, sshd, slurm, chromium, torch. ``make test`` runs
+  both tiers, every test once.
+
+A test that imports torch or trains goes to the end-to-end tier; a fixture that builds a
+seeded store is built once per session and copied per test (tests/report/seed_copies.py).
 """
 
 from __future__ import annotations

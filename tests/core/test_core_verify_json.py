@@ -118,6 +118,8 @@ def test_script_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert verdict["blocking"] == ["ruff: 1 problem", "pytest: 1 failed"]
     assert verdict["metrics"]["tests"] == 2 and verdict["metrics"]["passed"] == 1
     assert len(stdout.strip().splitlines()) == 1  # the verdict is the only stdout line
+    # the clock plugin ran in a checkout without this project's conftest (-p pytest_clock)
+    assert 0 < verdict["metrics"]["collect_seconds"] <= verdict["metrics"]["pytest_seconds"]
 
 
 @pytest.mark.e2e
@@ -140,3 +142,98 @@ def test_script_error_when_a_test_file_cannot_import(tmp_path: Path) -> None:
     code, verdict, _ = _run(_repo(tmp_path, body))
     assert (code, verdict["status"]) == (2, "error")
     assert "pytest: was interrupted (collection errors?)" in verdict["blocking"][0]
+
+
+@pytest.mark.e2e
+def test_script_stopped_at_its_deadline_names_the_running_and_the_slowest_tests(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    body = ("import time\n\n\ndef test_a_quick_one():\n    time.sleep(0.3)\n\n\n"
+            "def test_z_never_ends():\n    time.sleep(60)\n")
+    monkeypatch.setattr(vj, "DEADLINE_S", 15.0)  # room for a slow start on a busy machine
+    code = vj.main(["--root", str(_repo(tmp_path, body))])
+    captured = capsys.readouterr()
+    verdict = json.loads(captured.out.strip().splitlines()[-1])
+    assert (code, verdict["status"]) == (2, "error")
+    stopped = [b for b in verdict["blocking"] if "stopped after" in b]
+    assert stopped == [stopped[0]] and "stopped after 1 of 2 tests (collection" in stopped[0]
+    assert "during tests/test_x.py::test_z_never_ends" in stopped[0]
+    assert "tests/test_x.py::test_a_quick_one" in stopped[0]
+    assert verdict["metrics"]["running_when_stopped"] == "tests/test_x.py::test_z_never_ends"
+    assert [x.split(" s ")[1] for x in verdict["metrics"]["slowest"]] == ["tests/test_x.py::test_a_quick_one"]
+    assert float(verdict["metrics"]["slowest"][0].split(" s ")[0]) >= 0.3
+    assert "slowest tests" in captured.err and "test_a_quick_one" in captured.err
+
+
+# -- the fast tier's clock (scripts/pytest_clock.py) and what the verdict says of it --------------
+
+
+def _events(*evs: dict) -> str:
+    return "\n".join(json.dumps(e) for e in evs)
+
+
+def test_clock_reads_a_finished_run() -> None:
+    clock = vj.pytest_clock.summarise(_events(
+        {"event": "collected", "tests": 2, "at": 1.5},
+        {"event": "start", "test": "t::a", "at": 1.6}, {"event": "done", "test": "t::a", "seconds": 0.4, "at": 2.0},
+        {"event": "start", "test": "t::b", "at": 2.0}, {"event": "done", "test": "t::b", "seconds": 3.0, "at": 5.0},
+        {"event": "finished", "at": 5.2}))
+    assert (clock.collect_s, clock.collected, clock.running, clock.finished_at) == (1.5, 2, None, 5.2)
+    assert clock.durations == {"t::a": 0.4, "t::b": 3.0}
+    assert vj.pytest_clock.clock_line(clock, fast=True) == (
+        "fast tier: 5.2 s (collection 1.5 s, 2 tests 3.4 s), within its 30 s budget")
+    assert vj.pytest_clock.clock_line(clock, fast=False) == "this run: 5.2 s (collection 1.5 s, 2 tests 3.4 s)"
+    assert "OVER its 4 s budget" in vj.pytest_clock.clock_line(clock, fast=True, budget_s=4)
+
+
+def test_clock_of_a_killed_run_keeps_what_finished_and_names_the_running_test() -> None:
+    text = _events({"event": "collected", "tests": 3, "at": 1.0},
+                   {"event": "start", "test": "t::a", "at": 1.0}, {"event": "done", "test": "t::a", "seconds": 2.0, "at": 3.0},
+                   {"event": "start", "test": "t::b", "at": 3.0}) + '\n{"event": "do'  # torn by the kill
+    clock = vj.pytest_clock.summarise(text)
+    assert (clock.running, clock.finished_at, clock.last_at, clock.durations) == ("t::b", None, 3.0, {"t::a": 2.0})
+    assert vj.pytest_clock.summarise("").collect_s is None
+    assert vj.pytest_clock.summarise('[1]\n{"event": "done", "test": "x"}').durations == {}  # malformed: ignored
+
+
+def test_slowest_is_slowest_first_with_ties_by_name_and_cut_at_n() -> None:
+    d = {"t::c": 1.0, "t::a": 2.5, "t::b": 1.0, "t::d": 0.01}
+    assert vj.pytest_clock.slowest(d, 3) == ["2.50 s t::a", "1.00 s t::b", "1.00 s t::c"]
+    assert vj.pytest_clock.slowest({}) == []
+
+
+def _clock(running: str | None = None, collected: bool = True) -> object:
+    evs: list[dict] = [{"event": "collected", "tests": 12, "at": 2.0}] if collected else []
+    evs += [{"event": "done", "test": f"t::{i}", "seconds": float(i), "at": 3.0} for i in range(1, 12)]
+    if running:
+        evs.append({"event": "start", "test": running, "at": 40.0})
+    return vj.pytest_clock.summarise(_events(*evs))
+
+
+def test_within_budget_the_verdict_carries_only_the_durations() -> None:
+    v = vj.with_clock(vj.Verdict.passed(metrics={"tests": 12}), _clock(), timed_out=False, seconds=12.345)
+    assert v.status is Status.PASS and v.metrics == {"tests": 12, "pytest_seconds": 12.35, "collect_seconds": 2.0}
+    assert vj.with_clock(vj.Verdict.passed(), None, False, 3.0).metrics == {"pytest_seconds": 3.0}
+
+
+def test_over_budget_still_passes_and_names_the_ten_slowest() -> None:
+    v = vj.with_clock(vj.Verdict.passed(), _clock(), timed_out=False, seconds=31.0)
+    assert v.status is Status.PASS and v.blocking == []
+    assert v.metrics["fast_budget_seconds"] == 30.0 and "running_when_stopped" not in v.metrics
+    assert v.metrics["slowest"] == [f"{i:.2f} s t::{i}" for i in range(11, 1, -1)]
+
+
+def test_stopped_at_the_deadline_names_the_running_and_slowest_tests_in_its_reason() -> None:
+    timed = vj.pytest_verdict(None, True, None, 47.0)
+    v = vj.with_clock(timed, _clock(running="t::stuck"), timed_out=True, seconds=47.0)
+    assert v.status is Status.ERROR and v.blocking[0] == "pytest: did not finish within 47 s"
+    assert v.blocking[1] == ("pytest: stopped after 11 of 12 tests (collection 2.0 s), during t::stuck; "
+                             "slowest: 11.00 s t::11, 10.00 s t::10, 9.00 s t::9")
+    assert v.metrics["running_when_stopped"] == "t::stuck" and len(v.metrics["slowest"]) == 10
+    ended = vj.with_clock(timed, vj.pytest_clock.summarise(_events(
+        {"event": "collected", "tests": 1, "at": 2.0}, {"event": "start", "test": "t::1", "at": 2.0},
+        {"event": "done", "test": "t::1", "seconds": 40.0, "at": 42.0}, {"event": "finished", "at": 42.5})),
+        timed_out=True, seconds=47.0)
+    assert ended.blocking[1] == ("pytest: all 1 tests finished (collection 2.0 s, the session 42.5 s) but pytest "
+                                 "had not exited; slowest: 40.00 s t::1")
+    early = vj.with_clock(timed, _clock(collected=False), timed_out=True, seconds=47.0)
+    assert early.blocking[1] == "pytest: stopped while collecting (3 s in)" and "collect_seconds" not in early.metrics

@@ -82,8 +82,8 @@ def test_text_table_lists_every_row(seeded: Seeded) -> None:
             assert f"{r['score']:.4f}" in line
 
 
-def test_markup_in_descriptions_is_shown_verbatim(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    s = build(tmp_path)
+def test_markup_in_descriptions_is_shown_verbatim(tmp_path, seed_copy) -> None:  # type: ignore[no-untyped-def]
+    s = seed_copy(build, tmp_path)
     i = s.store.start_experiment(tag=TAG, kind="candidate", seed=0, config={}, description="[bold]lr[/bold] x2 <b>")
     s.store.record_outcome(i, outcome="discard", score=0.2, blocking=["lost"])
     text = history_text(history_rows(s.store, status="discard"), console_width=200)
@@ -117,10 +117,10 @@ def test_report_redaction_triggers_were_written_for_the_pagers_patterns() -> Non
     assert tuple(p.pattern for p in _SECRET_PATTERNS) == TRIGGERS_FOR
 
 
-def test_secret_in_a_description_is_redacted_everywhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_secret_in_a_description_is_redacted_everywhere(tmp_path, seed_copy) -> None:  # type: ignore[no-untyped-def]
     from looper.report import report_text, write_html
 
-    s = build(tmp_path)
+    s = seed_copy(build, tmp_path)
     i = s.store.start_experiment(tag=TAG, kind="candidate", seed=0, config={},
                                  description="use https://bob:pw-s3cr3tpw@hub.example/model")
     s.store.record_outcome(i, outcome="discard", score=0.2, blocking=["fetch from https://bob:pw-s3cr3tpw@hub.example"])

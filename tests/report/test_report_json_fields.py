@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 import report_seed_noise as seed
+from seed_copies import SeedCopies
 
 from looper.store.queries import json_fields
 
 
-def test_json_fields_match_the_records(tmp_path: Path) -> None:
-    s = seed.build(tmp_path / "ws")
+def test_json_fields_match_the_records(tmp_path: Path, seed_copy: SeedCopies) -> None:
+    s = seed_copy(seed.build, tmp_path / "ws")
     try:
         got = json_fields(s.store, {"band": ("verdict", "$.metrics.noise_band"),
                                     "test": ("verdict", "$.metrics.score_test"),

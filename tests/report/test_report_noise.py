@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import sqlite3
 import statistics
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import report_seed
 import report_seed_noise as seed
+from seed_copies import SeedCopies
 
 from looper.core import stats
 from looper.report import gather, render_html, report_text, write_html
@@ -54,25 +54,20 @@ def _page(s: seed.Seeded, tmp_path: Path) -> str:
     return write_html(s.store, s.root, tmp_path / "report.html").read_text()
 
 
+# each fixture is this test's own copy of a seed built once per session (conftest.py: seed_copy)
 @pytest.fixture
-def nothing(tmp_path: Path) -> Iterator[seed.Seeded]:
-    s = seed.build(tmp_path / "nothing")
-    yield s
-    s.store.close()
-
-
-@pytest.fixture
-def kept(tmp_path: Path) -> Iterator[seed.Seeded]:
-    s = seed.build(tmp_path / "kept", keep=True, sandbox="bwrap")
-    yield s
-    s.store.close()
+def nothing(tmp_path: Path, seed_copy: SeedCopies) -> seed.Seeded:
+    return seed_copy(seed.build, tmp_path / "nothing")
 
 
 @pytest.fixture
-def one_seed(tmp_path: Path) -> Iterator[seed.Seeded]:
-    s = seed.build(tmp_path / "one", baseline_seeds=1)
-    yield s
-    s.store.close()
+def kept(tmp_path: Path, seed_copy: SeedCopies) -> seed.Seeded:
+    return seed_copy(seed.build, tmp_path / "kept", keep=True, sandbox="bwrap")
+
+
+@pytest.fixture
+def one_seed(tmp_path: Path, seed_copy: SeedCopies) -> seed.Seeded:
+    return seed_copy(seed.build, tmp_path / "one", baseline_seeds=1)
 
 
 # --------------------------------------------------------------------------- the seed is what it claims
@@ -142,16 +137,13 @@ def test_class_failure_shows_its_test_in_words(nothing: seed.Seeded, tmp_path: P
         assert f'<span class="fails">{line.replace(">", "&gt;").replace("<", "&lt;")}</span>' in row.group(1)
 
 
-def test_a_verdict_from_before_the_statistics_gets_no_words(tmp_path: Path) -> None:
+def test_a_verdict_from_before_the_statistics_gets_no_words(tmp_path: Path, seed_copy: SeedCopies) -> None:
     """The old seed's verdicts carry no noise figures: no judgement is invented for them."""
-    s = report_seed.build(tmp_path)
-    try:
-        n = gather(s.store, s.root)
-        assert n.judgements == {}
-        assert "Verdicts against the noise" not in report_text(s.store, s.root)
-        assert 'id="verdicts"' not in render_html(n) and 'class="errbar"' not in render_html(n)
-    finally:
-        s.store.close()
+    s = seed_copy(report_seed.build, tmp_path)
+    n = gather(s.store, s.root)
+    assert n.judgements == {}
+    assert "Verdicts against the noise" not in report_text(s.store, s.root)
+    assert 'id="verdicts"' not in render_html(n) and 'class="errbar"' not in render_html(n)
 
 
 # --------------------------------------------------------------------------- a night that kept nothing
@@ -234,18 +226,16 @@ def test_sandbox_on_says_nothing(kept: seed.Seeded) -> None:
     assert "sandbox" not in _text(kept)
 
 
-def test_sandbox_off_in_the_workspace_config_when_no_experiment_records_it(tmp_path: Path) -> None:
-    s = report_seed.build(tmp_path)  # its experiments' configuration has no [executor]
-    try:
-        assert "sandbox" not in report_text(s.store, s.root)
-        (tmp_path / "looper.toml").write_text('[executor]\nsandbox = "none"\n')
-        text = report_text(s.store, s.root, console_width=400)
-        head = text[:text.index("At a glance")]
-        assert "looper.toml sets [executor] sandbox = \"none\"" in head
-        (tmp_path / "looper.toml").write_text('[executor]\nsandbox = "bwrap"\n')
-        assert "sandbox" not in report_text(s.store, s.root)
-    finally:
-        s.store.close()
+def test_sandbox_off_in_the_workspace_config_when_no_experiment_records_it(tmp_path: Path,
+                                                                           seed_copy: SeedCopies) -> None:
+    s = seed_copy(report_seed.build, tmp_path)  # its experiments' configuration has no [executor]
+    assert "sandbox" not in report_text(s.store, s.root)
+    (tmp_path / "looper.toml").write_text('[executor]\nsandbox = "none"\n')
+    text = report_text(s.store, s.root, console_width=400)
+    head = text[:text.index("At a glance")]
+    assert "looper.toml sets [executor] sandbox = \"none\"" in head
+    (tmp_path / "looper.toml").write_text('[executor]\nsandbox = "bwrap"\n')
+    assert "sandbox" not in report_text(s.store, s.root)
 
 
 # --------------------------------------------------------------------------- error bars in the HTML
