@@ -1,6 +1,6 @@
 """Build the synthetic HVAC drawing data set (a fixed file: agents never edit it).
 
-    python prepare.py --out DIR --scale tiny|demo|full --seed N
+    python prepare.py --out DIR --scale tiny|demo|full --seed N [--test-seed N]
 
 Large black-and-white plan pages carry 26 kinds of HVAC symbols (looper/core/classes.py)
 among what real sheets carry: walls, duct runs, dimension lines, leaders, tags and text.
@@ -8,13 +8,21 @@ Symbols are axis-aligned, heavily imbalanced (the most common class is drawn abo
 times as often as the rarest) and come in look-alike groups that differ only by a small
 detail. The output is deterministic: the same seed gives the same bytes.
 
-    DIR/manifest.json     version, scale, seed, classes, sha256 of every file, overall hash
+    DIR/manifest.json     version, scale, seed (train/val), classes, sha256 of every file, overall hash
     DIR/dataset.yaml      Ultralytics data yaml (no absolute path: resolved next to itself)
     DIR/tiles/{train,val}/{images,labels}/   YOLO tiles cut from train / val pages only
     DIR/pages/{val,test}/page_NNN.png + .json  whole pages with their truth boxes
 
-Every split draws from its own random stream ([seed, split]); tiles are cut from train
-pages (training) and val pages (validation) only; test pages never feed training.
+Every split draws from its own random stream; tiles are cut from train pages (training) and
+val pages (validation) only; test pages never feed training.
+
+The test pages cannot be rebuilt from anything train.py can read: their stream's seed is a
+128-bit secret, never written to the manifest, the data folder or the output. It is
+``--test-seed N`` when given (tests, reproducible builds), else the one kept in the file
+``$LOOPER_TEST_SEED_FILE`` names (drawn with :mod:`secrets` and written there, mode 600, the
+first time; looper points it at the workspace's ``.looper/test_seed``, which no sandbox
+shows), else a fresh secret kept nowhere (the test pages can then never be rebuilt).
+``--verify`` checks every file, test pages included, by its sha256 in the manifest.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ import hashlib
 import io
 import json
 import math
+import os
+import secrets
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +44,9 @@ from PIL import Image, ImageDraw, ImageFont
 
 from looper.core.classes import CLASS_INDEX, CLASSES, FREQUENCY
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: the test pages' seed is a secret, not in the manifest
+TEST_SEED_ENV = "LOOPER_TEST_SEED_FILE"  # names the file that keeps the secret test seed
+TEST_SEED_BITS = 128
 TILE = 256  # training tile side, px
 PNG_COMPRESS = 6  # fixed PNG compression level: same pixels -> same bytes
 SPLIT_CODES = {"train": 1, "val": 2, "test": 3}
@@ -327,19 +339,64 @@ def yolo_labels(truth: list[dict[str, object]], x0: int, y0: int, tile: int, min
     return "".join(line + "\n" for line in lines)
 
 
-def build(out: Path, scale: str, seed: int) -> dict[str, object]:
-    """Write the whole data set into ``out`` (must be empty or absent); return the manifest."""
+def draw_test_seed() -> int:
+    """A fresh secret seed for the test pages (:mod:`secrets`, 128 bits)."""
+    return secrets.randbits(TEST_SEED_BITS)
+
+
+def load_test_seed(path: Path) -> int:
+    """The secret test seed kept in ``path``: drawn and written there (hex, mode 600, created
+    exclusively) when the file does not exist yet."""
+    path = Path(path)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another build drew it first: use that one
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{draw_test_seed():032x}\n")
+    try:
+        text = path.read_text().strip()
+        value = int(text, 16)
+    except (OSError, ValueError):
+        raise SystemExit(f"prepare.py: {path} does not hold a test seed (32 hex digits); move it away to draw "
+                         "a new one (the test pages will then differ from any built before)") from None
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o600)
+    return value
+
+
+def _seed_words(value: int) -> list[int]:
+    """A seed of up to 128 bits as the fewest 32-bit words numpy's RandomState takes (at least one:
+    ``--test-seed N`` with N below 2**32 draws the same test pages as ``--seed N`` did in version 1)."""
+    if not 0 <= value < 1 << TEST_SEED_BITS:
+        raise SystemExit(f"prepare.py: a test seed is a non-negative integer below 2**{TEST_SEED_BITS}")
+    words = [(value >> (32 * k)) & 0xFFFFFFFF for k in range(TEST_SEED_BITS // 32)]
+    while len(words) > 1 and words[-1] == 0:
+        words.pop()
+    return words
+
+
+def build(out: Path, scale: str, seed: int, test_seed: int | None = None) -> dict[str, object]:
+    """Write the whole data set into ``out`` (must be empty or absent); return the manifest.
+
+    ``seed`` draws the train and val pages (recorded in the manifest); ``test_seed`` the test
+    pages (never recorded; None: a fresh secret, kept nowhere)."""
     if scale not in SCALES:
         raise SystemExit(f"prepare.py: unknown --scale {scale!r}; choose one of {', '.join(SCALES)}")
     sc = SCALES[scale]
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"prepare.py: output folder {out} is not empty; refusing to mix data sets")
+    secret = _seed_words(draw_test_seed() if test_seed is None else test_seed)
     files: dict[str, bytes] = {}
     for split in ("train", "val", "test"):
         code = SPLIT_CODES[split]
-        quota = class_quota(split, sc, np.random.RandomState([seed, code, 0]))
+        base = secret if split == "test" else [seed]  # the test pages: from the secret only
+        quota = class_quota(split, sc, np.random.RandomState([*base, code, 0]))
         for i, classes in enumerate(quota):
-            rng = np.random.RandomState([seed, code, i + 1])
+            rng = np.random.RandomState([*base, code, i + 1])
             img, truth = make_page(rng, sc.page, classes, sc)
             if split in ("val", "test"):
                 page = {"split": split, "source": f"{split}-{i:03d}", "width": sc.page, "height": sc.page,
@@ -408,7 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="output folder (empty or absent)")
     ap.add_argument("--scale", default="demo", choices=sorted(SCALES))
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the train and val pages (in the manifest)")
+    ap.add_argument("--test-seed", type=int, default=None,
+                    help=f"seed of the test pages (default: the secret in ${TEST_SEED_ENV}, else a fresh one)")
     ap.add_argument("--verify", action="store_true", help="check an existing folder against its manifest")
     args = ap.parse_args(argv)
     if args.verify:
@@ -417,10 +476,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"prepare.py: {p}", file=sys.stderr)
         print("ok" if not problems else f"{len(problems)} problem(s)")
         return 1 if problems else 0
-    manifest = build(args.out, args.scale, args.seed)
+    keep = os.environ.get(TEST_SEED_ENV, "")
+    test_seed = args.test_seed if args.test_seed is not None else load_test_seed(Path(keep)) if keep else None
+    manifest = build(args.out, args.scale, args.seed, test_seed)
     n = len(manifest["files"])  # type: ignore[arg-type]
+    where = ("given" if args.test_seed is not None else f"secret, kept in {keep}" if keep
+             else "secret, kept nowhere: they cannot be rebuilt")
     print(f"prepare.py: wrote {n} files to {args.out} (scale={args.scale}, seed={args.seed}, "
-          f"hash={manifest['hash']})")
+          f"test pages' seed {where}, hash={manifest['hash']})")
     return 0
 
 

@@ -15,6 +15,16 @@ from pathlib import Path
 
 _CHUNK = 1 << 20
 
+# The synthetic test pages' seed is a secret (prepare.py draws it with ``secrets``): prepare.py is
+# told where it is kept through this variable, never on its command line (an argv is public).
+TEST_SEED_ENV = "LOOPER_TEST_SEED_FILE"
+
+
+def secret_seed_file(root: Path) -> Path:
+    """Where a workspace (or an ssh host's remote folder) keeps the test pages' secret seed: its
+    ``.looper/`` folder, which no sandbox shows; mode 600; never in the manifest, the database or a log."""
+    return Path(root) / ".looper" / "test_seed"
+
 
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()

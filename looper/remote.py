@@ -21,7 +21,8 @@ Commands:
   folder and prune old ones (never one whose run.pid is still there) in the same round trip.
 - ``run-dir DIR [--keep N] [--cached PATH]``: create and prune as above; whether PATH exists.
 - ``data DIR [--prepare prepare.py --scale S --seed N]``: the data set's manifest hash
-  (:func:`looper.datahash.tree_hash`), after building it with prepare.py when asked and missing.
+  (:func:`looper.datahash.tree_hash`), after building it with prepare.py when asked and missing
+  (the test pages' secret seed kept in ``remote_dir/.looper/test_seed``, which no sandbox shows).
 - ``run DIR [--env K=V]... [--gpu-index N] [--budget S] -- ARGV...``: run ARGV in a process
   group of its own, its id written to ``DIR/run.pid`` before it starts, its output streamed
   to stdout (the ssh client) and ``DIR/run.log``; the exit status goes to ``DIR/status`` and
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from looper import proc, sandbox
-from looper.datahash import file_sha256, tree_hash
+from looper.datahash import TEST_SEED_ENV, file_sha256, secret_seed_file, tree_hash
 
 
 def _say(payload: dict[str, Any]) -> int:
@@ -143,6 +144,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         if not args.prepare:
             return _say({"state": "missing"})
         env = dict(kv.split("=", 1) for kv in args.env)
+        env[TEST_SEED_ENV] = str(secret_seed_file(Path.cwd().parent))  # this host's secret, beside runs/
         done = proc.run([sys.executable, args.prepare, "--out", str(data), "--scale", args.scale,
                          "--seed", str(args.seed)], env=env, timeout=3600)
         if not done.ok or not (data / "manifest.json").is_file():

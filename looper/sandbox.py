@@ -3,19 +3,29 @@
 train.py is written by an agent that optimises the score, so it is untrusted. Every
 executor wraps its two commands with the argv built here:
 
-- :func:`train_argv`: train.py inside ``bwrap``. The whole filesystem read-only; writable
-  only ``$LOOPER_OUT`` and a private ``/tmp`` (and ``/dev/shm``), both gone with the run; the
-  test pages and their truth (``$LOOPER_DATA/pages/test``) are not mounted (an empty,
-  read-only folder stands in their place); the usual credential folders of ``$HOME`` and the
-  host's sockets under ``/run`` are hidden; no network unless ``[executor] sandbox_network = true``; its own PID, IPC and UTS
+- :func:`train_argv`: train.py inside ``bwrap``, **deny by default**: the sandbox's root is
+  empty and only what a run needs is put in it. Visible, read-only: the system's program and
+  library folders (``/usr``, ``/bin``, ``/lib*``: symlinks or binds), a few named files of
+  ``/etc`` (:data:`ETC_FILES`; name service and certificates only with the network on), the
+  Python runtime (the interpreter's prefixes and its ``site-packages``, the looper package
+  folder, never a source tree whole), its own checkout's ``train.py`` (the checkout is
+  otherwise empty: no ``.git``, no other file), the data's training and validation parts
+  (:data:`TRAIN_DATA_PARTS`: ``dataset.yaml``, ``tiles/``, ``pages/val/``; not the manifest,
+  not the test pages), the workspace's ``pretrained/`` folder when it has one. Writable:
+  ``$LOOPER_OUT``, a private ``/tmp`` and ``/dev/shm``, both gone with the run. Everything
+  else is absent: ``$HOME``, the workspace (database, ``runs/``, ``.looper``, ``.git``,
+  ``baselines/``, ``prepare.py``), other workers' checkouts, the host's sockets under ``/run``.
+  No network unless ``[executor] sandbox_network = true``; its own PID, IPC and UTS
   namespaces; ``--die-with-parent`` and ``--new-session``; every capability dropped; a
   clean environment (no secrets of the daemon). When the run's first process ends, the
   kernel kills everything else in its PID namespace, so no process outlives it, whatever it
   forked; a run that left processes behind ends with exit status 86 and a line naming
   them (a crash of the change). GPU device nodes (``/dev/nvidia*``) are bound when present.
 - :func:`eval_argv`: ``python -I`` on a harness-owned copy of evaluate.py (no script folder,
-  no cwd, no user site, no ``PYTHON*`` variables on ``sys.path``), in a sandbox that can
-  write only its own output folder, which training never could; no network.
+  no cwd, no user site, no ``PYTHON*`` variables on ``sys.path``), in a sandbox built the same
+  way that shows only the system, the Python runtime, that copy, the weights and the data's
+  ``manifest.json`` and ``pages/``, and can write only its own output folder, which training
+  never could; no network.
 - :func:`preflight`: a missing or broken ``bwrap`` is an error naming the one-line install
   command. ``[executor] sandbox = "none"`` is the explicit opt-out; :func:`opt_out_line`
   is the line every verdict and the report carry then.
@@ -26,6 +36,7 @@ This module builds argument lists and checks; it starts nothing but ``bwrap``'s 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import stat
@@ -40,9 +51,26 @@ from looper.core.verdict import Verdict
 MODES = ("bwrap", "none")
 INSTALL_COMMAND = "sudo apt-get install -y bubblewrap"  # Fedora: dnf install bubblewrap; Arch: pacman -S bubblewrap
 PRIVATE_TMP = "/tmp"
-# Credential stores under $HOME that training has no business reading (hidden when they exist).
-HIDDEN_HOME = (".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".kube", ".docker", ".netrc",
-               ".git-credentials", ".pypirc")
+# Deny by default: the sandbox's root is empty; only these parts of the host are put in it.
+# The system's programs and libraries (a merged-/usr system has /bin, /lib* as symlinks into /usr).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Named files of /etc a Python program, torch and Ultralytics read (the dynamic linker's cache, the
+# time zone, user and host names); nothing else of /etc (no ssh, no cron, no shadow).
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
+             "/etc/timezone", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts", "/etc/os-release",
+             "/etc/debian_version")
+# Only with [executor] sandbox_network = true: name service and TLS certificates.
+NETWORK_ETC_FILES = ("/etc/resolv.conf", "/etc/host.conf", "/etc/gai.conf", "/etc/ssl", "/etc/ca-certificates",
+                     "/etc/pki", "/etc/crypto-policies")
+# Hardware facts the CUDA runtime and torch read (device topology, the driver's module version).
+SYS_DIRS = ("/sys/block", "/sys/bus", "/sys/class", "/sys/dev", "/sys/devices", "/sys/module")
+# The parts of the data folder training sees: never manifest.json, never pages/test.
+TRAIN_DATA_PARTS = ("dataset.yaml", "tiles", "pages/val")
+# The parts of the data folder the evaluator sees (it scores pages/test; the manifest names the classes).
+EVAL_DATA_PARTS = ("manifest.json", "pages")
+# Inside an installed looper package: the workspace files `looper init` copies (prepare.py among
+# them), never shown to a sandbox.
+PACKAGE_HIDDEN = ("workspace_template",)
 # Variables of the daemon's own environment a training run may see (the job's env is added).
 PASS_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
             "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -56,7 +84,7 @@ SANDBOX_ENV = {
     "YOLO_CONFIG_DIR": f"{PRIVATE_TMP}/ultralytics",
     "TORCHINDUCTOR_CACHE_DIR": f"{PRIVATE_TMP}/torchinductor",
 }
-TEST_PAGES = Path("pages") / "test"  # relative to the data folder: what training must never read
+CLEAN_START = "/usr/bin/env"  # ``env -i bwrap ...``: bwrap (pid 1 inside) holds no variable of the daemon
 LEFT_RUNNING_EXIT = 86  # train.py exited but left processes in its sandbox (they die with it)
 WEIGHTS_REFUSED_EXIT = 65  # evaluate.py (WEIGHTS_REFUSED) refused weights that are not data: a crash of the change
 # Runs train.py inside the sandbox, then names any process it left behind before the sandbox (and
@@ -159,44 +187,148 @@ NODE_GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"
 
 
 def _base_args(network: bool) -> list[str]:
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", PRIVATE_TMP, "--tmpfs", "/dev/shm",
-            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    """The namespaces and the bare system every sandbox starts from: ``/usr`` and its symlinks, the
+    named files of ``/etc``, ``/sys`` facts, fresh ``/dev`` and ``/proc``, an empty private ``/tmp``,
+    ``/dev/shm`` and ``/run``. Nothing else of the host is there."""
+    args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    # /run holds the host's sockets (docker, dbus, munge ...): connect() works through a read-only
-    # mount, so the sandbox gets an empty, read-only /run instead (DNS kept when the network is on).
+    if not network:
+        args.append("--unshare-net")
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):  # merged /usr: /bin -> usr/bin stays a symlink
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    for f in ETC_FILES + (NETWORK_ETC_FILES if network else ()):
+        args += ["--ro-bind-try", f, f]
+    for d in SYS_DIRS:
+        args += ["--ro-bind-try", d, d]
+    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", PRIVATE_TMP, "--tmpfs", "/dev/shm"]
+    # /run holds the host's sockets (docker, dbus, munge ...): the sandbox gets an empty, read-only
+    # /run instead (DNS kept when the network is on).
     args += ["--tmpfs", "/run"]
     if network:
         args += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
     args += ["--remount-ro", "/run"]
-    if not network:
-        args.append("--unshare-net")
     return args
 
 
-def _under(path: Path, root: str) -> bool:
+def _under(path: Path, root: Path | str) -> bool:
     return path == Path(root) or Path(root) in path.parents
 
 
-def _readable_again(paths: Sequence[Path]) -> list[str]:
-    """Paths under the private /tmp that the run needs: bound read-only again over the empty tmpfs."""
-    args: list[str] = []
-    seen: list[Path] = []
+class _Mounts:
+    """The allowlist of one sandbox: each path put in it, mounted shallowest first (a deeper path is
+    mounted inside a shallower one, never hidden by it); read-only folders remounted at the end."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[Path, int, list[str]]] = []
+        self.readonly: list[Path] = []
+
+    def _add(self, dest: Path, order: int, args: list[str]) -> None:
+        self.ops.append((dest, order, args))
+
+    def ro(self, path: Path | str) -> None:
+        """``path`` read-only at its own place, when it exists."""
+        p = Path(os.path.realpath(path))
+        if p.exists():
+            self._add(p, 2, ["--ro-bind", str(p), str(p)])
+
+    def rw(self, path: Path) -> None:
+        p = Path(os.path.realpath(path))
+        self._add(p, 2, ["--bind", str(p), str(p)])
+
+    def empty(self, path: Path | str) -> None:
+        """An empty, read-only folder at ``path`` (what is put in it later stays as mounted)."""
+        p = Path(os.path.realpath(path))
+        self._add(p, 1, ["--tmpfs", str(p)])
+        self.readonly.append(p)
+
+    def args(self) -> list[str]:
+        out: list[str] = []
+        done: set[tuple[str, ...]] = set()
+        for _dest, _order, a in sorted(self.ops, key=lambda op: (len(op[0].parts), op[1], str(op[0]))):
+            if tuple(a) not in done:
+                done.add(tuple(a))
+                out += a
+        for p in self.readonly:
+            out += ["--remount-ro", str(p)]
+        return out
+
+
+# ``python -c`` run once per interpreter (a clean environment, as train.py starts): where its
+# runtime lives and where it finds the looper package.
+_ASK = ("import importlib.util, json, sys\n"
+        "s = importlib.util.find_spec('looper')\n"
+        "print(json.dumps({'prefixes': [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix],"
+        " 'path': sys.path, 'looper': list(s.submodule_search_locations or []) if s else []}))\n")
+
+
+@functools.lru_cache(maxsize=16)
+def _interpreter(python: str) -> dict[str, list[str]] | None:
+    """What ``python`` reports of itself, or None where it cannot be asked here (a node-only path)."""
+    import json
+
+    from looper import proc
+
+    exe = shutil.which(python) or python
+    if not os.path.isfile(exe):
+        return None
+    try:
+        done = proc.run([exe, "-c", _ASK], inherit_env=False, timeout=60, cwd="/")
+        found = json.loads(done.stdout.strip().splitlines()[-1]) if done.ok else None
+    except (OSError, ValueError, IndexError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _runtime_paths(python: str) -> tuple[list[Path], list[Path]]:
+    """(folders of the Python runtime, looper package folders) to show, read-only.
+
+    The interpreter's own prefixes (a venv and its base install), the ``site-packages`` folders on
+    its import path (a ``.pth`` can add another venv's), and the looper package folder wherever it
+    is found (an editable install maps it into a source tree: only the package folder is shown,
+    never the tree). Where the interpreter cannot be asked here (it exists only on a compute node),
+    its folder's parent and this process's ``site-packages`` stand in."""
+    import looper
+
+    exe = Path(shutil.which(python) or python)
+    roots = [exe.parent.parent, Path(os.path.realpath(exe)).parent.parent]
+    packages = [Path(looper.__file__).resolve().parent]
+    asked = _interpreter(python)
+    entries = list(sys.path) if asked is None else list(asked.get("path", []))
+    if asked is not None:
+        roots += [Path(p) for p in asked.get("prefixes", []) if p]
+        packages += [Path(p) for p in asked.get("looper", []) if p]
+    roots += [Path(p) for p in entries if p and os.path.isabs(p) and Path(p).name in ("site-packages", "dist-packages")]
+    roots += [Path(p) for p in entries if p and p.endswith(".zip") and os.path.isfile(p)]
+    return roots, packages
+
+
+def _safe_roots(paths: Sequence[Path], keep_out: Sequence[Path]) -> list[Path]:
+    """``paths`` less any that is ``/``, or holds one of ``keep_out`` (home, workspace, checkout, data):
+    a runtime folder is shown, never a folder that would show those with it."""
+    safe: list[Path] = []
     for p in sorted({Path(os.path.realpath(x)) for x in paths}, key=lambda q: len(q.parts)):
-        if not _under(p, PRIVATE_TMP) or not p.exists() or any(s == p or s in p.parents for s in seen):
+        if p == Path("/") or any(_under(Path(os.path.realpath(k)), p) for k in keep_out):
             continue
-        seen.append(p)
-        args += ["--ro-bind", str(p), str(p)]
-    return args
+        if not any(_under(p, s) for s in safe):  # inside a folder already shown
+            safe.append(p)
+    return safe
 
 
-def _hide(path: Path) -> list[str]:
-    """Cover ``path`` with something empty and read-only: it is not there for the sandbox."""
-    if path.is_dir():
-        return ["--tmpfs", str(path), "--remount-ro", str(path)]
-    if path.exists() or path.is_symlink():
-        return ["--dev-bind", "/dev/null", str(path)]  # reads as empty; a plain ro-bind is nodev
-    return []
+def _show_runtime(m: _Mounts, python: str, keep_out: Sequence[Path], not_inside: Path | None = None) -> None:
+    """The Python runtime, read-only; nothing of it that lies inside ``not_inside`` (the checkout: on
+    an ssh host the synced looper package sits there, and train.py sees train.py alone)."""
+    roots, packages = _runtime_paths(python)
+    shown = [p for p in _safe_roots(roots, keep_out) + _safe_roots(packages, keep_out)
+             if not_inside is None or not _under(p, not_inside)]
+    for path in shown:
+        m.ro(path)
+    for pkg in {Path(os.path.realpath(p)) for p in packages}:
+        for name in PACKAGE_HIDDEN:
+            if (pkg / name).is_dir() and any(_under(pkg / name, s) for s in shown):
+                m.empty(pkg / name)
 
 
 def _env_args(env: Mapping[str, str], clear: bool = True) -> list[str]:
@@ -231,30 +363,43 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
                env: Mapping[str, str], policy: SandboxPolicy = SandboxPolicy(),
                python: str = "", devices: Sequence[str] | None = None,
                home: Path | None = None, bwrap: str | None = None,
-               readable: Sequence[Path] = ()) -> list[str]:
-    """``command`` (``[python, "train.py"]``) wrapped in the training sandbox.
+               readable: Sequence[Path] = (), pretrained: Path | None = None) -> list[str]:
+    """``command`` (``[python, "train.py"]``) wrapped in the training sandbox (deny by default).
 
-    Writable: ``out_dir`` and the private tmp. Hidden: ``data_dir/pages/test`` and the
-    credential folders of ``home``. ``devices``: device nodes to bind (default: the NVIDIA
-    nodes present here; :data:`NODE_GPU_DEVICES` where the argv runs on another machine). ``bwrap``:
-    the bwrap to call (default: the one on this machine's PATH). ``readable``: more folders to
-    keep visible (read-only) when they lie under the private /tmp, e.g. the workspace. The policy must be enabled: with
+    Shown read-only: the system (:func:`_base_args`), the Python runtime, ``checkout/train.py``
+    (the working directory; nothing else of the checkout), :data:`TRAIN_DATA_PARTS` of
+    ``data_dir``, ``pretrained`` when it exists, and ``readable`` (more paths to show, read-only).
+    Writable: ``out_dir`` and the private tmp. Nothing else: not ``home`` (default: this user's),
+    not the workspace. ``devices``: device nodes to bind (default: the NVIDIA nodes present here;
+    :data:`NODE_GPU_DEVICES` where the argv runs on another machine). ``bwrap``: the bwrap to call
+    (default: the one on this machine's PATH). The policy must be enabled: with
     ``sandbox = "none"`` there is no argv to build.
     """
     if not policy.enabled:
         raise ValueError('train_argv: the sandbox is off (sandbox = "none"); run the command as it is')
     checkout, out_dir, data_dir = (Path(os.path.realpath(p)) for p in (checkout, out_dir, data_dir))
     python = python or command[0]
-    args = [bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
-    args += _readable_again([checkout, data_dir, *readable, *_python_roots(python)])
+    home = Path(os.path.realpath(home or os.path.expanduser("~")))
+    # bwrap itself starts with an empty environment: its own process is pid 1 inside the sandbox,
+    # and /proc/1/environ would show train.py the daemon's environment (API keys, notify URLs).
+    # PATH alone (no secret) so that a bare "bwrap" (a SLURM node's) is still found where it is installed.
+    args = [CLEAN_START, "-i", f"PATH={os.environ.get('PATH') or '/usr/local/bin:/usr/bin:/bin'}",
+            bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
+    m = _Mounts()
+    _show_runtime(m, python, keep_out=[home, checkout, data_dir, out_dir], not_inside=checkout)
+    m.empty(checkout)
+    m.ro(checkout / "train.py")
+    for part in TRAIN_DATA_PARTS:
+        m.ro(data_dir / part)
+    if pretrained is not None:
+        m.ro(pretrained)
+    for extra in readable:
+        m.ro(extra)
+    m.rw(out_dir)
+    args += m.args()
     for node in gpu_device_nodes() if devices is None else devices:
         args += ["--dev-bind-try", node, node]
-    args += ["--bind", str(out_dir), str(out_dir)]
-    args += _hide(data_dir / TEST_PAGES)
-    home = Path(home or os.path.expanduser("~"))
-    for name in HIDDEN_HOME:
-        args += _hide(home / name)
-    args += ["--chdir", str(checkout)]
+    args += ["--remount-ro", "/", "--chdir", str(checkout)]
     args += _env_args(env)
     return [*args, "--", python, "-I", "-c", WATCH, *command]
 
@@ -287,10 +432,17 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
     if not policy.enabled:
         return cmd
     args = [bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(network=False)]
-    args += _readable_again([evaluator.parent, weights, data_dir, *_python_roots(python)])  # package: in evaluator.parent
+    m = _Mounts()
+    _show_runtime(m, python, keep_out=[Path(os.path.realpath(os.path.expanduser("~"))), data_dir, out_dir])
+    m.ro(evaluator.parent)  # the harness's copy (and, on an ssh host, its copy of the looper package)
+    m.ro(weights)
+    for part in EVAL_DATA_PARTS:
+        m.ro(data_dir / part)
+    m.rw(out_dir)
+    args += m.args()
     for node in gpu_device_nodes() if devices is None else devices:
         args += ["--dev-bind-try", node, node]
-    args += ["--bind", str(out_dir), str(out_dir), "--chdir", str(out_dir)]
+    args += ["--remount-ro", "/", "--chdir", str(out_dir)]
     args += _env_args(env, clear=False)  # the harness's own code keeps the environment it is started with
     return [*args, "--", *cmd]
 
@@ -343,6 +495,10 @@ def collect_metrics(out_dir: Path, metrics_path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------- on an ssh host
+def _present(path: str | None) -> Path | None:
+    return Path(path) if path and Path(path).is_dir() else None
+
+
 def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[list[str], Callable[[], None]]:
     """``python -m looper.remote run``'s side: ARGV inside the sandbox the executor asked for.
 
@@ -362,7 +518,8 @@ def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[l
     if kind == "train":
         return train_argv(argv, checkout=checkout, out_dir=run / "out",
                           data_dir=Path(env.get("LOOPER_DATA", "data")), env=env,
-                          policy=SandboxPolicy(network=network), readable=[checkout.parent]), lambda: None
+                          policy=SandboxPolicy(network=network),
+                          pretrained=_present(env.get("LOOPER_PRETRAINED_DIR"))), lambda: None
     if kind != "eval":
         raise ValueError(f"LOOPER_SANDBOX must be train or eval, got {kind!r}")
     opts = dict(zip(argv[2::2], argv[3::2], strict=False))  # python evaluate.py --weights W --data D --out O ...

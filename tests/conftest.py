@@ -20,14 +20,14 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """prepare.py at tiny scale, seed 0, built once per session (about a second)."""
+    """prepare.py at tiny scale, seed 0 (test pages too: reproducible), built once per session (about a second)."""
     sys.path.insert(0, str(REPO))
     try:
         import prepare
     finally:
         sys.path.remove(str(REPO))
     out = tmp_path_factory.mktemp("tiny_data") / "data"
-    prepare.build(out, "tiny", 0)
+    prepare.build(out, "tiny", 0, test_seed=0)
     return out
 
 

@@ -36,7 +36,7 @@ def all_boxes(data: Path) -> Counter[str]:
 
 
 def test_same_seed_same_bytes(tiny_data: Path, tmp_path: Path) -> None:
-    again = prepare.build(tmp_path / "again", "tiny", 0)
+    again = prepare.build(tmp_path / "again", "tiny", 0, test_seed=0)  # tiny_data's seeds (conftest)
     first = json.loads((tiny_data / "manifest.json").read_text())
     assert again["hash"] == first["hash"] and again["files"] == first["files"]
     for rel in list(first["files"])[:20]:
@@ -45,7 +45,7 @@ def test_same_seed_same_bytes(tiny_data: Path, tmp_path: Path) -> None:
 
 
 def test_different_seed_differs(tiny_data: Path, tmp_path: Path) -> None:
-    other = prepare.build(tmp_path / "other", "tiny", 1)
+    other = prepare.build(tmp_path / "other", "tiny", 1, test_seed=1)
     first = json.loads((tiny_data / "manifest.json").read_text())
     assert other["hash"] != first["hash"]
     assert (tmp_path / "other" / "pages/test/page_000.png").read_bytes() != (tiny_data / "pages/test/page_000.png").read_bytes()
@@ -53,7 +53,7 @@ def test_different_seed_differs(tiny_data: Path, tmp_path: Path) -> None:
 
 def test_manifest_hashes_every_file(tiny_data: Path) -> None:
     manifest = json.loads((tiny_data / "manifest.json").read_text())
-    assert manifest["classes"] == list(CLASSES) and manifest["version"] == 1
+    assert manifest["classes"] == list(CLASSES) and manifest["version"] == 2
     on_disk = {p.relative_to(tiny_data).as_posix() for p in tiny_data.rglob("*") if p.is_file()}
     assert set(manifest["files"]) == on_disk - {"manifest.json"} - {p for p in on_disk if p.endswith(".cache")}
     for rel, digest in manifest["files"].items():
@@ -149,7 +149,7 @@ def test_bad_scale_and_nonempty_out(tmp_path: Path) -> None:
 def test_demo_test_split_gives_every_class_gate_power(tmp_path: Path) -> None:
     """Issue 15: a class gate on 3-10 test instances fires on single symbols; the demo test split
     holds at least 20 instances of every class on 8 pages (was 3 on 12): evaluation stays cheap."""
-    prepare.build(tmp_path / "demo", "demo", 0)
+    prepare.build(tmp_path / "demo", "demo", 0, test_seed=0)
     counts: Counter[str] = Counter()
     pages = sorted((tmp_path / "demo" / "pages" / "test").glob("page_*.json"))
     for page in pages:
@@ -159,3 +159,68 @@ def test_demo_test_split_gives_every_class_gate_power(tmp_path: Path) -> None:
     thin = {c: n for c, n in counts.items() if n < 20}
     assert not thin, f"classes with fewer than 20 test instances: {thin}"
     assert max(counts.values()) / min(counts.values()) >= 5  # still imbalanced, common classes common
+
+
+# -- issue 23: the test pages cannot be rebuilt from anything train.py can read ------------------
+
+def _digests(data: Path, prefix: str) -> dict[str, str]:
+    files = json.loads((data / "manifest.json").read_text())["files"]
+    return {k: v for k, v in files.items() if k.startswith(prefix)}
+
+
+def test_the_test_pages_come_from_a_secret_the_manifest_does_not_hold(tiny_data: Path, tmp_path: Path) -> None:
+    """A build from the same (public) seed as tiny_data, whose test pages were drawn the old way (from
+    that seed: test_seed=0): the same train and val files, other test pages. prepare.py and the
+    manifest's seed rebuild the training data, never the test pages; the manifest holds no test seed."""
+    a = prepare.build(tmp_path / "a", "tiny", 0)  # a fresh secret
+    assert _digests(tmp_path / "a", "tiles/") == _digests(tiny_data, "tiles/")
+    assert _digests(tmp_path / "a", "pages/val/") == _digests(tiny_data, "pages/val/")
+    mine, old_way = _digests(tmp_path / "a", "pages/test/"), _digests(tiny_data, "pages/test/")
+    assert mine and set(mine) == set(old_way) and not set(mine.values()) & set(old_way.values())
+    assert a["seed"] == 0 and a["version"] == 2 and not [k for k in a if "test" in k]
+
+
+def test_an_explicit_test_seed_is_never_written_down(tmp_path: Path) -> None:
+    """Reproducible builds (--test-seed) are covered by test_same_seed_same_bytes; the seed itself
+    appears in no file of the data set."""
+    seed = 0xDEADBEEF_0123456789ABCDEF_55AA55AA
+    prepare.build(tmp_path / "a", "tiny", 0, test_seed=seed)
+    text = b"".join(p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.suffix in (".json", ".yaml", ".txt"))
+    for form in (str(seed), f"{seed:x}", f"{seed:032x}"):
+        assert form.encode() not in text
+    with pytest.raises(SystemExit, match="below 2\\*\\*128"):
+        prepare.build(tmp_path / "c", "tiny", 0, test_seed=1 << 128)
+
+
+def test_the_secret_is_kept_mode_600_and_used_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """prepare.py as looper runs it: $LOOPER_TEST_SEED_FILE names where the secret is kept (drawn there
+    the first time, mode 600); a second build from it is byte-identical; its output never shows it."""
+    from looper.datahash import TEST_SEED_ENV, secret_seed_file
+
+    assert TEST_SEED_ENV == prepare.TEST_SEED_ENV
+    keep = secret_seed_file(tmp_path / "ws")
+    monkeypatch.setenv(TEST_SEED_ENV, str(keep))
+    assert prepare.main(["--out", str(tmp_path / "a"), "--scale", "tiny", "--seed", "0"]) == 0
+    assert keep.is_file() and (keep.stat().st_mode & 0o777) == 0o600
+    secret = keep.read_text().strip()
+    assert len(secret) == 32 and int(secret, 16) > 0
+    assert prepare.main(["--out", str(tmp_path / "b"), "--scale", "tiny", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert secret not in out and str(int(secret, 16)) not in out
+    ma, mb = ((tmp_path / d / "manifest.json").read_text() for d in "ab")
+    assert ma == mb and secret not in ma and str(int(secret, 16)) not in ma
+    assert prepare.main(["--out", str(tmp_path / "a"), "--verify"]) == 0  # every file by its hash
+    (tmp_path / "a" / "pages/test/page_000.png").write_bytes(b"rebuilt")
+    assert prepare.main(["--out", str(tmp_path / "a"), "--verify"]) == 1
+    keep.write_text("not hex\n")
+    with pytest.raises(SystemExit, match="does not hold a test seed"):
+        prepare.main(["--out", str(tmp_path / "c"), "--scale", "tiny", "--seed", "0"])
+
+
+def test_the_workspace_template_copy_is_this_file() -> None:
+    """`looper init` copies prepare.py from the package's workspace template (setup.py ships the root's
+    file; an editable install reads the root): both are the one file changed here."""
+    from looper.workspace import template_root
+
+    assert (template_root() / "prepare.py").read_bytes() == (REPO / "prepare.py").read_bytes()

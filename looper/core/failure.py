@@ -256,7 +256,7 @@ _READ_ONLY = re.compile(r"Read-only file system|\[Errno 30\]")
 _READ_ONLY_PATH = re.compile(r"Read-only file system: '(?P<path>[^']*)'")
 
 
-def _sandboxed(tail: str, exc: _Exc | None, sig: str) -> Classification | None:
+def _sandboxed(tail: str, exc: _Exc | None, sig: str, data_dir: str | None = None) -> Classification | None:
     """What the training sandbox's lines say about a failed run; None when they decide nothing."""
     left = _SANDBOX_LEFT.search(tail)
     if left:
@@ -277,6 +277,9 @@ def _sandboxed(tail: str, exc: _Exc | None, sig: str) -> Classification | None:
     if exc.short_type == "FileNotFoundError" and "/pages/test" in exc.message:
         return _crash(f"train.py tried to read the test pages, which its sandbox does not mount ({_short(text)})",
                       sig, "sandbox-read")
+    if exc.short_type == "FileNotFoundError" and _missing_data(exc, data_dir):  # the data was verified intact
+        return _crash("train.py tried to read a part of the data folder its sandbox does not show (it sees only "
+                      f"dataset.yaml, tiles/ and pages/val/: not the manifest) ({_short(text)})", sig, "sandbox-read")
     return None
 
 
@@ -393,7 +396,7 @@ def _classify(ev: FailureEvidence) -> Classification:
                       "hung", "hung")
     exc = _last_exception(tail)
     sig = signature_of(tail)
-    sandboxed = _sandboxed(tail, exc, sig)
+    sandboxed = _sandboxed(tail, exc, sig, ev.data_dir)
     if sandboxed is not None:
         return sandboxed
     if exc is not None:

@@ -35,6 +35,8 @@ def classify(tail: str, exit_code: int = 1) -> tuple[Outcome, str, str]:
      "sandbox-write", "tried to write outside $LOOPER_OUT"),
     (tb(f"FileNotFoundError: [Errno 2] No such file or directory: '{DATA}/pages/test/page_000.json'") + "\n"
      + sandbox_exit(), "sandbox-read", "tried to read the test pages"),
+    (tb(f"FileNotFoundError: [Errno 2] No such file or directory: '{DATA}/manifest.json'") + "\n"
+     + sandbox_exit(), "sandbox-read", "a part of the data folder its sandbox does not show"),
     ("LOOPER_SUMMARY steps=3\nlooper sandbox: train.py exited (status 0) but left 2 process(es) running, ended "
      "with its sandbox: pid 9: python train.py", "sandbox-survivor", "left 2 process(es) running"),
 ])
@@ -55,10 +57,15 @@ def test_without_the_sandbox_line_a_read_only_file_system_is_the_harness() -> No
     assert (outcome, kind) == (Outcome.ERROR, "harness")
     outcome, kind, _ = classify(tb(f"FileNotFoundError: [Errno 2] No such file or directory: '{DATA}/pages/test/p'"))
     assert (outcome, kind) == (Outcome.ERROR, "missing-data")
+    outcome, kind, _ = classify(tb(f"FileNotFoundError: [Errno 2] No such file or directory: '{DATA}/manifest.json'"))
+    assert (outcome, kind) == (Outcome.ERROR, "missing-data")
 
 
 def test_other_failures_in_the_sandbox_are_classified_as_before() -> None:
     outcome, kind, _ = classify(tb("ValueError: bad shape") + "\n" + sandbox_exit())
     assert (outcome, kind) == (Outcome.CRASH, "traceback")
+    outcome, kind, _ = classify(tb("FileNotFoundError: [Errno 2] No such file or directory: '/root/.config/x.env'")
+                                + "\n" + sandbox_exit())
+    assert (outcome, kind) == (Outcome.CRASH, "traceback")  # outside the data folder: an ordinary crash
     outcome, kind, _ = classify("no traceback here\n" + sandbox_exit(), exit_code=1)
     assert (outcome, kind) == (Outcome.CRASH, "unknown")

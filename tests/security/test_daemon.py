@@ -34,13 +34,13 @@ CHEATS = {
 import pathlib
 root = pathlib.Path.cwd().parents[2]  # .looper/worktrees/<tag> -> the workspace
 (root / ".git" / "hooks" / "post-commit").write_text("#!/bin/sh\\ntouch /tmp/hooked\\n")
-''', "tried to write outside $LOOPER_OUT"),
+''', "No such file or directory"),  # .git is not in the sandbox (issue 23: deny by default)
     "rewrite own row": ('''
 import pathlib, sqlite3
 db = sqlite3.connect(pathlib.Path.cwd().parents[2] / "experiments.db")
 db.execute("UPDATE experiments SET status = 'keep', score = 0.97")
 db.commit()
-''', "readonly database"),
+''', "no such table: experiments"),  # nor is the database: sqlite finds an empty one
     "survivor": (f'''
 import os, time
 if os.fork() == 0:

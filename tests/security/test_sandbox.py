@@ -79,13 +79,14 @@ def test_test_pages_are_not_there_but_tiles_are(ws: dict[str, Path]) -> None:
     done = run_in_train_sandbox(ws, """
         import os
         print("TILES", os.listdir("data/tiles/train/images"))
-        print("PAGES", os.listdir("data/pages/test"))
+        print("PAGES", os.path.exists("data/pages/test"), sorted(os.listdir("data")))
         try:
             open("data/pages/test/page_000.json").read()
             print("READ TRUTH")
         except OSError:
             print("NO TRUTH")
         try:
+            os.makedirs("data/pages/test", exist_ok=True)
             open("data/pages/test/planted.json", "w").write("x")
             print("WROTE PAGES")
         except OSError:
@@ -93,21 +94,26 @@ def test_test_pages_are_not_there_but_tiles_are(ws: dict[str, Path]) -> None:
         """)
     assert done.ok, done.stderr
     assert "TILES ['t0.png']" in done.stdout
-    assert "PAGES []" in done.stdout and "NO TRUTH" in done.stdout and "PAGES READ-ONLY" in done.stdout
+    assert "PAGES False ['tiles']" in done.stdout and "NO TRUTH" in done.stdout and "PAGES READ-ONLY" in done.stdout
     assert (ws["data"] / "pages" / "test" / "page_000.json").is_file()  # hidden, not touched
+    assert not (ws["data"] / "pages" / "test" / "planted.json").exists()
 
 
-def test_credentials_in_home_are_hidden(ws: dict[str, Path]) -> None:
+def test_home_is_not_there(ws: dict[str, Path]) -> None:
+    """Deny by default: nothing of $HOME (credentials, ~/.config/looper/<ws>.env) is in the sandbox."""
     (ws["home"] / ".ssh").mkdir(parents=True)
     (ws["home"] / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
     (ws["home"] / ".netrc").write_text("machine x password y\n")
+    (ws["home"] / ".config" / "looper").mkdir(parents=True)
+    (ws["home"] / ".config" / "looper" / "ws.env").write_text("OPENAI_API_KEY=sk-planted\n")
     done = run_in_train_sandbox(ws, f"""
         import os
-        print("SSH", os.listdir({str(ws["home"] / ".ssh")!r}))
-        print("NETRC", repr(open({str(ws["home"] / ".netrc")!r}).read()))
+        for p in ({str(ws["home"])!r}, {str(ws["home"] / ".ssh")!r}, {str(ws["home"] / ".netrc")!r},
+                  {str(ws["home"] / ".config/looper/ws.env")!r}):
+            print("SEEN" if os.path.exists(p) else "ABSENT", p)
         """)
     assert done.ok, done.stderr
-    assert "SSH []" in done.stdout and "NETRC ''" in done.stdout
+    assert "SEEN" not in done.stdout and done.stdout.count("ABSENT") == 4, done.stdout
 
 
 def test_environment_is_clean(ws: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,6 +124,27 @@ def test_environment_is_clean(ws: dict[str, Path], monkeypatch: pytest.MonkeyPat
         """)
     assert done.ok, done.stderr
     assert "KEY None OUT True HOME /tmp" in done.stdout
+
+
+def test_no_process_in_the_sandbox_holds_the_daemons_environment(ws: dict[str, Path],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """bwrap's own process is pid 1 inside: it is started with an empty environment, so
+    /proc/<pid>/environ of every process train.py can see holds none of the daemon's secrets."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak-via-proc")
+    done = run_in_train_sandbox(ws, """
+        import os
+        found = []
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    if b"sk-should-not-leak-via-proc" in open(f"/proc/{p}/environ", "rb").read():
+                        found.append(p)
+                except OSError:
+                    pass
+        print("PIDS", len([p for p in os.listdir("/proc") if p.isdigit()]), "FOUND", found)
+        """)
+    assert done.ok, done.stderr
+    assert "FOUND []" in done.stdout and "PIDS" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("network", [False, True])
@@ -340,8 +367,14 @@ def test_on_an_ssh_host_the_evaluator_runs_from_copies_with_the_looper_package(
 
     got = json.loads((run / "out" / "METRICS.json").read_text())["looper"]
     assert got.startswith(str((run / "eval" / "pkg").resolve())), got
+    (ws["checkout"] / "train.py").write_text("import os\nprint('CWD', sorted(os.listdir('.')))\n")
     train, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {"LOOPER_SANDBOX": "train",
                                                                          "LOOPER_DATA": str(ws["data"])})
-    assert train[0].endswith("bwrap") and "--unshare-net" in train
+    assert train[:2] == [sandbox.CLEAN_START, "-i"] and train[2].startswith("PATH=") and train[3].endswith("bwrap")
+    assert "--unshare-net" in train
+    done = proc.run(train, timeout=60)
+    assert done.ok, done.stderr
+    assert "'looper'" not in done.stdout and "'evaluate.py'" not in done.stdout and "'train.py'" in done.stdout, \
+        done.stdout  # the synced looper package and the fixed files of the host's checkout are not shown
     plain, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {})
     assert plain == [sys.executable, "train.py"]

@@ -13,7 +13,7 @@ from typing import Any
 from looper import proc
 from looper.adapters.executors.base import EvalJob, RunResult, TrainJob
 from looper.core.verdict import Verdict
-from looper.datahash import tree_hash
+from looper.datahash import TEST_SEED_ENV, secret_seed_file, tree_hash
 
 MIN_FREE_BYTES = 1 << 30  # 1 GiB: less than this where runs write is a preflight error
 NO_TOOL_CODE = -1  # transport_exit_code when the fault is not a tool's own exit status
@@ -44,7 +44,16 @@ def child_env(yolo_config_dir: str, extra: dict[str, str] | None = None, **value
     return env
 
 
-def train_vars(job: TrainJob, data: str, out: str) -> dict[str, str]:
+PRETRAINED_DIR = "pretrained"  # the workspace's folder of starting weights (shown read-only to training)
+
+
+def pretrained_dir(workspace: Path) -> Path | None:
+    """The workspace's ``pretrained/`` folder when it has one (the training sandbox shows it read-only)."""
+    p = Path(workspace) / PRETRAINED_DIR
+    return p if p.is_dir() else None
+
+
+def train_vars(job: TrainJob, data: str, out: str, pretrained: Path | None = None) -> dict[str, str]:
     """The train.py interface (docs: the workspace contract) as environment variables."""
     env = {
         "LOOPER_BUDGET_SECONDS": str(int(job.budget_seconds)),
@@ -55,6 +64,8 @@ def train_vars(job: TrainJob, data: str, out: str) -> dict[str, str]:
     }
     if job.max_steps > 0:  # a step budget: a busy machine cannot silently shrink a run
         env["LOOPER_MAX_STEPS"] = str(int(job.max_steps))
+    if pretrained is not None:
+        env["LOOPER_PRETRAINED_DIR"] = str(pretrained)
     return env
 
 
@@ -90,11 +101,14 @@ def local_preflight(name: str, workspace: Path, python: str) -> tuple[dict[str, 
 
 def prepare_local_data(python: str, prepare_py: Path, path: Path, label: str, scale: str, seed: int,
                        cwd: Path, env: dict[str, str]) -> Verdict:
-    """Build the data set at ``path`` with prepare.py when missing, then hash it."""
+    """Build the data set at ``path`` with prepare.py when missing, then hash it. prepare.py is told
+    where the workspace keeps the test pages' secret seed (``cwd/.looper/test_seed``, drawn there the
+    first time) through its environment, never its argv."""
     if not (path / "manifest.json").is_file():
         if path.exists() and any(path.iterdir()):
             return Verdict.errored(f"data folder {label} exists but has no manifest.json: "
                                    "move it away or finish preparing it")
+        env = {**env, TEST_SEED_ENV: str(secret_seed_file(cwd))}
         done = proc.run([python, str(prepare_py), "--out", str(path), "--scale", scale, "--seed", str(seed)],
                         cwd=cwd, env=env, timeout=3600)
         if not done.ok or not (path / "manifest.json").is_file():

@@ -16,6 +16,7 @@ from looper.adapters.executors.common import (
     hash_local_data,
     local_preflight,
     prepare_local_data,
+    pretrained_dir,
     run_result,
     sandboxed_eval_argv,
     train_vars,
@@ -52,7 +53,7 @@ class LocalExecutor(DataFolder):
             return self.plain_train_argv(job)
         return sandbox.train_argv(self.plain_train_argv(job), checkout=job.checkout, out_dir=job.out_dir,
                                   data_dir=self._data_path(self._data_dir), env=self.train_env(job),
-                                  policy=self.sandbox, readable=[self.workspace])
+                                  policy=self.sandbox, pretrained=pretrained_dir(self.workspace))
 
     def eval_argv(self, job: EvalJob) -> list[str]:
         """``python -I`` on the harness's copy of evaluate.py (``eval/`` next to METRICS.json) in the
@@ -73,7 +74,8 @@ class LocalExecutor(DataFolder):
 
     def train_env(self, job: TrainJob) -> dict[str, str]:
         """The train.py interface as environment variables."""
-        return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir)))
+        return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir),
+                                      pretrained_dir(self.workspace)))
 
     # -- Executor ---------------------------------------------------------------------
     def preflight(self, require_gpu: bool) -> Verdict:

@@ -57,6 +57,7 @@ from looper.adapters.executors.common import (
     last_lines,
     local_preflight,
     prepare_local_data,
+    pretrained_dir,
     sandboxed_eval_argv,
     train_vars,
 )
@@ -354,7 +355,8 @@ class SlurmExecutor(DataFolder):
 
     def train_env(self, job: TrainJob) -> dict[str, str]:
         """The train.py interface as environment variables (exported by the batch script)."""
-        return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir)))
+        return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir),
+                                      pretrained_dir(self.workspace)))
 
     # -- the commands (the one place each argv is built; the batch script execs them) -----------
     def train_argv(self, job: TrainJob) -> list[str]:
@@ -365,7 +367,7 @@ class SlurmExecutor(DataFolder):
         return sandbox.train_argv(self.plain_train_argv(job), checkout=job.checkout, out_dir=job.out_dir,
                                   data_dir=self._data_path(self._data_dir), env=self.train_env(job),
                                   policy=self.sandbox, devices=NODE_GPU_DEVICES, bwrap="bwrap",
-                                  readable=[self.workspace])
+                                  pretrained=pretrained_dir(self.workspace))
 
     def eval_argv(self, job: EvalJob) -> list[str]:
         """``python -I`` on the harness's copy of evaluate.py (``eval/`` next to METRICS.json, on the
