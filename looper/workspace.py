@@ -19,6 +19,7 @@ GITIGNORE = """\
 /data/
 /runs/
 /.looper/
+/pretrained/
 experiments.db
 experiments.db-*
 __pycache__/
@@ -92,6 +93,11 @@ def apply_preset(toml_text: str, preset: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def shipped_pretrained() -> Traversable:
+    """The starting checkpoint looper ships (package data, made by ``python -m looper.pretrain``)."""
+    return resources.files("looper") / "pretrained" / "start.safetensors"
+
+
 def init_workspace(target: Path, preset: str | None = None) -> Path:
     target = Path(target).resolve()
     if target.exists() and any(target.iterdir()):
@@ -105,6 +111,12 @@ def init_workspace(target: Path, preset: str | None = None) -> Path:
             p = target / "looper.toml"
             p.write_text(apply_preset(p.read_text(), preset))
         (target / ".gitignore").write_text(GITIGNORE)
+        start = shipped_pretrained()  # train.py's PRETRAINED: weights as data, outside git like data/
+        if not start.is_file():
+            raise WorkspaceError(f"looper's starting checkpoint {start} is missing: reinstall looper, or make it with "
+                                 "python -m looper.pretrain")
+        (target / "pretrained").mkdir()
+        (target / "pretrained" / "start.safetensors").write_bytes(start.read_bytes())
         (target / "baselines").mkdir()
         (target / "baselines" / ".gitkeep").write_text("")
         repo = git.Repo.init(target, initial_branch="main")

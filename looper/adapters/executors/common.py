@@ -44,8 +44,9 @@ def child_env(yolo_config_dir: str, extra: dict[str, str] | None = None, **value
     return env
 
 
-def train_vars(job: TrainJob, data: str, out: str) -> dict[str, str]:
-    """The train.py interface (docs: the workspace contract) as environment variables."""
+def train_vars(job: TrainJob, data: str, out: str, pretrained: str = "") -> dict[str, str]:
+    """The train.py interface (docs: the workspace contract) as environment variables;
+    ``pretrained``: the workspace's pretrained/ folder as train.py's machine sees it."""
     env = {
         "LOOPER_BUDGET_SECONDS": str(int(job.budget_seconds)),
         "LOOPER_DATA": data,
@@ -55,6 +56,8 @@ def train_vars(job: TrainJob, data: str, out: str) -> dict[str, str]:
     }
     if job.max_steps > 0:  # a step budget: a busy machine cannot silently shrink a run
         env["LOOPER_MAX_STEPS"] = str(int(job.max_steps))
+    if pretrained:
+        env["LOOPER_PRETRAINED_DIR"] = pretrained
     return env
 
 

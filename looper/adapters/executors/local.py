@@ -22,6 +22,7 @@ from looper.adapters.executors.common import (
 )
 from looper.adapters.gpu import NvmlProbe
 from looper.core.verdict import Verdict
+from looper.datahash import PRETRAINED_DIR
 from looper.sandbox import SandboxPolicy
 
 
@@ -73,7 +74,8 @@ class LocalExecutor(DataFolder):
 
     def train_env(self, job: TrainJob) -> dict[str, str]:
         """The train.py interface as environment variables."""
-        return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir)))
+        return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir),
+                                          str(self.workspace / PRETRAINED_DIR)))
 
     # -- Executor ---------------------------------------------------------------------
     def preflight(self, require_gpu: bool) -> Verdict:

@@ -61,6 +61,7 @@ from looper.adapters.executors.common import (
     train_vars,
 )
 from looper.core.verdict import Verdict
+from looper.datahash import PRETRAINED_DIR
 from looper.errors import ConfigError
 from looper.sandbox import NODE_GPU_DEVICES, SandboxPolicy
 
@@ -355,7 +356,8 @@ class SlurmExecutor(DataFolder):
 
     def train_env(self, job: TrainJob) -> dict[str, str]:
         """The train.py interface as environment variables (exported by the batch script)."""
-        return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir)))
+        return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir),
+                                          str(self.workspace / PRETRAINED_DIR)))
 
     # -- the commands (the one place each argv is built; the batch script execs them) -----------
     def train_argv(self, job: TrainJob) -> list[str]:
