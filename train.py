@@ -266,6 +266,9 @@ def main() -> int:
     warmup_steps = [0]  # set once the loader's length is known (a step budget only)
 
     def on_batch_start(trainer: object) -> None:
+        if "startup" not in state:  # imports, data links, model build, caching: budget spent before step 1
+            state["startup"] = round(time.time() - T_START, 2)
+            print(f"LOOPER_STARTUP seconds={state['startup']}", flush=True)
         if MAX_STEPS:  # the step budget's own schedule: every group's LR at this step, whatever the epoch
             f = lr_factor(state["steps"], MAX_STEPS, warmup_steps[0])
             for g in trainer.optimizer.param_groups:  # type: ignore[attr-defined]
@@ -342,7 +345,7 @@ def main() -> int:
         "steps": state["steps"], "epochs": state["epochs"], "seconds": round(seconds, 2),
         "peak_memory_mb": round(peak, 1), "final_losses": state["losses"],
         "device": "cuda" if CUDA else DEVICE, "seed": SEED, "budget_seconds": BUDGET,
-        "max_steps": MAX_STEPS or None,
+        "max_steps": MAX_STEPS or None, "startup_seconds": state.get("startup"),
         "stopped_by": state["stopped_by"],  # steps | time | epochs
         "pretrained": PRETRAINED or None,
     }

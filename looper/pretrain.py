@@ -103,6 +103,11 @@ def pretrain(out: Path, work: Path, steps: int = STEPS, seed: int = SEED, data_s
                   "steps": steps, "device": device, "recipe": RECIPE,
                   "data_hash": json.loads((data / "manifest.json").read_text()).get("hash")}
     meta["provenance"] = json.dumps(provenance, sort_keys=True)
+    import yaml
+
+    cfg = yaml.safe_load(meta["model_yaml"])
+    cfg.pop("yaml_file", None)  # the run folder's path: not part of the architecture, and not reproducible
+    meta["model_yaml"] = yaml.safe_dump(cfg, sort_keys=False)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_file(load_file(str(run_out / "weights.pt")), str(out), metadata=meta)
     canonical_header(out)
