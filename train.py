@@ -273,6 +273,9 @@ def main() -> int:
             f = lr_factor(state["steps"], MAX_STEPS, warmup_steps[0])
             for g in trainer.optimizer.param_groups:  # type: ignore[attr-defined]
                 g["lr"] = g["initial_lr"] * f
+        lr = float(trainer.optimizer.param_groups[0]["lr"])  # type: ignore[attr-defined]
+        state.setdefault("lr_first", lr)
+        state["lr_last"] = lr
 
     def on_batch_end(trainer: object) -> None:
         state["steps"] += 1
@@ -346,6 +349,7 @@ def main() -> int:
         "peak_memory_mb": round(peak, 1), "final_losses": state["losses"],
         "device": "cuda" if CUDA else DEVICE, "seed": SEED, "budget_seconds": BUDGET,
         "max_steps": MAX_STEPS or None, "startup_seconds": state.get("startup"),
+        "lr_first": state.get("lr_first"), "lr_last": state.get("lr_last"),  # the schedule's ends, as trained
         "stopped_by": state["stopped_by"],  # steps | time | epochs
         "pretrained": PRETRAINED or None,
     }

@@ -72,8 +72,6 @@ def _prepare_module(root: Any) -> Any:
 def pretrain(out: Path, work: Path, steps: int = STEPS, seed: int = SEED, data_seed: int = DATA_SEED,
              scale: str = SCALE, python: str = sys.executable, device: str = "cpu") -> dict[str, Any]:
     """Build the pages, train, write ``out``; returns the provenance written into its header."""
-    from safetensors.torch import load_file, save_file
-
     root = template_root()
     work.mkdir(parents=True, exist_ok=True)
     data = work / "data"
@@ -95,23 +93,29 @@ def pretrain(out: Path, work: Path, steps: int = STEPS, seed: int = SEED, data_s
     info = json.loads((run_out / "train.json").read_text())
     if info.get("steps") != steps:
         raise SystemExit(f"looper.pretrain: train.py trained {info.get('steps')} steps, not {steps}")
-    from safetensors import safe_open
-
-    with safe_open(str(run_out / "weights.pt"), framework="pt") as f:
-        meta = dict(f.metadata() or {})
     provenance = {"by": "python -m looper.pretrain", "scale": scale, "data_seed": data_seed, "seed": seed,
                   "steps": steps, "device": device, "recipe": RECIPE,
                   "data_hash": json.loads((data / "manifest.json").read_text()).get("hash")}
-    meta["provenance"] = json.dumps(provenance, sort_keys=True)
-    import yaml
+    write_checkpoint(run_out / "weights.pt", out, provenance)
+    return provenance
 
+
+def write_checkpoint(weights: Path, out: Path, provenance: dict[str, Any]) -> None:
+    """``out``: train.py's ``weights`` with ``provenance`` in the header, the run folder's path
+    dropped from the model yaml, the header's keys sorted (the same inputs give the same bytes)."""
+    import yaml
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(weights), framework="pt") as f:
+        meta = dict(f.metadata() or {})
+    meta["provenance"] = json.dumps(provenance, sort_keys=True)
     cfg = yaml.safe_load(meta["model_yaml"])
     cfg.pop("yaml_file", None)  # the run folder's path: not part of the architecture, and not reproducible
     meta["model_yaml"] = yaml.safe_dump(cfg, sort_keys=False)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_file(load_file(str(run_out / "weights.pt")), str(out), metadata=meta)
+    save_file(load_file(str(weights)), str(out), metadata=meta)
     canonical_header(out)
-    return provenance
 
 
 def main(argv: list[str] | None = None) -> int:

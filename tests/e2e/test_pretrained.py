@@ -126,9 +126,13 @@ def test_an_ultralytics_pt_converts_and_train_py_fine_tunes_from_it(tmp_path: Pa
     assert set(got) == set(want) and all(torch.equal(got[k], want[k].float()) for k in want)
     source = rewrite_knobs((ROOT / "train.py").read_text(), {"PRETRAINED": "mine.safetensors"})
     assert check_pretrained(ws, source).status is Status.PASS
-    tuned = _train(tmp_path / "tuned", tiny_data, 2, {"PRETRAINED": "mine.safetensors"}, ws / "pretrained")
+    tuned = _train(tmp_path / "tuned", tiny_data, 2, {"PRETRAINED": "mine.safetensors", "LR0": 0.01, "LRF": 0.2,
+                                                      "WARMUP_EPOCHS": 0.0, "COS_LR": False}, ws / "pretrained")
     assert "LOOPER_START weights=mine.safetensors" in (tmp_path / "tuned" / "train.log").read_text()
-    assert json.loads((tuned / "train.json").read_text())["steps"] == 2
+    tj = json.loads((tuned / "train.json").read_text())
+    assert tj["steps"] == 2 and tj["pretrained"] == "mine.safetensors"
+    # the step budget's LR schedule spans exactly its steps: LR0 at the first, LR0 * LRF at the last
+    assert tj["lr_first"] == pytest.approx(0.01) and tj["lr_last"] == pytest.approx(0.01 * 0.2)
     # a .pt that is not one: a clear error naming the file, nothing written
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
