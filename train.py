@@ -32,7 +32,7 @@ DEPTH = 0.33  # depth multiple: repeated blocks scale (0.33 = "n")
 IMGSZ = 256  # training image side, px (tiles are 256 px)
 BATCH = 8  # images per optimizer step
 OPTIMIZER = "AdamW"  # SGD | Adam | AdamW | ...
-LR0 = 0.012  # initial learning rate
+LR0 = 0.01  # initial learning rate (Ultralytics' default lr0)
 LRF = 0.1  # final learning rate as a fraction of LR0
 MOMENTUM = 0.9  # SGD momentum / Adam beta1
 WEIGHT_DECAY = 0.0005  # L2 weight decay
@@ -95,6 +95,7 @@ from ultralytics import YOLO  # noqa: E402
 from ultralytics.utils import YAML  # noqa: E402
 
 CUDA = DEVICE not in ("cpu", "mps") and torch.cuda.is_available()
+PHASES: dict[str, float] = {"imports": round(time.time() - T_START, 2)}  # start-up, s since T_START, per phase
 
 
 def model_yaml() -> Path:
@@ -260,6 +261,7 @@ def main() -> int:
     arch = model_yaml()
     start = start_weights(arch)
     model = YOLO(str(arch), task="detect")
+    PHASES["model"] = round(time.time() - T_START, 2)
     state = {"steps": 0, "epochs": 0, "losses": {}, "stopped_by": "epochs" if MAX_STEPS else "time"}
     deadline = T_START + BUDGET - OVERHEAD_SECONDS  # the wall clock still rules a step-budget run
 
@@ -267,7 +269,7 @@ def main() -> int:
 
     def on_batch_start(trainer: object) -> None:
         if "startup" not in state:  # imports, data links, model build, caching: budget spent before step 1
-            state["startup"] = round(time.time() - T_START, 2)
+            state["startup"] = PHASES["first_step"] = round(time.time() - T_START, 2)
             print(f"LOOPER_STARTUP seconds={state['startup']}", flush=True)
         if MAX_STEPS:  # the step budget's own schedule: every group's LR at this step, whatever the epoch
             f = lr_factor(state["steps"], MAX_STEPS, warmup_steps[0])
@@ -296,6 +298,7 @@ def main() -> int:
               flush=True)
 
     def on_pretrain_end(trainer: object) -> None:
+        PHASES["trainer_setup"] = round(time.time() - T_START, 2)  # loaders, label caches, RAM cache, optimizer
         if not VALIDATE:  # evaluate.py scores the model; Ultralytics' own validation only costs budget
             trainer.validate = lambda: (trainer.metrics, 0.0)  # type: ignore[attr-defined]
             trainer.final_eval = lambda: None  # type: ignore[attr-defined]
@@ -314,6 +317,7 @@ def main() -> int:
     model.add_callback("on_train_epoch_end", on_epoch_end)
     train_seconds = max(5.0, BUDGET - OVERHEAD_SECONDS - (time.time() - T_START))
     data = str(data_yaml())
+    PHASES["data_links"] = round(time.time() - T_START, 2)
     if MAX_STEPS:  # a step budget: epochs and the LR schedule follow from the steps, not the clock
         per_epoch = max(1, math.ceil(LINKED["train"] / BATCH))  # the loader keeps the last short batch
         # Ultralytics plans its LR per whole epoch; on_batch_start lays it over exactly MAX_STEPS instead
@@ -348,7 +352,7 @@ def main() -> int:
         "steps": state["steps"], "epochs": state["epochs"], "seconds": round(seconds, 2),
         "peak_memory_mb": round(peak, 1), "final_losses": state["losses"],
         "device": "cuda" if CUDA else DEVICE, "seed": SEED, "budget_seconds": BUDGET,
-        "max_steps": MAX_STEPS or None, "startup_seconds": state.get("startup"),
+        "max_steps": MAX_STEPS or None, "startup_seconds": state.get("startup"), "startup_phases": PHASES,
         "lr_first": state.get("lr_first"), "lr_last": state.get("lr_last"),  # the schedule's ends, as trained
         "stopped_by": state["stopped_by"],  # steps | time | epochs
         "pretrained": PRETRAINED or None,
