@@ -91,3 +91,24 @@ def test_a_checkpoint_of_another_architecture_is_a_preflight_error(make_ws, page
     _use_start(ws, KNOBS.replace("WIDTH = 0.125", "WIDTH = 0.25"))
     _halted_before_any_run(ws, pages, "pretrained/start.safetensors", "another architecture",
                            "width_multiple 0.125")
+
+
+def test_a_checkpoint_changed_after_the_tag_started_is_a_halt_by_its_pinned_hash(make_ws, pages):
+    """Bytes that still pass the header check but are not the pinned ones: the integrity check halts."""
+    ws = make_ws()
+    _use_start(ws)
+    baseline_only(ws)
+    p = ws.root / "pretrained" / "start.safetensors"
+    blob = p.read_bytes()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    header["__metadata__"]["provenance"] = json.dumps({"by": "someone else"})  # same tensors, names, yaml
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    p.write_bytes(len(text).to_bytes(8, "little") + text + blob[8 + n:])
+    ws.enqueue("never measured", knobs={"QUALITY": 0.8})
+    r = ws.looper("run", "--max-experiments", "1")
+    assert r.returncode == 3, r.stdout + r.stderr
+    page = json.dumps(pages.pages[-1])
+    assert "fixed file pretrained/start.safetensors changed" in page, page
+    assert [x["role"] for x in runs_rows(ws) if x["experiment_id"] != ws.rows("baseline")[0]["id"]] == []
