@@ -156,3 +156,18 @@ def test_train_py_refuses_a_checkpoint_of_another_width_and_says_how_to_start_fr
                                 LOOPER_PRETRAINED_DIR=str(pre), YOLO_CONFIG_DIR=str(folder / "u")))
     assert r.returncode != 0
     assert "another architecture than MODEL=yolov8 WIDTH=0.25" in r.stderr and 'PRETRAINED = ""' in r.stderr
+
+
+def test_warm_up_and_freezing_under_a_step_budget(tmp_path: Path, tiny_data: Path) -> None:
+    """WARMUP_EPOCHS becomes that many epochs' worth of steps inside the step budget (tiny data: 13
+    steps an epoch, 0.25 -> 3 steps: the first step at LR0 / 4); FREEZE = 10 freezes the backbone."""
+    pre = tmp_path / "pretrained"
+    pre.mkdir()
+    shutil.copy(str(shipped_pretrained()), pre / "start.safetensors")
+    out = _train(tmp_path / "run", tiny_data, 4, {"LR0": 0.01, "LRF": 0.1, "COS_LR": False, "WARMUP_EPOCHS": 0.25,
+                                                  "FREEZE": 10}, pre)
+    tj = json.loads((out / "train.json").read_text())
+    assert tj["steps"] == 4 and tj["lr_first"] == pytest.approx(0.01 / 4) and tj["lr_last"] == pytest.approx(0.001)
+    log = (tmp_path / "run" / "train.log").read_text()
+    frozen = {int(x.split(".", 1)[0]) for x in log.split("Freezing layer 'model.")[1:]}
+    assert frozen == set(range(10)) | {22}, frozen  # layers 0-9, and Ultralytics' own DFL (22.dfl)
