@@ -7,9 +7,12 @@ Run by the harness as ``python train.py`` in the experiment's checkout with:
   LOOPER_SEED            random seed
   LOOPER_DEVICE          cpu | cuda | 0 | 0,1 ...
   LOOPER_MAX_STEPS       optional step budget: stop after exactly this many optimizer steps, with
-                         the learning-rate schedule laid out for them (same seed + same steps ->
+                         the learning-rate schedule (warm-up, then linear or cosine decay to
+                         LR0 * LRF) laid out over exactly those steps (same seed + same steps ->
                          same weights, however busy the machine); the wall-clock budget still
                          applies: a run that cannot fit its steps stops at the budget and says so
+  LOOPER_PRETRAINED_DIR  the workspace's read-only pretrained/ folder (absolute; default
+                         ./pretrained): PRETRAINED names the starting weights in it
 Writes $LOOPER_OUT/weights.pt (a safetensors state dict with the model yaml and class names in
 its header: weights are data, see save_weights) and $LOOPER_OUT/train.json and ends with one line
 ``LOOPER_SUMMARY steps=... epochs=... seconds=... loss=...``.
@@ -22,17 +25,19 @@ import time
 T_START = time.time()  # the budget counts from here, imports included
 
 # ==== HYPERPARAMETERS (the planner rewrites this block: one literal per line) ====
+PRETRAINED = "start.safetensors"  # starting weights in the workspace's pretrained/ folder ("" = from scratch)
 MODEL = "yolov8"  # architecture yaml family in ultralytics/cfg/models (yolov8 | yolo11 | ...)
 WIDTH = 0.125  # width multiple: channels scale (0.25 = "n")
 DEPTH = 0.33  # depth multiple: repeated blocks scale (0.33 = "n")
 IMGSZ = 256  # training image side, px (tiles are 256 px)
 BATCH = 8  # images per optimizer step
 OPTIMIZER = "AdamW"  # SGD | Adam | AdamW | ...
-LR0 = 0.012  # initial learning rate
+LR0 = 0.01  # initial learning rate (Ultralytics' default lr0)
 LRF = 0.1  # final learning rate as a fraction of LR0
 MOMENTUM = 0.9  # SGD momentum / Adam beta1
 WEIGHT_DECAY = 0.0005  # L2 weight decay
 WARMUP_EPOCHS = 0.0  # learning-rate warm-up, epochs (0: none)
+FREEZE = 0  # layers frozen from the input side (0: none; 10: the whole yolov8 backbone)
 COS_LR = False  # cosine learning-rate schedule instead of linear
 MOSAIC = 0.0  # probability of mosaic augmentation
 SCALE = 0.0  # random scale gain (+/- fraction)
@@ -42,7 +47,7 @@ FLIPUD = 0.0  # probability of an up-down flip
 BOX_GAIN = 7.5  # box loss gain
 CLS_GAIN = 2.0  # classification loss gain
 DFL_GAIN = 1.5  # distribution focal loss gain
-CLS_PRIOR = 0.01  # initial class probability of the detection head (0: Ultralytics' default bias)
+CLS_PRIOR = 0.01  # initial class probability of the detection head (0: Ultralytics' default bias); from scratch only: a pretrained head keeps its bias
 VALIDATE = False  # run Ultralytics' validation on the val tiles after each epoch (costs budget)
 WORKERS = 1  # data loader worker processes
 CACHE = "ram"  # keep decoded training tiles in memory: ram | disk | none (saves the PNG decode per step)
@@ -74,6 +79,7 @@ OUT = Path(env("LOOPER_OUT", "runs/manual")).resolve()
 SEED = int(env("LOOPER_SEED", "0"))
 DEVICE = env("LOOPER_DEVICE", "cpu")
 MAX_STEPS = int(os.environ.get("LOOPER_MAX_STEPS") or 0)  # 0: no step budget (wall clock only)
+PRETRAINED_DIR = Path(os.environ.get("LOOPER_PRETRAINED_DIR") or "pretrained").resolve()
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("YOLO_CONFIG_DIR", str(Path(".looper/ultralytics").resolve()))
@@ -89,6 +95,7 @@ from ultralytics import YOLO  # noqa: E402
 from ultralytics.utils import YAML  # noqa: E402
 
 CUDA = DEVICE not in ("cpu", "mps") and torch.cuda.is_available()
+PHASES: dict[str, float] = {"imports": round(time.time() - T_START, 2)}  # start-up, s since T_START, per phase
 
 
 def model_yaml() -> Path:
@@ -190,11 +197,87 @@ def save_weights(checkpoint: Path, dst: Path) -> None:
     save_file(tensors, str(dst), metadata=meta)
 
 
+def start_weights(arch_yaml: Path) -> dict[str, torch.Tensor] | None:
+    """The starting tensors named by PRETRAINED (None: from scratch), checked against this run's
+    architecture and class names; a file that does not fit ends the run with what is wrong."""
+    if not PRETRAINED:
+        return None
+    import yaml
+    from safetensors import safe_open
+
+    path = PRETRAINED_DIR / PRETRAINED
+    if not path.is_file():
+        sys.exit(f"train.py: no starting weights {path} (PRETRAINED = {PRETRAINED!r}; \"\" trains from scratch)")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no items())
+        names = json.loads(meta.get("names", "null"))
+        start_yaml = yaml.safe_load(meta.get("model_yaml", "")) or {}
+    except Exception as exc:  # noqa: BLE001 (any unreadable file is the same answer)
+        sys.exit(f"train.py: starting weights {path} are not a readable looper-weights safetensors file: {exc}")
+    want = YAML.load(DATA / "dataset.yaml")["names"]
+    want = [want[i] for i in sorted(want)] if isinstance(want, dict) else list(want)
+    if names != want:
+        sys.exit(f"train.py: starting weights {path} hold classes {names!r}, the data {want!r}")
+    ours = YAML.load(arch_yaml)
+    for key in ("backbone", "head", "width_multiple", "depth_multiple"):
+        if json.dumps(start_yaml.get(key)) != json.dumps(ours.get(key)):
+            sys.exit(f"train.py: starting weights {path} are another architecture than MODEL={MODEL} "
+                     f"WIDTH={WIDTH} DEPTH={DEPTH} ({key} differs); set PRETRAINED = \"\" to train this one from scratch")
+    return tensors
+
+
+def lr_factor(step: int, total: int, warmup: int) -> float:
+    """LR0's multiplier at 0-based optimizer step ``step`` of ``total``: a linear warm-up from 0 over
+    ``warmup`` steps, then linear (or cosine, COS_LR) decay from 1 to LRF at the last step."""
+    x = step / max(1, total - 1)
+    decay = LRF + (1.0 - LRF) * ((1.0 + math.cos(math.pi * x)) / 2.0 if COS_LR else 1.0 - x)
+    return decay * min(1.0, (step + 1) / (warmup + 1)) if warmup > 0 else decay
+
+
+def start_trainer(start: dict[str, torch.Tensor] | None) -> type:
+    """Ultralytics' detection trainer, its fresh model loaded with the starting tensors (all of them:
+    a missing or extra tensor, or one of another shape, ends the run and names it)."""
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    class StartTrainer(DetectionTrainer):
+        def get_model(self, cfg=None, weights=None, verbose=True):  # noqa: ANN001, ANN202
+            net = super().get_model(cfg=cfg, weights=weights, verbose=verbose)
+            if start is not None:
+                try:
+                    net.load_state_dict(start, strict=True)
+                except RuntimeError as exc:
+                    sys.exit(f"train.py: starting weights {PRETRAINED_DIR / PRETRAINED} do not fit the model: "
+                             + str(exc).splitlines()[0] + " " + " ".join(str(exc).splitlines()[1:3]))
+                print(f"LOOPER_START weights={PRETRAINED} tensors={len(start)}", flush=True)
+            return net
+
+    return StartTrainer
+
+
 def main() -> int:
     torch.manual_seed(SEED)
-    model = YOLO(str(model_yaml()), task="detect")
+    arch = model_yaml()
+    start = start_weights(arch)
+    model = YOLO(str(arch), task="detect")
+    PHASES["model"] = round(time.time() - T_START, 2)
     state = {"steps": 0, "epochs": 0, "losses": {}, "stopped_by": "epochs" if MAX_STEPS else "time"}
     deadline = T_START + BUDGET - OVERHEAD_SECONDS  # the wall clock still rules a step-budget run
+
+    warmup_steps = [0]  # set once the loader's length is known (a step budget only)
+
+    def on_batch_start(trainer: object) -> None:
+        if "startup" not in state:  # imports, data links, model build, caching: budget spent before step 1
+            state["startup"] = PHASES["first_step"] = round(time.time() - T_START, 2)
+            print(f"LOOPER_STARTUP seconds={state['startup']}", flush=True)
+        if MAX_STEPS:  # the step budget's own schedule: every group's LR at this step, whatever the epoch
+            f = lr_factor(state["steps"], MAX_STEPS, warmup_steps[0])
+            for g in trainer.optimizer.param_groups:  # type: ignore[attr-defined]
+                g["lr"] = g["initial_lr"] * f
+        lr = float(trainer.optimizer.param_groups[0]["lr"])  # type: ignore[attr-defined]
+        state.setdefault("lr_first", lr)
+        state["lr_last"] = lr
 
     def on_batch_end(trainer: object) -> None:
         state["steps"] += 1
@@ -215,10 +298,11 @@ def main() -> int:
               flush=True)
 
     def on_pretrain_end(trainer: object) -> None:
+        PHASES["trainer_setup"] = round(time.time() - T_START, 2)  # loaders, label caches, RAM cache, optimizer
         if not VALIDATE:  # evaluate.py scores the model; Ultralytics' own validation only costs budget
             trainer.validate = lambda: (trainer.metrics, 0.0)  # type: ignore[attr-defined]
             trainer.final_eval = lambda: None  # type: ignore[attr-defined]
-        if CLS_PRIOR > 0:  # start class scores near CLS_PRIOR instead of ~1e-5: learns in fewer steps
+        if CLS_PRIOR > 0 and start is None:  # start class scores near CLS_PRIOR instead of ~1e-5: learns in fewer steps
             bias = math.log(CLS_PRIOR / (1.0 - CLS_PRIOR))
             for net in (trainer.model, getattr(trainer.ema, "ema", None)):  # type: ignore[attr-defined]
                 if net is None:
@@ -228,24 +312,29 @@ def main() -> int:
                     seq[-1].bias.data[: head.nc] = bias
 
     model.add_callback("on_pretrain_routine_end", on_pretrain_end)
+    model.add_callback("on_train_batch_start", on_batch_start)
     model.add_callback("on_train_batch_end", on_batch_end)
     model.add_callback("on_train_epoch_end", on_epoch_end)
     train_seconds = max(5.0, BUDGET - OVERHEAD_SECONDS - (time.time() - T_START))
     data = str(data_yaml())
+    PHASES["data_links"] = round(time.time() - T_START, 2)
     if MAX_STEPS:  # a step budget: epochs and the LR schedule follow from the steps, not the clock
         per_epoch = max(1, math.ceil(LINKED["train"] / BATCH))  # the loader keeps the last short batch
-        schedule = {"epochs": math.ceil(MAX_STEPS / per_epoch), "time": None}
+        # Ultralytics plans its LR per whole epoch; on_batch_start lays it over exactly MAX_STEPS instead
+        # (its own warm-up is off here: WARMUP_EPOCHS becomes that many epochs' worth of steps)
+        schedule = {"epochs": math.ceil(MAX_STEPS / per_epoch), "time": None, "warmup_epochs": 0.0}
+        warmup_steps[0] = min(MAX_STEPS - 1, round(WARMUP_EPOCHS * per_epoch))
     else:  # wall clock only: Ultralytics re-plans epochs (and the LR schedule) from the epoch time
-        schedule = {"epochs": 1000, "time": train_seconds / 3600.0}
+        schedule = {"epochs": 1000, "time": train_seconds / 3600.0, "warmup_epochs": WARMUP_EPOCHS}
     model.train(
         data=data, **schedule, patience=0,
         imgsz=IMGSZ, batch=BATCH, nbs=BATCH, optimizer=OPTIMIZER, lr0=LR0, lrf=LRF, momentum=MOMENTUM,
-        weight_decay=WEIGHT_DECAY, warmup_epochs=WARMUP_EPOCHS, cos_lr=COS_LR, mosaic=MOSAIC,
+        weight_decay=WEIGHT_DECAY, cos_lr=COS_LR, freeze=FREEZE or None, mosaic=MOSAIC,
         close_mosaic=0, scale=SCALE, translate=TRANSLATE, fliplr=FLIPLR, flipud=FLIPUD,
         hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, box=BOX_GAIN, cls=CLS_GAIN, dfl=DFL_GAIN,
         device=DEVICE if DEVICE != "cuda" else 0, workers=WORKERS, seed=SEED, deterministic=True,
         amp=CUDA, plots=False, val=False, project=str(OUT), name="ultralytics", exist_ok=True,
-        verbose=False, pretrained=False, cache=False if CACHE == "none" else CACHE,
+        verbose=False, pretrained=False, cache=False if CACHE == "none" else CACHE, trainer=start_trainer(start),
     )
     weights_dir = OUT / "ultralytics" / "weights"
     src = weights_dir / "last.pt"
@@ -263,8 +352,10 @@ def main() -> int:
         "steps": state["steps"], "epochs": state["epochs"], "seconds": round(seconds, 2),
         "peak_memory_mb": round(peak, 1), "final_losses": state["losses"],
         "device": "cuda" if CUDA else DEVICE, "seed": SEED, "budget_seconds": BUDGET,
-        "max_steps": MAX_STEPS or None,
+        "max_steps": MAX_STEPS or None, "startup_seconds": state.get("startup"), "startup_phases": PHASES,
+        "lr_first": state.get("lr_first"), "lr_last": state.get("lr_last"),  # LR at the first and last step (step budget: as trained; wall clock: before Ultralytics' own warm-up sets it)
         "stopped_by": state["stopped_by"],  # steps | time | epochs
+        "pretrained": PRETRAINED or None,
     }
     (OUT / "train.json").write_text(json.dumps(info, sort_keys=True, indent=1) + "\n")
     loss = sum(state["losses"].values()) if state["losses"] else float("nan")

@@ -72,3 +72,17 @@ def fixed_hashes(folder: Path, names: tuple[str, ...], modules: tuple[str, ...] 
             p = base / name
             out[name] = file_sha256(p) if p.is_file() else None
     return out
+
+
+# The workspace's starting checkpoints (train.py's PRETRAINED names one): weights as data, pinned
+# with the fixed files when a tag starts, keyed "pretrained/<file>". The folder sits in the
+# workspace (not in the checkouts: git ignores it) and train.py reads it through LOOPER_PRETRAINED_DIR.
+PRETRAINED_DIR = "pretrained"
+
+
+def pretrained_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every file in ``root/pretrained/`` (none: {}), keyed ``pretrained/<name>``."""
+    folder = Path(root) / PRETRAINED_DIR
+    if not folder.is_dir():
+        return {}
+    return {f"{PRETRAINED_DIR}/{p.name}": file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file()}

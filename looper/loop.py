@@ -26,7 +26,7 @@ from looper.config import Config
 from looper.confirm import confirm, record_nothing, run_confirm
 from looper.context import Context, Worker, baseline_drift, now_iso
 from looper.core.verdict import Outcome, Verdict
-from looper.datahash import fixed_hashes
+from looper.datahash import fixed_hashes, pretrained_hashes
 from looper.display import Display
 from looper.errors import HarnessError, LooperError, StuckError
 from looper.experiment import measure_baseline, run_candidate, verify
@@ -111,6 +111,7 @@ class Loop:
             missing = [n for n, h in fixed.items() if h is None]
             if missing:
                 raise HarnessError(f"fixed files missing in the workspace: {', '.join(missing)}")
+            fixed |= pretrained_hashes(ctx.root)  # the starting checkpoints: weights as data, pinned too
             ctx.store.put_tag(ctx.tag, branch=ctx.wt.branch, base_commit=ctx.wt.head(), fixed_hashes=fixed,
                               data_hash=data_hash, noise=None, started_at=now_iso())
             ctx.event("baseline", f"tag {ctx.tag} started at {ctx.wt.head()[:10]}; data hash {data_hash[:12]}")

@@ -22,7 +22,7 @@ from looper.core import budget as core_budget
 from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
 from looper.core.verdict import Outcome, Verdict
-from looper.datahash import file_sha256, fixed_hashes
+from looper.datahash import file_sha256, fixed_hashes, pretrained_hashes
 from looper.sandbox import WEIGHTS_REFUSED_EXIT
 
 
@@ -94,7 +94,7 @@ def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Exe
     """Fixed files and data exactly as pinned when the tag began."""
     assert ctx.wt is not None and ctx.pinned is not None
     problems: list[str] = []
-    now = fixed_hashes(folder or ctx.wt.path, FIXED_FILES)
+    now = fixed_hashes(folder or ctx.wt.path, FIXED_FILES) | pretrained_hashes(ctx.root)
     for name, h in (ctx.pinned.fixed_hashes or {}).items():
         if now.get(name) != h:
             problems.append(f"fixed file {name} changed {when} (expected sha256 {str(h)[:12]}, "
@@ -109,13 +109,16 @@ def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Exe
 
 
 def preflight(ctx: Context, w: Worker) -> Verdict:
-    """The executor answers, the fixed files and data are as pinned, every approved baseline file is
-    one the database recorded (with its hash), the checkout is clean."""
+    """The executor answers, the fixed files and data are as pinned, train.py's starting checkpoint
+    fits it, every approved baseline file is one the database recorded (with its hash), the checkout
+    is clean."""
     from looper.baselines import unrecorded
+    from looper.startcheck import check_pretrained
 
     planted = unrecorded(ctx.root / "baselines", ctx.store)
     parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu),
              "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor),
+             "pretrained": check_pretrained(ctx.root, (w.wt.path / "train.py").read_text()),
              "baselines": Verdict.errored(*planted) if planted else Verdict.passed(),
              "disk": _disk(ctx)}
     dirty = [c.path for c in w.wt.changes()]

@@ -41,3 +41,14 @@ def test_fixed_hashes_report_a_missing_file_as_none(tmp_path: Path):
     (tmp_path / "evaluate.py").write_text("print(1)\n")
     got = fixed_hashes(tmp_path, ("evaluate.py", "prepare.py"), modules=())
     assert got == {"evaluate.py": file_sha256(tmp_path / "evaluate.py"), "prepare.py": None}
+
+
+def test_pretrained_hashes_cover_every_file_of_the_folder_by_relative_name(tmp_path: Path):
+    from looper.datahash import pretrained_hashes
+
+    assert pretrained_hashes(tmp_path) == {}
+    (tmp_path / "pretrained").mkdir()
+    (tmp_path / "pretrained" / "start.safetensors").write_bytes(b"a")
+    (tmp_path / "pretrained" / "mine.safetensors").write_bytes(b"b")
+    assert pretrained_hashes(tmp_path) == {"pretrained/mine.safetensors": file_sha256(tmp_path / "pretrained" / "mine.safetensors"),
+                                           "pretrained/start.safetensors": file_sha256(tmp_path / "pretrained" / "start.safetensors")}

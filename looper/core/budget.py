@@ -16,7 +16,9 @@ import math
 from typing import Any
 
 #: The share of the warm-up's steps the tag's runs get: room for a machine up to 25 % slower (or a
-#: change up to 25 % slower per step) before the wall clock cuts a run short.
+#: change up to 25 % slower per step) before the wall clock cuts a run short. Measured (bench/RESULTS.md,
+#: "A pretrained start"): the slowest to fastest step rate one train.py showed on a shared 2-core
+#: machine was 0.77 (455 vs 591 steps in 150 s); budgeted runs at 80 % took 46 to 90 s of 100 s.
 HEADROOM = 0.8
 
 

@@ -113,6 +113,7 @@ def test_wheel_carries_the_workspace_files(installed: Installed) -> None:
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     assert {f"looper/workspace_template/{n}" for n in WORKSPACE_FILES} <= names, sorted(names)
     assert "looper/schemas/verdict.schema.json" in names
+    assert "looper/pretrained/start.safetensors" in names  # the starting checkpoint `looper init` copies
     where = json.loads(_ok(installed.run(
         installed.venv / "bin" / "python", "-c",
         "import json, looper, looper.workspace as w; "

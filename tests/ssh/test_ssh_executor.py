@@ -134,6 +134,28 @@ def test_preflight_require_gpu_names_the_remote_gpu(make_executor: Make) -> None
     assert gpu.get("ok") is True and gpu["name"], gpu
 
 
+def test_train_gets_the_workspace_starting_checkpoint_on_the_host(make_executor: Make, checkout: Path,
+                                                                  tmp_path: Path) -> None:
+    """The workspace's pretrained/ folder goes along with train.py (checked by hash after the sync),
+    and LOOPER_PRETRAINED_DIR names where it landed on the host."""
+    pre = tmp_path / "ws" / "pretrained"
+    pre.mkdir()
+    (pre / "start.safetensors").write_bytes(b"weights as data " * 64)
+    (checkout / "train.py").write_text(
+        "import os, pathlib\n"
+        "out = pathlib.Path(os.environ['LOOPER_OUT'])\n"
+        "src = pathlib.Path(os.environ['LOOPER_PRETRAINED_DIR']) / 'start.safetensors'\n"
+        "(out / 'seen').write_bytes(src.read_bytes())\n"
+        "(out / 'weights.pt').write_bytes(b'w' * 10)\n"
+        "(out / 'train.json').write_text('{\"steps\": 1}')\n")
+    job = _job(checkout, tmp_path)
+    r = make_executor().train(job, None, None)
+    assert r.clean_exit, (r, r.log_tail)
+    assert (job.out_dir / "seen").read_bytes() == b"weights as data " * 64
+    remote = (tmp_path / "remote").resolve()
+    assert (remote / "checkout" / "pretrained" / "start.safetensors").is_file()
+
+
 @tiers.NEEDS_NO_GPU
 def test_preflight_require_gpu_without_a_remote_gpu_is_an_error(make_executor: Make) -> None:
     v = make_executor(require_gpu=True).preflight(require_gpu=True)

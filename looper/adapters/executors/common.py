@@ -13,7 +13,7 @@ from typing import Any
 from looper import proc
 from looper.adapters.executors.base import EvalJob, RunResult, TrainJob
 from looper.core.verdict import Verdict
-from looper.datahash import TEST_SEED_ENV, secret_seed_file, tree_hash
+from looper.datahash import PRETRAINED_DIR, TEST_SEED_ENV, secret_seed_file, tree_hash
 
 MIN_FREE_BYTES = 1 << 30  # 1 GiB: less than this where runs write is a preflight error
 NO_TOOL_CODE = -1  # transport_exit_code when the fault is not a tool's own exit status
@@ -44,17 +44,15 @@ def child_env(yolo_config_dir: str, extra: dict[str, str] | None = None, **value
     return env
 
 
-PRETRAINED_DIR = "pretrained"  # the workspace's folder of starting weights (shown read-only to training)
-
-
 def pretrained_dir(workspace: Path) -> Path | None:
     """The workspace's ``pretrained/`` folder when it has one (the training sandbox shows it read-only)."""
     p = Path(workspace) / PRETRAINED_DIR
     return p if p.is_dir() else None
 
 
-def train_vars(job: TrainJob, data: str, out: str, pretrained: Path | None = None) -> dict[str, str]:
-    """The train.py interface (docs: the workspace contract) as environment variables."""
+def train_vars(job: TrainJob, data: str, out: str, pretrained: Path | str | None = None) -> dict[str, str]:
+    """The train.py interface (docs: the workspace contract) as environment variables;
+    ``pretrained``: the workspace's pretrained/ folder as train.py's machine sees it."""
     env = {
         "LOOPER_BUDGET_SECONDS": str(int(job.budget_seconds)),
         "LOOPER_DATA": data,
@@ -64,7 +62,7 @@ def train_vars(job: TrainJob, data: str, out: str, pretrained: Path | None = Non
     }
     if job.max_steps > 0:  # a step budget: a busy machine cannot silently shrink a run
         env["LOOPER_MAX_STEPS"] = str(int(job.max_steps))
-    if pretrained is not None:
+    if pretrained:
         env["LOOPER_PRETRAINED_DIR"] = str(pretrained)
     return env
 

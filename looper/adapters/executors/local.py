@@ -75,7 +75,7 @@ class LocalExecutor(DataFolder):
     def train_env(self, job: TrainJob) -> dict[str, str]:
         """The train.py interface as environment variables."""
         return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir),
-                                      pretrained_dir(self.workspace)))
+                                          pretrained_dir(self.workspace)))
 
     # -- Executor ---------------------------------------------------------------------
     def preflight(self, require_gpu: bool) -> Verdict:

@@ -356,7 +356,7 @@ class SlurmExecutor(DataFolder):
     def train_env(self, job: TrainJob) -> dict[str, str]:
         """The train.py interface as environment variables (exported by the batch script)."""
         return self._env(**train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir),
-                                      pretrained_dir(self.workspace)))
+                                          pretrained_dir(self.workspace)))
 
     # -- the commands (the one place each argv is built; the batch script execs them) -----------
     def train_argv(self, job: TrainJob) -> list[str]:

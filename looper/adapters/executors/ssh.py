@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from looper.adapters.executors.common import (
 )
 from looper.adapters.executors.transport import SshTransport, TransportFault
 from looper.core.verdict import Verdict
-from looper.datahash import SCORING_MODULES, file_sha256
+from looper.datahash import PRETRAINED_DIR, SCORING_MODULES, file_sha256
 from looper.errors import ConfigError
 from looper.sandbox import SandboxPolicy
 
@@ -143,18 +144,21 @@ class RemoteHost:
                          *[str(f) for f in files], pkg, self.link.spec((checkout or self.checkout) + "/")],
                         f"copying {', '.join(f.name for f in files) or 'the looper package'} to {self.host}")
 
-    def sync_checked(self, checkout: Path, run: str = "") -> list[str]:
-        """Push and verify (and create ``run``'s folder); problems in words; TransportFault on a link fault."""
+    def sync_checked(self, checkout: Path, run: str = "", folders: Sequence[Path] = ()) -> list[str]:
+        """Push and verify (and create ``run``'s folder); problems in words; TransportFault on a link fault.
+        ``folders``: whole local folders (the workspace's pretrained/) pushed into checkout/ beside the files."""
         checkout = Path(checkout)
         names = ["train.py", *FIXED_FILES]
         missing = [n for n in names if not (checkout / n).is_file()]
         if missing:
             return [f"missing in the local checkout {checkout}: {', '.join(missing)}"]
-        self.push([checkout / n for n in names])
+        inside = {f"{d.name}/{f.name}": f for d in folders for f in sorted(Path(d).iterdir()) if f.is_file()}
+        self.push([checkout / n for n in names] + [Path(d) for d in folders])
         extra = ["--run", run, "--keep", str(KEEP_RUNS)] if run else []
-        remote = self.ask("check", *names, *SCORING_MODULES, *extra, what="checking the synced files")["sha256"]
+        remote = self.ask("check", *names, *inside, *SCORING_MODULES, *extra, what="checking the synced files")["sha256"]
         problems = []
-        local_of = {**{n: checkout / n for n in names}, **{m: self.package_dir.parent / m for m in SCORING_MODULES}}
+        local_of = {**{n: checkout / n for n in names}, **inside,
+                    **{m: self.package_dir.parent / m for m in SCORING_MODULES}}
         for n, path in local_of.items():
             local = file_sha256(path)
             if remote.get(n) != local:
@@ -364,10 +368,12 @@ class SshExecutor(DataFolder):
         t0 = time.monotonic()
         try:
             run = self.remote.new_run("train")
-            problems = self.remote.sync_checked(job.checkout, run)
+            pre = self.workspace / PRETRAINED_DIR  # the starting checkpoint(s), pushed beside train.py
+            problems = self.remote.sync_checked(job.checkout, run, [pre] if pre.is_dir() else [])
             if problems:
                 return fault_result("; ".join(problems), NO_TOOL_CODE, time.monotonic() - t0)
-            env = self._env(**train_vars(job, self.remote.data_path(self._data_dir), f"{run}/out"),
+            env = self._env(**train_vars(job, self.remote.data_path(self._data_dir), f"{run}/out",
+                                         f"{self.remote.checkout}/{PRETRAINED_DIR}" if pre.is_dir() else ""),
                             **self.sandbox_request("train"))
         except TransportFault as fault:
             return fault_result(str(fault), fault.code, time.monotonic() - t0)

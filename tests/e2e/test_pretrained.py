@@ -1,0 +1,173 @@
+"""The pretrained start, for real: `looper init` copies the shipped checkpoint, the loop's runs
+fine-tune from it inside the real sandbox, `python -m looper.pretrain` regenerates a checkpoint
+bit for bit, and `python -m looper.convert_weights` turns an Ultralytics .pt (made here by a real
+training run) into a checkpoint train.py fine-tunes from."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from looper.core.hyperblock import rewrite_knobs
+from looper.core.verdict import Status
+from looper.startcheck import check_pretrained
+from looper.workspace import init_workspace, shipped_pretrained
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"YOLO_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}, **extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "data"
+    subprocess.run([sys.executable, str(ROOT / "prepare.py"), "--out", str(out), "--scale", "tiny", "--seed", "0"],
+                   check=True, capture_output=True, text=True, timeout=300)
+    return out
+
+
+def _train(folder: Path, data: Path, steps: int, knobs: dict, pretrained_dir: Path | None = None) -> Path:
+    """train.py (the workspace's, knobs rewritten) for ``steps`` steps in ``folder``; its LOOPER_OUT."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.py").write_text(rewrite_knobs((ROOT / "train.py").read_text(), knobs))
+    out = folder / "out"
+    env = _env(LOOPER_DATA=str(data), LOOPER_OUT=str(out), LOOPER_SEED="0", LOOPER_DEVICE="cpu",
+               LOOPER_MAX_STEPS=str(steps), LOOPER_BUDGET_SECONDS="600",
+               YOLO_CONFIG_DIR=str(folder / "ultralytics"))
+    if pretrained_dir is not None:
+        env["LOOPER_PRETRAINED_DIR"] = str(pretrained_dir)
+    r = subprocess.run([sys.executable, "train.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    (folder / "train.log").write_text(r.stdout + r.stderr)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    return out
+
+
+def test_a_tiny_night_fine_tunes_from_the_shipped_checkpoint_in_the_sandbox(tmp_path: Path) -> None:
+    root = init_workspace(tmp_path / "ws", preset="tiny")
+    start = root / "pretrained" / "start.safetensors"
+    assert start.read_bytes() == shipped_pretrained().read_bytes()
+    assert "/pretrained/" in (root / ".gitignore").read_text()  # weights are data, like data/
+    if time.localtime().tm_sec >= 50:  # `--until HH:MM` more than a minute ago means tomorrow's
+        time.sleep(61 - time.localtime().tm_sec)
+    r = subprocess.run([sys.executable, "-m", "looper.cli", "run", "--max-experiments", "0", "--until",
+                        time.strftime("%H:%M")], cwd=root, capture_output=True, text=True, timeout=600, env=_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    con = sqlite3.connect(root / "experiments.db")
+    base = con.execute("SELECT status, score, metrics_json FROM experiments WHERE kind='baseline'").fetchone()
+    fixed = json.loads(con.execute("SELECT fixed_hashes_json FROM tags").fetchone()[0])
+    con.close()
+    assert base[0] == "keep", r.stdout + r.stderr
+    assert "pretrained/start.safetensors" in fixed  # pinned with the fixed files
+    logs = list((root / "runs").glob("tiny/*/*/train.log"))
+    jsons = list((root / "runs").glob("tiny/*/*/out/train.json"))
+    assert len(logs) == 3 and len(jsons) == 3  # three baseline seeds
+    for log in logs:
+        text = log.read_text()
+        assert "LOOPER_START weights=start.safetensors" in text, text[-2000:]
+        assert "looper sandbox" not in text or "exited 0" in text
+    for tj in jsons:
+        assert json.loads(tj.read_text())["pretrained"] == "start.safetensors"
+    # the fine-tuned baseline detects (how well depends on how many steps 20 s fit on this machine:
+    # the first full-LR AdamW steps perturb every weight of the checkpoint before they improve it)
+    metrics = json.loads(base[2])
+    assert base[1] > 0 and metrics["predictions"] > 0, (base[1], metrics)
+
+
+def test_pretrain_regenerates_a_checkpoint_bit_for_bit(tmp_path: Path) -> None:
+    outs = []
+    for i in (1, 2):
+        out = tmp_path / f"start{i}.safetensors"
+        r = subprocess.run([sys.executable, "-m", "looper.pretrain", "--scale", "tiny", "--steps", "4", "--out",
+                            str(out), "--work", str(tmp_path / f"work{i}")], capture_output=True, text=True,
+                           timeout=600, env=_env())
+        assert r.returncode == 0, r.stdout + r.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "start1.safetensors"), framework="pt") as f:
+        prov = json.loads(f.metadata()["provenance"])
+    assert prov["steps"] == 4 and prov["data_seed"] == 1000 and prov["scale"] == "tiny"
+    assert prov["recipe"]["PRETRAINED"] == ""  # the checkpoint itself was trained from scratch
+    ws = tmp_path / "ws"
+    (ws / "pretrained").mkdir(parents=True)
+    shutil.copy(tmp_path / "start1.safetensors", ws / "pretrained" / "start.safetensors")
+    assert check_pretrained(ws, (ROOT / "train.py").read_text()).status is Status.PASS
+
+
+def test_an_ultralytics_pt_converts_and_train_py_fine_tunes_from_it(tmp_path: Path, tiny_data: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    scratch = _train(tmp_path / "scratch", tiny_data, 3, {"PRETRAINED": ""})
+    pt = scratch / "ultralytics" / "weights" / "last.pt"  # a real Ultralytics checkpoint
+    ws = tmp_path / "ws"
+    out = ws / "pretrained" / "mine.safetensors"
+    r = subprocess.run([sys.executable, "-m", "looper.convert_weights", str(pt), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300, env=_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "26 classes" in r.stdout
+    ckpt = torch.load(str(pt), map_location="cpu", weights_only=False)
+    want = ckpt["ema"].state_dict()
+    got = load_file(str(out))
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k].float()) for k in want)
+    source = rewrite_knobs((ROOT / "train.py").read_text(), {"PRETRAINED": "mine.safetensors"})
+    assert check_pretrained(ws, source).status is Status.PASS
+    tuned = _train(tmp_path / "tuned", tiny_data, 2, {"PRETRAINED": "mine.safetensors", "LR0": 0.01, "LRF": 0.2,
+                                                      "WARMUP_EPOCHS": 0.0, "COS_LR": False}, ws / "pretrained")
+    assert "LOOPER_START weights=mine.safetensors" in (tmp_path / "tuned" / "train.log").read_text()
+    tj = json.loads((tuned / "train.json").read_text())
+    assert tj["steps"] == 2 and tj["pretrained"] == "mine.safetensors"
+    # the step budget's LR schedule spans exactly its steps: LR0 at the first, LR0 * LRF at the last
+    assert tj["lr_first"] == pytest.approx(0.01) and tj["lr_last"] == pytest.approx(0.01 * 0.2)
+    # a .pt that is not one: a clear error naming the file, nothing written
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    r = subprocess.run([sys.executable, "-m", "looper.convert_weights", str(bad), "--out", str(tmp_path / "x.st")],
+                       capture_output=True, text=True, timeout=300, env=_env())
+    assert r.returncode != 0 and "bad.pt is not a readable Ultralytics checkpoint" in r.stderr
+    assert not (tmp_path / "x.st").exists()
+
+
+def test_train_py_refuses_a_checkpoint_of_another_width_and_says_how_to_start_from_scratch(
+        tmp_path: Path, tiny_data: Path) -> None:
+    folder = tmp_path / "wide"
+    folder.mkdir()
+    (folder / "train.py").write_text(rewrite_knobs((ROOT / "train.py").read_text(), {"WIDTH": 0.25}))
+    pre = tmp_path / "pretrained"
+    pre.mkdir()
+    shutil.copy(str(shipped_pretrained()), pre / "start.safetensors")
+    r = subprocess.run([sys.executable, "train.py"], cwd=folder, capture_output=True, text=True, timeout=300,
+                       env=_env(LOOPER_DATA=str(tiny_data), LOOPER_OUT=str(folder / "out"), LOOPER_MAX_STEPS="2",
+                                LOOPER_PRETRAINED_DIR=str(pre), YOLO_CONFIG_DIR=str(folder / "u")))
+    assert r.returncode != 0
+    assert "another architecture than MODEL=yolov8 WIDTH=0.25" in r.stderr and 'PRETRAINED = ""' in r.stderr
+
+
+def test_warm_up_and_freezing_under_a_step_budget(tmp_path: Path, tiny_data: Path) -> None:
+    """WARMUP_EPOCHS becomes that many epochs' worth of steps inside the step budget (tiny data: 13
+    steps an epoch, 0.25 -> 3 steps: the first step at LR0 / 4); FREEZE = 10 freezes the backbone."""
+    pre = tmp_path / "pretrained"
+    pre.mkdir()
+    shutil.copy(str(shipped_pretrained()), pre / "start.safetensors")
+    out = _train(tmp_path / "run", tiny_data, 4, {"LR0": 0.01, "LRF": 0.1, "COS_LR": False, "WARMUP_EPOCHS": 0.25,
+                                                  "FREEZE": 10}, pre)
+    tj = json.loads((out / "train.json").read_text())
+    assert tj["steps"] == 4 and tj["lr_first"] == pytest.approx(0.01 / 4) and tj["lr_last"] == pytest.approx(0.001)
+    log = (tmp_path / "run" / "train.log").read_text()
+    frozen = {int(x.split(".", 1)[0]) for x in log.split("Freezing layer 'model.")[1:]}
+    assert frozen == set(range(10)) | {22}, frozen  # layers 0-9, and Ultralytics' own DFL (22.dfl)
