@@ -186,11 +186,16 @@ def _render_history(h: HistoryView, cut: _Cut, secrets: list[str]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+# The prompt's bound, characters (about 12k tokens): program.md and the pretrained start's train.py
+# alone are ~29k, and the history gets the rest.
+MAX_PROMPT_CHARS = 48000
+
+
 def build_prompt(
     program_md: str,
     train_py: str,
     history: HistoryView,
-    max_chars: int = 24000,
+    max_chars: int = MAX_PROMPT_CHARS,
     *,
     instructions: str = "",
     env: Mapping[str, str] | None = None,

@@ -133,3 +133,15 @@ def test_every_section_fences_and_labels_run_text(train_py: str) -> None:
     for title in ("### Exclusions", "### Last experiments", "### Inconclusive", "### Weakest classes",
                   "### Recent failure signatures", "Run log of #1"):
         assert title in history, title
+
+
+def test_the_shipped_program_and_train_py_leave_the_default_prompt_room_for_history():
+    """The workspace's own program.md and train.py (what `looper init` writes) fit the default bound
+    with at least 10,000 characters left for the history: a command or openai agent can start."""
+    from looper.prompt import MAX_PROMPT_CHARS
+
+    root = Path(__file__).resolve().parents[2]
+    program_md, train_py = (root / "program.md").read_text(), (root / "train.py").read_text()
+    prompt = build_prompt(program_md, train_py, HistoryView(), env={})
+    assert train_py.splitlines()[0] in prompt
+    assert MAX_PROMPT_CHARS - (len(program_md) + len(train_py)) >= 10000
