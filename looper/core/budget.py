@@ -17,8 +17,9 @@ from typing import Any
 
 #: The share of the warm-up's steps the tag's runs get: room for a machine up to 25 % slower (or a
 #: change up to 25 % slower per step) before the wall clock cuts a run short. Measured (bench/RESULTS.md,
-#: "A pretrained start"): the slowest to fastest step rate one train.py showed on a shared 2-core
-#: machine was 0.77 (455 vs 591 steps in 150 s); budgeted runs at 80 % took 46 to 90 s of 100 s.
+#: "A pretrained start"): one train.py's step rate spread by 0.77 (455 vs 591 steps in 150 s), which 80 %
+#: covers; on a 2-core machine whose load rose from 1 to 5 after the warm-up, runs ran at 0.60 to 0.66 of
+#: its rate and were cut short (flagged by cut_short): no fixed share covers that, set max_steps by hand.
 HEADROOM = 0.8
 
 
