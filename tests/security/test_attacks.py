@@ -186,6 +186,16 @@ def workspace(tmp_path: Path, tiny_data: Path) -> dict[str, Path]:
     return {"root": root, "data": tiny_data, "out": out}
 
 
+def train_in_sandbox(workspace: dict[str, Path]) -> proc.Supervised:
+    """The workspace's train.py run once in the real training sandbox (seed 0, CPU), as the executor runs it."""
+    root, data, out = workspace["root"], workspace["data"], workspace["out"]
+    env = {"LOOPER_BUDGET_SECONDS": "60", "LOOPER_DATA": str(data), "LOOPER_OUT": str(out), "LOOPER_SEED": "0",
+           "LOOPER_DEVICE": "cpu", "PYTHONUNBUFFERED": "1", "YOLO_OFFLINE": "1"}
+    argv = sandbox.train_argv([sys.executable, "train.py"], checkout=root, out_dir=out, data_dir=data, env=env)
+    return proc.supervise(argv, cwd=root, env=None, log_path=out.parent / "train.log",
+                          limits=proc.Limits(budget_seconds=240, stall_seconds=120))
+
+
 @pytest.mark.parametrize("row", sorted(ATTACKS))
 def test_attack_ends_as_a_crash_that_names_it_and_changes_nothing(row: str, workspace: dict[str, Path],
                                                                   tmp_path: Path) -> None:
@@ -196,11 +206,7 @@ def test_attack_ends_as_a_crash_that_names_it_and_changes_nothing(row: str, work
     (root / "train.py").write_text(source)
     before = (_tree(root, skip=out.parent), _tree(data), _venv_state())
 
-    env = {"LOOPER_BUDGET_SECONDS": "60", "LOOPER_DATA": str(data), "LOOPER_OUT": str(out), "LOOPER_SEED": "0",
-           "LOOPER_DEVICE": "cpu", "PYTHONUNBUFFERED": "1", "YOLO_OFFLINE": "1"}
-    argv = sandbox.train_argv([sys.executable, "train.py"], checkout=root, out_dir=out, data_dir=data, env=env)
-    run = proc.supervise(argv, cwd=root, env=None, log_path=out.parent / "train.log",
-                         limits=proc.Limits(budget_seconds=240, stall_seconds=120))
+    run = train_in_sandbox(workspace)
     log = run.log_tail
     expected = words.format(root=root, site=SITE, data=data)
 
@@ -237,12 +243,7 @@ def test_the_honest_part_alone_passes_training_and_evaluation(workspace: dict[st
     """The control: without a cheat the same train.py ends cleanly and its weights are scored."""
     root, data, out = workspace["root"], workspace["data"], workspace["out"]
     (root / "train.py").write_text(HONEST)
-    env = {"LOOPER_BUDGET_SECONDS": "60", "LOOPER_DATA": str(data), "LOOPER_OUT": str(out), "LOOPER_SEED": "0",
-           "LOOPER_DEVICE": "cpu", "PYTHONUNBUFFERED": "1", "YOLO_OFFLINE": "1"}
-    run = proc.supervise(sandbox.train_argv([sys.executable, "train.py"], checkout=root, out_dir=out,
-                                            data_dir=data, env=env),
-                         cwd=root, env=None, log_path=out.parent / "train.log",
-                         limits=proc.Limits(budget_seconds=240, stall_seconds=120))
+    run = train_in_sandbox(workspace)
     assert run.exit_code == 0, run.log_tail
     assert sandbox.plain_file(out / "weights.pt") is None
     copy, eval_out = sandbox.prepare_evaluator(root / "evaluate.py", out.parent / "eval")

@@ -18,7 +18,7 @@ import pytest
 
 from looper import proc, sandbox
 from looper.sandbox import WEIGHTS_REFUSED_EXIT
-from security.test_attacks import HONEST, workspace  # noqa: F401  (the fixture)
+from security.test_attacks import HONEST, train_in_sandbox, workspace  # noqa: F401  (the fixture)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -40,12 +40,7 @@ def test_real_evaluate_refuses_class_names_that_differ_with_exit_65(how: str, wo
     root, data, out = workspace["root"], workspace["data"], workspace["out"]
     names = "list(reversed(names))" if how == "another order" else "names[:-1]"
     (root / "train.py").write_text(HONEST + textwrap.dedent(REWRITE.format(names=names)))
-    env = {"LOOPER_BUDGET_SECONDS": "60", "LOOPER_DATA": str(data), "LOOPER_OUT": str(out), "LOOPER_SEED": "0",
-           "LOOPER_DEVICE": "cpu", "PYTHONUNBUFFERED": "1", "YOLO_OFFLINE": "1"}
-    run = proc.supervise(sandbox.train_argv([sys.executable, "train.py"], checkout=root, out_dir=out,
-                                            data_dir=data, env=env),
-                         cwd=root, env=None, log_path=out.parent / "train.log",
-                         limits=proc.Limits(budget_seconds=240, stall_seconds=120))
+    run = train_in_sandbox(workspace)
     assert run.exit_code == 0, run.log_tail
     copy, eval_out = sandbox.prepare_evaluator(root / "evaluate.py", out.parent / "eval")
     ev = proc.supervise(sandbox.eval_argv(sys.executable, copy, weights=out / "weights.pt", data_dir=data,
