@@ -76,7 +76,7 @@ def pretrain(out: Path, work: Path, steps: int = STEPS, seed: int = SEED, data_s
     work.mkdir(parents=True, exist_ok=True)
     data = work / "data"
     if not (data / "manifest.json").is_file():
-        _prepare_module(root).build(data, scale, data_seed)
+        _prepare_module(root).build(data, scale, data_seed, test_seed=data_seed)  # reproducible: no secret here
     source = rewrite_knobs((root / "train.py").read_text(), {k: v for k, v in RECIPE.items()
                                                             if k in read_knobs((root / "train.py").read_text())})
     (work / "train.py").write_text(source)

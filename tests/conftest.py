@@ -37,6 +37,7 @@ def tiny_weights(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     out = tmp_path_factory.mktemp("tiny_run") / "out"
     env = dict(os.environ, LOOPER_BUDGET_SECONDS=str(TINY_TRAIN_BUDGET), LOOPER_DATA=str(tiny_data),
                LOOPER_OUT=str(out), LOOPER_SEED="0", LOOPER_DEVICE="cpu",
+               LOOPER_PRETRAINED_DIR=str(REPO / "looper" / "pretrained"),  # what `looper init` copies
                YOLO_CONFIG_DIR=str(tmp_path_factory.mktemp("ultralytics_cfg")))
     proc = subprocess.run([sys.executable, str(REPO / "train.py")], cwd=out.parent, env=env,
                           capture_output=True, text=True, timeout=TINY_TRAIN_BUDGET + 60)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from looper.core.hyperblock import read_knobs
+
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,6 +46,7 @@ def test_remeasure_own_trains_and_scores_the_tuners_answer(tiny_data: Path, tmp_
     # the Tuner's answer was trained with its hyperparameters: Ultralytics' args.yaml of the run says so
     trained = (out / "repeat0" / "remeasure-tune-own" / "seed0" / "train" / "args.yaml").read_text()
     assert "lr0: 0.005" in trained
-    assert "lr0: 0.012" in (out / "repeat0" / "remeasure-baseline-own" / "seed0" / "train" / "args.yaml").read_text()
+    lr0 = read_knobs((REPO / "train.py").read_text())["LR0"]  # the baseline's own settings
+    assert f"lr0: {lr0}" in (out / "repeat0" / "remeasure-baseline-own" / "seed0" / "train" / "args.yaml").read_text()
     assert "| 0 | tune: its best hyperparameters, Ultralytics' own training (best.pt) |" in done.stdout
     assert "| 0 | baseline settings, Ultralytics' own training (best.pt) |" in done.stdout
