@@ -33,6 +33,7 @@ from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, LooperError, StuckError, UsageError
 from looper.guard import release_reserve
 from looper.measure import Measurement, mean_metrics, measure, preflight, record_run, weights_sha256
+from looper.report.fmt import shown
 from looper.store import ExperimentRecord
 
 CUT_SHORT_ADVICE = ("The wall clock ended a baseline run before the tag's step budget: this machine is slower now "
@@ -546,7 +547,7 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
     ctx.event("baseline", f"baseline #{exp_id}: {ctx.cfg.gate.score} mean {mean:.4f} over seeds {seeds}, "
                           f"sigma {sigma if sigma is None else round(sigma, 4)}; {len(dead)} dead gate(s)",
               exp_id, {"dead_gates": dead})
-    ctx.display.outcome(exp_id, "baseline", mean, f"sigma={sigma}", mean)
+    ctx.display.outcome(exp_id, "baseline", mean, f"sigma={shown(sigma, sigma)}", mean)  # rounded to itself
     return result
 
 
