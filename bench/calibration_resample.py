@@ -36,6 +36,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(1, str(HERE))
 from scipy import stats as st  # noqa: E402
 
 from looper.core import gate as core_gate  # noqa: E402
@@ -104,6 +105,133 @@ def simulate(kind: str, base_pool: list[dict], cand_pool: list[dict], draws: int
             "disjoint_judgements": disjoint}
 
 
+def effects(unchanged: list[dict], changed: dict[str, list[dict]]) -> tuple[float, dict[str, dict[str, Any]]]:
+    """The seed sd of the unchanged train.py, and per changed label its effect (mean over the seeds both
+    ran of changed - unchanged, also in seed sds), the pairing correlation and the sd of the paired
+    differences."""
+    sd = statistics.stdev(r["score"] for r in unchanged)
+    u = {r["seed"]: r["score"] for r in unchanged}
+    out: dict[str, dict[str, Any]] = {}
+    for label, runs in changed.items():
+        pairs = [(u[r["seed"]], r["score"]) for r in runs if r["seed"] in u]
+        row: dict[str, Any] = {"runs": len(runs), "mean": statistics.fmean(r["score"] for r in runs),
+                               "pairs": len(pairs)}
+        if len(pairs) >= 2:
+            diffs = [c - b for b, c in pairs]
+            row["effect"] = statistics.fmean(diffs)
+            row["effect_sds"] = row["effect"] / sd
+            row["sd_diff"] = statistics.stdev(diffs)
+            if len(pairs) >= 3:
+                row["correlation"] = float(st.pearsonr([b for b, _ in pairs], [c for _, c in pairs]).statistic)
+        out[label] = row
+    return sd, out
+
+
+def run_procedures(args: argparse.Namespace, pool: dict[str, list[dict]]) -> dict[str, Any]:
+    """Both procedures (bench/calibration_procedures.py) on one pool: A/A, the real planted changes and,
+    with --scale-to, score-only planted effects of chosen sizes in seed sds."""
+    import time
+
+    import calibration_procedures as cp
+
+    cfg = core_gate.GateConfig(score=args.score, max_class_drop=args.max_class_drop, alpha=args.alpha)
+    rng = random.Random(args.seed)
+    unchanged = pool.get("baseline", []) + pool.get("noop", [])
+    if len({r["seed"] for r in unchanged}) != len(unchanged):
+        raise SystemExit("calibration_resample: the baseline and noop labels share a seed (run the pool with "
+                         "--variant, whose no-op seeds start at 1000)")
+    changed = {k: v for k, v in pool.items() if k not in ("baseline", "noop")}
+    sd, eff = effects(unchanged, changed)
+    planted: dict[str, tuple[list[dict], float]] = {k: (v, eff[k].get("effect", 0.0)) for k, v in changed.items()}
+    if args.scale_to:
+        src = args.scale_from or max((k for k in eff if "effect" in k and eff[k].get("effect") is not None),
+                                     key=lambda k: abs(eff[k]["effect"]), default=None)
+        if src is None or not eff.get(src, {}).get("effect"):
+            raise SystemExit("calibration_resample: --scale-to needs a changed label with paired runs")
+        for target in args.scale_to:
+            factor = target * sd / abs(eff[src]["effect"])
+            planted[f"{src} scaled to {target:g} sd"] = (cp.scaled(unchanged, changed[src], factor, args.score),
+                                                         eff[src]["effect"] * factor)
+    rows: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    for cap in args.caps:
+        for procedure in args.procedures:
+            kinds = [("A/A", "aa", unchanged, 0.0)] + [(name, "planted", runs, e) for name, (runs, e) in planted.items()]
+            for name, kind, runs, e in kinds:
+                row: dict[str, Any] = {"procedure": procedure, "baseline_seeds": args.baseline_seeds, "cap": cap,
+                                       "judgement": name, "effect": e, "effect_sds": e / sd if sd else None}
+                why = cp.can_draw(kind, procedure, unchanged, runs, args.baseline_seeds, cap)
+                if why:
+                    rows.append(row | {"draws": 0, "skipped": why})
+                    continue
+                counts: dict[str, int] = {}
+                cand_runs, gained = [], []
+                for _ in range(args.draws):
+                    if procedure == "pooled":
+                        base, cand = (cp.draw_aa_pooled(unchanged, args.baseline_seeds, cap, rng) if kind == "aa" else
+                                      cp.draw_planted_pooled(unchanged, runs, args.baseline_seeds, cap, rng))
+                        outcome, n, g = cp.judge_pooled(cfg, base, cand)
+                    else:
+                        best_at, cand_at = (cp.draw_aa_paired(unchanged, args.baseline_seeds, cap, rng) if kind == "aa"
+                                            else cp.draw_planted_paired(unchanged, runs, args.baseline_seeds, cap, rng))
+                        outcome, n, g = cp.judge_paired(cfg, args.baseline_seeds, cap, best_at, cand_at)
+                    counts[outcome] = counts.get(outcome, 0) + 1
+                    cand_runs.append(n)
+                    gained.append(g)
+                p = cp.positions(args.baseline_seeds, cap)
+                if kind == "aa":
+                    disjoint = len(unchanged) // ((args.baseline_seeds + cap) if procedure == "pooled" else 2 * p)
+                elif procedure == "pooled":
+                    disjoint = min(len(runs) // cap, max(0, len(unchanged) - len(runs)) // args.baseline_seeds)
+                else:
+                    disjoint = len({r["seed"] for r in runs} & {r["seed"] for r in unchanged}) // p
+                rows.append(row | {"draws": args.draws, "counts": counts, "disjoint_judgements": disjoint,
+                                   "candidate_runs": statistics.fmean(cand_runs), "best_gained": statistics.fmean(gained),
+                                   "runs_per_decision": statistics.fmean(a + b for a, b in zip(cand_runs, gained,
+                                                                                                strict=True))})
+    return {"seed_sd": sd, "unchanged_runs": len(unchanged), "effects": eff, "rows": rows, "gate": str(cfg),
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
+def rate_cell(row: dict[str, Any], key: str) -> str:
+    n = row["draws"]
+    k_draws = row["counts"].get(key, 0)
+    k = round(k_draws / n * row["disjoint_judgements"])
+    lo, hi = clopper_pearson(k, row["disjoint_judgements"])
+    return f"{100.0 * k_draws / n:.1f} % [{100 * lo:.0f}, {100 * hi:.0f}]"
+
+
+def print_procedures(res: dict[str, Any], score: str) -> None:
+    print(f"seed sd of the unchanged train.py: {res['seed_sd']:.4f} over {res['unchanged_runs']} runs")
+    for label, e in sorted(res["effects"].items()):
+        bits = [f"{label}: {e['runs']} runs, mean {score} {e['mean']:.4f}"]
+        if "effect" in e:
+            bits.append(f"paired effect {e['effect']:+.4f} = {e['effect_sds']:+.2f} seed sds over {e['pairs']} seeds, "
+                        f"sd of the differences {e['sd_diff']:.4f}")
+        if "correlation" in e:
+            bits.append(f"pairing correlation {e['correlation']:.2f}")
+        print("  " + "; ".join(bits))
+    print(f"gate: {res['gate']}; {res['seconds']} s of resampling")
+    print("| procedure | baseline / cap | judgement | effect (seed sds) | keep | discard | inconclusive | error "
+          "| detected (or false keep / false discard) [95 % interval, disjoint] | runs per decision (candidate + best "
+          "gained) | disjoint judgements |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+    for r in res["rows"]:
+        head = f"| {r['procedure']} | {r['baseline_seeds']} / {r['cap']} | {r['judgement']} | {r['effect_sds']:+.2f} "
+        if not r["draws"]:
+            print(head + f"| skipped: {r['skipped']} | | | | | | |")
+            continue
+        c, n = r["counts"], r["draws"]
+        pct = {k: f"{100.0 * c.get(k, 0) / n:.1f} %" for k in ("keep", "discard", "inconclusive", "error")}
+        if r["judgement"] == "A/A":
+            what = f"false keep {rate_cell(r, 'keep')}; false discard {rate_cell(r, 'discard')}"
+        else:
+            what = f"detected {rate_cell(r, 'keep' if r['effect'] > 0 else 'discard')}"
+        print(head + f"| {pct['keep']} | {pct['discard']} | {pct['inconclusive']} | {pct['error']} | {what} "
+              f"| {r['runs_per_decision']:.2f} ({r['candidate_runs']:.2f} + {r['best_gained']:.2f}) "
+              f"| {r['disjoint_judgements']} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pool", type=Path, default=HERE / "out" / "calibration-pool")
@@ -115,8 +243,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-class-drop", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write the results here too")
+    ap.add_argument("--procedures", default=None,
+                    help="pooled,paired: judge with the last wave's pooled procedure and this wave's paired "
+                         "intensification side by side (bench/calibration_procedures.py; a pool made with "
+                         "calibration_pool.py --variant); without it, the last wave's table")
+    ap.add_argument("--caps", default="1,3", help="with --procedures: candidate seeds at most (1 + noise_reruns)")
+    ap.add_argument("--baseline-seeds", type=int, default=3, help="with --procedures: the baseline's seeds")
+    ap.add_argument("--scale-to", default="", help="with --procedures: also score-only planted effects of these "
+                                                   "sizes in seed sds, e.g. 1,2")
+    ap.add_argument("--scale-from", default=None, help="the changed label --scale-to scales (default: the largest)")
     args = ap.parse_args(argv)
     pool = load_pool(args.pool, args.score)
+    if args.procedures is not None:
+        args.procedures = [p for p in args.procedures.split(",") if p]
+        bad = [p for p in args.procedures if p not in ("pooled", "paired")]
+        if bad or not args.procedures:
+            ap.error(f"--procedures: pooled and/or paired, got {bad or args.procedures}")
+        args.caps = [int(c) for c in args.caps.split(",") if c]
+        args.scale_to = [float(x) for x in args.scale_to.split(",") if x]
+        if not pool.get("baseline"):
+            print(f"calibration_resample: {args.pool} holds no baseline runs", file=sys.stderr)
+            return 2
+        res = run_procedures(args, pool)
+        print_procedures(res, args.score)
+        if args.json:
+            args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, **res},
+                                            indent=1, default=str) + "\n")
+        return 0
     if not pool.get("baseline") or not pool.get("noop"):
         print(f"calibration_resample: {args.pool} holds no baseline and noop runs (bench/calibration_pool.py)",
               file=sys.stderr)
