@@ -155,3 +155,38 @@ def scaled(unchanged: Sequence[Run], changed: Sequence[Run], factor: float, scor
         s = u[r["seed"]]["score"] + factor * (r["score"] - u[r["seed"]]["score"])
         out.append({**r, "score": s, "metrics": {**u[r["seed"]]["metrics"], score: s}})
     return out
+
+
+def judge_row(cfg: core_gate.GateConfig, procedure: str, kind: str, unchanged: Sequence[Run], changed: Sequence[Run],
+              n_base: int, cap: int, draws: int, seed: int) -> dict[str, Any]:
+    """``draws`` judgements of one kind (``aa`` | ``planted``) by one procedure (``pooled`` | ``paired``):
+    outcome counts, mean candidate runs and best runs gained, and the disjoint judgements the pool holds
+    (every run used once: the count an honest interval rests on). ``{"draws": 0, "skipped": why}`` when
+    the pool is too small."""
+    why = can_draw(kind, procedure, unchanged, changed, n_base, cap)
+    if why:
+        return {"draws": 0, "skipped": why}
+    rng = random.Random(seed)
+    counts: dict[str, int] = {}
+    cand_runs, gained = 0, 0
+    for _ in range(draws):
+        if procedure == "pooled":
+            base, cand = (draw_aa_pooled(unchanged, n_base, cap, rng) if kind == "aa" else
+                          draw_planted_pooled(unchanged, changed, n_base, cap, rng))
+            outcome, n, g = judge_pooled(cfg, base, cand)
+        else:
+            best_at, cand_at = (draw_aa_paired(unchanged, n_base, cap, rng) if kind == "aa" else
+                                draw_planted_paired(unchanged, changed, n_base, cap, rng))
+            outcome, n, g = judge_paired(cfg, n_base, cap, best_at, cand_at)
+        counts[outcome] = counts.get(outcome, 0) + 1
+        cand_runs += n
+        gained += g
+    p = positions(n_base, cap)
+    if kind == "aa":
+        disjoint = len(unchanged) // ((n_base + cap) if procedure == "pooled" else 2 * p)
+    elif procedure == "pooled":
+        disjoint = min(len(changed) // cap, len(unchanged) // (n_base + cap))
+    else:
+        disjoint = len({r["seed"] for r in changed} & {r["seed"] for r in unchanged}) // p
+    return {"draws": draws, "counts": counts, "disjoint_judgements": disjoint, "candidate_runs": cand_runs / draws,
+            "best_gained": gained / draws, "runs_per_decision": (cand_runs + gained) / draws}

@@ -135,7 +135,6 @@ def run_procedures(args: argparse.Namespace, pool: dict[str, list[dict]]) -> dic
     import calibration_procedures as cp
 
     cfg = core_gate.GateConfig(score=args.score, max_class_drop=args.max_class_drop, alpha=args.alpha)
-    rng = random.Random(args.seed)
     unchanged = pool.get("baseline", []) + pool.get("noop", [])
     if len({r["seed"] for r in unchanged}) != len(unchanged):
         raise SystemExit("calibration_resample: the baseline and noop labels share a seed (run the pool with "
@@ -144,7 +143,7 @@ def run_procedures(args: argparse.Namespace, pool: dict[str, list[dict]]) -> dic
     sd, eff = effects(unchanged, changed)
     planted: dict[str, tuple[list[dict], float]] = {k: (v, eff[k].get("effect", 0.0)) for k, v in changed.items()}
     if args.scale_to:
-        src = args.scale_from or max((k for k in eff if "effect" in k and eff[k].get("effect") is not None),
+        src = args.scale_from or max((k for k in eff if eff[k].get("effect")),
                                      key=lambda k: abs(eff[k]["effect"]), default=None)
         if src is None or not eff.get(src, {}).get("effect"):
             raise SystemExit("calibration_resample: --scale-to needs a changed label with paired runs")
@@ -152,43 +151,24 @@ def run_procedures(args: argparse.Namespace, pool: dict[str, list[dict]]) -> dic
             factor = target * sd / abs(eff[src]["effect"])
             planted[f"{src} scaled to {target:g} sd"] = (cp.scaled(unchanged, changed[src], factor, args.score),
                                                          eff[src]["effect"] * factor)
-    rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
+    jobs, heads = [], []
     for cap in args.caps:
         for procedure in args.procedures:
             kinds = [("A/A", "aa", unchanged, 0.0)] + [(name, "planted", runs, e) for name, (runs, e) in planted.items()]
             for name, kind, runs, e in kinds:
-                row: dict[str, Any] = {"procedure": procedure, "baseline_seeds": args.baseline_seeds, "cap": cap,
-                                       "judgement": name, "effect": e, "effect_sds": e / sd if sd else None}
-                why = cp.can_draw(kind, procedure, unchanged, runs, args.baseline_seeds, cap)
-                if why:
-                    rows.append(row | {"draws": 0, "skipped": why})
-                    continue
-                counts: dict[str, int] = {}
-                cand_runs, gained = [], []
-                for _ in range(args.draws):
-                    if procedure == "pooled":
-                        base, cand = (cp.draw_aa_pooled(unchanged, args.baseline_seeds, cap, rng) if kind == "aa" else
-                                      cp.draw_planted_pooled(unchanged, runs, args.baseline_seeds, cap, rng))
-                        outcome, n, g = cp.judge_pooled(cfg, base, cand)
-                    else:
-                        best_at, cand_at = (cp.draw_aa_paired(unchanged, args.baseline_seeds, cap, rng) if kind == "aa"
-                                            else cp.draw_planted_paired(unchanged, runs, args.baseline_seeds, cap, rng))
-                        outcome, n, g = cp.judge_paired(cfg, args.baseline_seeds, cap, best_at, cand_at)
-                    counts[outcome] = counts.get(outcome, 0) + 1
-                    cand_runs.append(n)
-                    gained.append(g)
-                p = cp.positions(args.baseline_seeds, cap)
-                if kind == "aa":
-                    disjoint = len(unchanged) // ((args.baseline_seeds + cap) if procedure == "pooled" else 2 * p)
-                elif procedure == "pooled":
-                    disjoint = min(len(runs) // cap, max(0, len(unchanged) - len(runs)) // args.baseline_seeds)
-                else:
-                    disjoint = len({r["seed"] for r in runs} & {r["seed"] for r in unchanged}) // p
-                rows.append(row | {"draws": args.draws, "counts": counts, "disjoint_judgements": disjoint,
-                                   "candidate_runs": statistics.fmean(cand_runs), "best_gained": statistics.fmean(gained),
-                                   "runs_per_decision": statistics.fmean(a + b for a, b in zip(cand_runs, gained,
-                                                                                                strict=True))})
+                heads.append({"procedure": procedure, "baseline_seeds": args.baseline_seeds, "cap": cap,
+                              "judgement": name, "effect": e, "effect_sds": e / sd if sd else None})
+                jobs.append((cfg, procedure, kind, unchanged, runs, args.baseline_seeds, cap, args.draws,
+                             args.seed * 1000 + len(jobs)))
+    if args.jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=args.jobs) as ex:
+            done = list(ex.map(cp.judge_row, *zip(*jobs, strict=True)))
+    else:
+        done = [cp.judge_row(*j) for j in jobs]
+    rows = [h | d for h, d in zip(heads, done, strict=True)]
     return {"seed_sd": sd, "unchanged_runs": len(unchanged), "effects": eff, "rows": rows, "gate": str(cfg),
             "seconds": round(time.monotonic() - t0, 1)}
 
@@ -249,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                          "calibration_pool.py --variant); without it, the last wave's table")
     ap.add_argument("--caps", default="1,3", help="with --procedures: candidate seeds at most (1 + noise_reruns)")
     ap.add_argument("--baseline-seeds", type=int, default=3, help="with --procedures: the baseline's seeds")
+    ap.add_argument("--jobs", type=int, default=1, help="with --procedures: rows judged in parallel processes")
     ap.add_argument("--scale-to", default="", help="with --procedures: also score-only planted effects of these "
                                                    "sizes in seed sds, e.g. 1,2")
     ap.add_argument("--scale-from", default=None, help="the changed label --scale-to scales (default: the largest)")

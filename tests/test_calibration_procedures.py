@@ -144,3 +144,15 @@ def test_scaled_plants_a_score_effect_of_the_chosen_size_on_the_unchanged_runs_m
         want = 0.8 + NOISE[s] + 0.25 * ((0.7 + NOISE[s] / 2) - (0.8 + NOISE[s]))
         assert r["score"] == pytest.approx(want) == r["metrics"]["weighted_f1"]
         assert r["metrics"]["classes"] is u[s]["metrics"]["classes"]
+
+
+def test_judge_row_counts_every_draw_and_skips_a_pool_too_small():
+    unchanged = [run(s, 0.8 + NOISE[s]) for s in range(10)]
+    changed = [run(s, 0.75 + NOISE[s]) for s in range(5)]
+    row = cp.judge_row(CFG, "paired", "planted", unchanged, changed, 3, 4, 30, 7)
+    assert sum(row["counts"].values()) == row["draws"] == 30
+    assert row["disjoint_judgements"] == 1  # 5 seeds with both codes, 4 a judgement
+    assert row["runs_per_decision"] == row["candidate_runs"] + row["best_gained"]
+    assert row == cp.judge_row(CFG, "paired", "planted", unchanged, changed, 3, 4, 30, 7)  # its own seed: repeatable
+    assert cp.judge_row(CFG, "paired", "aa", unchanged[:7], [], 3, 4, 30, 7) == {
+        "draws": 0, "skipped": "7 unchanged runs, 8 needed"}
