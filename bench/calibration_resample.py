@@ -121,6 +121,9 @@ def effects(unchanged: list[dict], changed: dict[str, list[dict]]) -> tuple[floa
             row["effect"] = statistics.fmean(diffs)
             row["effect_sds"] = row["effect"] / sd
             row["sd_diff"] = statistics.stdev(diffs)
+            # what pairing buys: a pooled difference of two independent runs has variance 2 sd^2, a paired one
+            # sd_diff^2, so one pair is worth this many unpaired seeds a side (1 / (1 - rho) at equal variances)
+            row["pair_worth_seeds"] = 2 * sd**2 / row["sd_diff"] ** 2 if row["sd_diff"] > 0 else None
             if len(pairs) >= 3:
                 row["correlation"] = float(st.pearsonr([b for b, _ in pairs], [c for _, c in pairs]).statistic)
         out[label] = row
@@ -190,6 +193,8 @@ def print_procedures(res: dict[str, Any], score: str) -> None:
                         f"sd of the differences {e['sd_diff']:.4f}")
         if "correlation" in e:
             bits.append(f"pairing correlation {e['correlation']:.2f}")
+        if e.get("pair_worth_seeds"):
+            bits.append(f"one pair worth {e['pair_worth_seeds']:.1f} unpaired seeds a side (2 sd^2 / sd_diff^2)")
         print("  " + "; ".join(bits))
     print(f"gate: {res['gate']}; {res['seconds']} s of resampling")
     print("| procedure | baseline / cap | judgement | effect (seed sds) | keep | discard | inconclusive | error "
