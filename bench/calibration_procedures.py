@@ -157,12 +157,19 @@ def scaled(unchanged: Sequence[Run], changed: Sequence[Run], factor: float, scor
     return out
 
 
+def shift(run: Run, delta: float, score: str) -> Run:
+    """The run with ``delta`` added to its score (everything else as measured)."""
+    return {**run, "score": run["score"] + delta, "metrics": {**run["metrics"], score: run["score"] + delta}}
+
+
 def judge_row(cfg: core_gate.GateConfig, procedure: str, kind: str, unchanged: Sequence[Run], changed: Sequence[Run],
-              n_base: int, cap: int, draws: int, seed: int) -> dict[str, Any]:
+              n_base: int, cap: int, draws: int, seed: int, delta: float = 0.0) -> dict[str, Any]:
     """``draws`` judgements of one kind (``aa`` | ``planted``) by one procedure (``pooled`` | ``paired``):
     outcome counts, mean candidate runs and best runs gained, and the disjoint judgements the pool holds
     (every run used once: the count an honest interval rests on). ``{"draws": 0, "skipped": why}`` when
-    the pool is too small."""
+    the pool is too small. ``delta`` (kind ``aa`` only): the A/A draw with ``delta`` added to every
+    candidate score, a planted effect of exactly that size on the unchanged code's real seed noise
+    (its pairs uncorrelated, as in the A/A draw)."""
     why = can_draw(kind, procedure, unchanged, changed, n_base, cap)
     if why:
         return {"draws": 0, "skipped": why}
@@ -173,10 +180,14 @@ def judge_row(cfg: core_gate.GateConfig, procedure: str, kind: str, unchanged: S
         if procedure == "pooled":
             base, cand = (draw_aa_pooled(unchanged, n_base, cap, rng) if kind == "aa" else
                           draw_planted_pooled(unchanged, changed, n_base, cap, rng))
+            if delta:
+                cand = [shift(r, delta, cfg.score) for r in cand]
             outcome, n, g = judge_pooled(cfg, base, cand)
         else:
             best_at, cand_at = (draw_aa_paired(unchanged, n_base, cap, rng) if kind == "aa" else
                                 draw_planted_paired(unchanged, changed, n_base, cap, rng))
+            if delta:
+                cand_at = (lambda f: (lambda k: shift(f(k), delta, cfg.score)))(cand_at)
             outcome, n, g = judge_paired(cfg, n_base, cap, best_at, cand_at)
         counts[outcome] = counts.get(outcome, 0) + 1
         cand_runs += n

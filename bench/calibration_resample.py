@@ -158,12 +158,14 @@ def run_procedures(args: argparse.Namespace, pool: dict[str, list[dict]]) -> dic
     jobs, heads = [], []
     for cap in args.caps:
         for procedure in args.procedures:
-            kinds = [("A/A", "aa", unchanged, 0.0)] + [(name, "planted", runs, e) for name, (runs, e) in planted.items()]
-            for name, kind, runs, e in kinds:
+            kinds = [("A/A", "aa", unchanged, 0.0, 0.0)]
+            kinds += [(f"A/A + {k:g} sd", "aa", unchanged, k * sd, k * sd) for k in args.shift_to]
+            kinds += [(name, "planted", runs, e, 0.0) for name, (runs, e) in planted.items()]
+            for name, kind, runs, e, delta in kinds:
                 heads.append({"procedure": procedure, "baseline_seeds": args.baseline_seeds, "cap": cap,
                               "judgement": name, "effect": e, "effect_sds": e / sd if sd else None})
                 jobs.append((cfg, procedure, kind, unchanged, runs, args.baseline_seeds, cap, args.draws,
-                             args.seed * 1000 + len(jobs)))
+                             args.seed * 1000 + len(jobs), delta))
     if args.jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -208,7 +210,7 @@ def print_procedures(res: dict[str, Any], score: str) -> None:
             continue
         c, n = r["counts"], r["draws"]
         pct = {k: f"{100.0 * c.get(k, 0) / n:.1f} %" for k in ("keep", "discard", "inconclusive", "error")}
-        if r["judgement"] == "A/A":
+        if r["effect"] == 0:
             what = f"false keep {rate_cell(r, 'keep')}; false discard {rate_cell(r, 'discard')}"
         else:
             what = f"detected {rate_cell(r, 'keep' if r['effect'] > 0 else 'discard')}"
@@ -237,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="with --procedures: rows judged in parallel processes")
     ap.add_argument("--scale-to", default="", help="with --procedures: also score-only planted effects of these "
                                                    "sizes in seed sds, e.g. 1,2")
+    ap.add_argument("--shift-to", default="", help="with --procedures: also the A/A draw with these many seed sds "
+                                                   "added to the candidate's score, e.g. 1,2")
     ap.add_argument("--scale-from", default=None, help="the changed label --scale-to scales (default: the largest)")
     args = ap.parse_args(argv)
     pool = load_pool(args.pool, args.score)
@@ -247,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--procedures: pooled and/or paired, got {bad or args.procedures}")
         args.caps = [int(c) for c in args.caps.split(",") if c]
         args.scale_to = [float(x) for x in args.scale_to.split(",") if x]
+        args.shift_to = [float(x) for x in args.shift_to.split(",") if x]
         if not pool.get("baseline"):
             print(f"calibration_resample: {args.pool} holds no baseline runs", file=sys.stderr)
             return 2

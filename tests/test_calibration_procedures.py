@@ -156,3 +156,13 @@ def test_judge_row_counts_every_draw_and_skips_a_pool_too_small():
     assert row == cp.judge_row(CFG, "paired", "planted", unchanged, changed, 3, 4, 30, 7)  # its own seed: repeatable
     assert cp.judge_row(CFG, "paired", "aa", unchanged[:7], [], 3, 4, 30, 7) == {
         "draws": 0, "skipped": "7 unchanged runs, 8 needed"}
+
+
+def test_an_aa_draw_shifted_by_a_large_delta_is_kept_and_the_shift_touches_the_score_only():
+    unchanged = [run(s, 0.8 + NOISE[s]) for s in range(10)]
+    shifted = cp.shift(unchanged[0], 0.5, "weighted_f1")
+    assert shifted["score"] == shifted["metrics"]["weighted_f1"] == pytest.approx(0.8 + NOISE[0] + 0.5)
+    assert shifted["metrics"]["classes"] is unchanged[0]["metrics"]["classes"] and unchanged[0]["score"] < 0.9
+    for procedure in ("pooled", "paired"):
+        row = cp.judge_row(CFG, procedure, "aa", unchanged, [], 3, 3, 20, 1, delta=0.5)
+        assert row["counts"] == {"keep": 20}
