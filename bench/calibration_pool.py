@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/calibration_pool.py --scale demo --steps 300 --seeds 16 --degraded 10 --paired 4 --jobs 2
     .venv/bin/python bench/calibration_pool.py --scale full --require-gpu --seeds 16 --degraded 10 --paired 4   # a GPU
+    .venv/bin/python bench/calibration_pool.py --scale demo --steps 150 --budget 900 --seeds 16 --degraded 16 \
+        --noop 16 --variant lrlow=0.003 --variant lrmid=0.008 --jobs 2 --out bench/out/calibration-pretrained
+        # the pretrained start's calibration (bench/RESULTS.md): planted LR0 values on the baseline's own seeds
 
 Runs, round-robin so that a pool stopped early stays balanced, under ``<out>/runs/<label>-s<seed>``:
 ``baseline`` (the unchanged train.py, seeds 0..), ``noop`` (train.py plus dead code, seeds 1000..)
@@ -11,6 +14,8 @@ seed k: these runs measure what that pairing does). Every run is a real train.py
 evaluate.py run under the step budget (``LOOPER_MAX_STEPS``; the wall clock is still enforced from
 outside), so its result does not depend on the machine's load. ``--resume`` (default on) reuses
 finished runs. ``bench/bench_calibration.py --from-pool <out>`` then judges with the real gate.
+Every run fine-tunes train.py's PRETRAINED from ``looper/pretrained/`` (``LOOPER_PRETRAINED_DIR``,
+bench_noise.run_once), as a workspace's runs do; each line printed names the start and the LR trained.
 """
 
 from __future__ import annotations

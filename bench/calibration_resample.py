@@ -2,6 +2,13 @@
 
     .venv/bin/python bench/calibration_pool.py --scale demo --steps 200 --seeds 20 --degraded 12 --jobs 2
     .venv/bin/python bench/calibration_resample.py --pool bench/out/calibration-pool
+    .venv/bin/python bench/calibration_resample.py --pool bench/out/calibration-pretrained --procedures pooled,paired \
+        --caps 1,3,5 --draws 1500 --shift-to 1,2 --scale-to 1,2 --scale-from lrlow --jobs 2
+
+With ``--procedures pooled,paired`` (a pool made with calibration_pool.py ``--variant``) every row is judged
+by both the last wave's pooled procedure and this wave's paired intensification (the real
+looper.core.intensify and gate.decide, as looper.experiment.measure_and_gate calls them; the draws and who
+plays what: bench/calibration_procedures.py). What follows describes the last wave's table (no --procedures).
 
 The pool (bench/calibration_pool.py) holds real train.py + evaluate.py runs under one step budget:
 ``baseline`` (the unchanged train.py), ``noop`` (train.py plus dead code) and ``degraded`` (LR0 too
