@@ -153,6 +153,8 @@ def run_once(source: str, label: str, data: Path, root: Path, seed: int, budget:
     env = dict(os.environ, LOOPER_BUDGET_SECONDS=str(int(budget)), LOOPER_DATA=str(data), LOOPER_OUT=str(out),
                LOOPER_SEED=str(seed), LOOPER_DEVICE=device, YOLO_CONFIG_DIR=str(root / "ultralytics"),
                PYTHONPATH=str(REPO))
+    # train.py fine-tunes PRETRAINED from this folder (the workspace's pretrained/; here the repository's copy)
+    env["LOOPER_PRETRAINED_DIR"] = os.environ.get("LOOPER_PRETRAINED_DIR") or str(REPO / "looper" / "pretrained")
     env.pop("LOOPER_MAX_STEPS", None)
     if max_steps:
         env["LOOPER_MAX_STEPS"] = str(max_steps)

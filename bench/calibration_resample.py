@@ -2,6 +2,13 @@
 
     .venv/bin/python bench/calibration_pool.py --scale demo --steps 200 --seeds 20 --degraded 12 --jobs 2
     .venv/bin/python bench/calibration_resample.py --pool bench/out/calibration-pool
+    .venv/bin/python bench/calibration_resample.py --pool bench/out/calibration-pretrained --procedures pooled,paired \
+        --caps 1,3,5 --draws 1500 --shift-to 1,2 --scale-to 1,2 --scale-from lrlow --jobs 2
+
+With ``--procedures pooled,paired`` (a pool made with calibration_pool.py ``--variant``) every row is judged
+by both the last wave's pooled procedure and this wave's paired intensification (the real
+looper.core.intensify and gate.decide, as looper.experiment.measure_and_gate calls them; the draws and who
+plays what: bench/calibration_procedures.py). What follows describes the last wave's table (no --procedures).
 
 The pool (bench/calibration_pool.py) holds real train.py + evaluate.py runs under one step budget:
 ``baseline`` (the unchanged train.py), ``noop`` (train.py plus dead code) and ``degraded`` (LR0 too
@@ -36,6 +43,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(1, str(HERE))
 from scipy import stats as st  # noqa: E402
 
 from looper.core import gate as core_gate  # noqa: E402
@@ -104,6 +112,120 @@ def simulate(kind: str, base_pool: list[dict], cand_pool: list[dict], draws: int
             "disjoint_judgements": disjoint}
 
 
+def effects(unchanged: list[dict], changed: dict[str, list[dict]]) -> tuple[float, dict[str, dict[str, Any]]]:
+    """The seed sd of the unchanged train.py, and per changed label its effect (mean over the seeds both
+    ran of changed - unchanged, also in seed sds), the pairing correlation and the sd of the paired
+    differences."""
+    sd = statistics.stdev(r["score"] for r in unchanged)
+    u = {r["seed"]: r["score"] for r in unchanged}
+    out: dict[str, dict[str, Any]] = {}
+    for label, runs in changed.items():
+        pairs = [(u[r["seed"]], r["score"]) for r in runs if r["seed"] in u]
+        row: dict[str, Any] = {"runs": len(runs), "mean": statistics.fmean(r["score"] for r in runs),
+                               "pairs": len(pairs)}
+        if len(pairs) >= 2:
+            diffs = [c - b for b, c in pairs]
+            row["effect"] = statistics.fmean(diffs)
+            row["effect_sds"] = row["effect"] / sd
+            row["sd_diff"] = statistics.stdev(diffs)
+            # what pairing buys: a pooled difference of two independent runs has variance 2 sd^2, a paired one
+            # sd_diff^2, so one pair is worth this many unpaired seeds a side (1 / (1 - rho) at equal variances)
+            row["pair_worth_seeds"] = 2 * sd**2 / row["sd_diff"] ** 2 if row["sd_diff"] > 0 else None
+            if len(pairs) >= 3:
+                row["correlation"] = float(st.pearsonr([b for b, _ in pairs], [c for _, c in pairs]).statistic)
+        out[label] = row
+    return sd, out
+
+
+def run_procedures(args: argparse.Namespace, pool: dict[str, list[dict]]) -> dict[str, Any]:
+    """Both procedures (bench/calibration_procedures.py) on one pool: A/A, the real planted changes and,
+    with --scale-to, score-only planted effects of chosen sizes in seed sds."""
+    import time
+
+    import calibration_procedures as cp
+
+    cfg = core_gate.GateConfig(score=args.score, max_class_drop=args.max_class_drop, alpha=args.alpha)
+    unchanged = pool.get("baseline", []) + pool.get("noop", [])
+    if len({r["seed"] for r in unchanged}) != len(unchanged):
+        raise SystemExit("calibration_resample: the baseline and noop labels share a seed (run the pool with "
+                         "--variant, whose no-op seeds start at 1000)")
+    changed = {k: v for k, v in pool.items() if k not in ("baseline", "noop")}
+    sd, eff = effects(unchanged, changed)
+    planted: dict[str, tuple[list[dict], float]] = {k: (v, eff[k].get("effect", 0.0)) for k, v in changed.items()}
+    if args.scale_to:
+        src = args.scale_from or max((k for k in eff if eff[k].get("effect")),
+                                     key=lambda k: abs(eff[k]["effect"]), default=None)
+        if src is None or not eff.get(src, {}).get("effect"):
+            raise SystemExit("calibration_resample: --scale-to needs a changed label with paired runs")
+        for target in args.scale_to:
+            factor = target * sd / abs(eff[src]["effect"])
+            planted[f"{src} scaled to {target:g} sd"] = (cp.scaled(unchanged, changed[src], factor, args.score),
+                                                         eff[src]["effect"] * factor)
+    t0 = time.monotonic()
+    jobs, heads = [], []
+    for cap in args.caps:
+        for procedure in args.procedures:
+            kinds = [("A/A", "aa", unchanged, 0.0, 0.0)]
+            kinds += [(f"A/A + {k:g} sd", "aa", unchanged, k * sd, k * sd) for k in args.shift_to]
+            kinds += [(name, "planted", runs, e, 0.0) for name, (runs, e) in planted.items()]
+            for name, kind, runs, e, delta in kinds:
+                heads.append({"procedure": procedure, "baseline_seeds": args.baseline_seeds, "cap": cap,
+                              "judgement": name, "effect": e, "effect_sds": e / sd if sd else None})
+                jobs.append((cfg, procedure, kind, unchanged, runs, args.baseline_seeds, cap, args.draws,
+                             args.seed * 1000 + len(jobs), delta))
+    if args.jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=args.jobs) as ex:
+            done = list(ex.map(cp.judge_row, *zip(*jobs, strict=True)))
+    else:
+        done = [cp.judge_row(*j) for j in jobs]
+    rows = [h | d for h, d in zip(heads, done, strict=True)]
+    return {"seed_sd": sd, "unchanged_runs": len(unchanged), "effects": eff, "rows": rows, "gate": str(cfg),
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
+def rate_cell(row: dict[str, Any], key: str) -> str:
+    n = row["draws"]
+    k_draws = row["counts"].get(key, 0)
+    k = round(k_draws / n * row["disjoint_judgements"])
+    lo, hi = clopper_pearson(k, row["disjoint_judgements"])
+    return f"{100.0 * k_draws / n:.1f} % [{100 * lo:.0f}, {100 * hi:.0f}]"
+
+
+def print_procedures(res: dict[str, Any], score: str) -> None:
+    print(f"seed sd of the unchanged train.py: {res['seed_sd']:.4f} over {res['unchanged_runs']} runs")
+    for label, e in sorted(res["effects"].items()):
+        bits = [f"{label}: {e['runs']} runs, mean {score} {e['mean']:.4f}"]
+        if "effect" in e:
+            bits.append(f"paired effect {e['effect']:+.4f} = {e['effect_sds']:+.2f} seed sds over {e['pairs']} seeds, "
+                        f"sd of the differences {e['sd_diff']:.4f}")
+        if "correlation" in e:
+            bits.append(f"pairing correlation {e['correlation']:.2f}")
+        if e.get("pair_worth_seeds"):
+            bits.append(f"one pair worth {e['pair_worth_seeds']:.1f} unpaired seeds a side (2 sd^2 / sd_diff^2)")
+        print("  " + "; ".join(bits))
+    print(f"gate: {res['gate']}; {res['seconds']} s of resampling")
+    print("| procedure | baseline / cap | judgement | effect (seed sds) | keep | discard | inconclusive | error "
+          "| detected (or false keep / false discard) [95 % interval, disjoint] | runs per decision (candidate + best "
+          "gained) | disjoint judgements |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+    for r in res["rows"]:
+        head = f"| {r['procedure']} | {r['baseline_seeds']} / {r['cap']} | {r['judgement']} | {r['effect_sds']:+.2f} "
+        if not r["draws"]:
+            print(head + f"| skipped: {r['skipped']} | | | | | | |")
+            continue
+        c, n = r["counts"], r["draws"]
+        pct = {k: f"{100.0 * c.get(k, 0) / n:.1f} %" for k in ("keep", "discard", "inconclusive", "error")}
+        if r["effect"] == 0:
+            what = f"false keep {rate_cell(r, 'keep')}; false discard {rate_cell(r, 'discard')}"
+        else:
+            what = f"detected {rate_cell(r, 'keep' if r['effect'] > 0 else 'discard')}"
+        print(head + f"| {pct['keep']} | {pct['discard']} | {pct['inconclusive']} | {pct['error']} | {what} "
+              f"| {r['runs_per_decision']:.2f} ({r['candidate_runs']:.2f} + {r['best_gained']:.2f}) "
+              f"| {r['disjoint_judgements']} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pool", type=Path, default=HERE / "out" / "calibration-pool")
@@ -115,8 +237,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-class-drop", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write the results here too")
+    ap.add_argument("--procedures", default=None,
+                    help="pooled,paired: judge with the last wave's pooled procedure and this wave's paired "
+                         "intensification side by side (bench/calibration_procedures.py; a pool made with "
+                         "calibration_pool.py --variant); without it, the last wave's table")
+    ap.add_argument("--caps", default="1,3", help="with --procedures: candidate seeds at most (1 + noise_reruns)")
+    ap.add_argument("--baseline-seeds", type=int, default=3, help="with --procedures: the baseline's seeds")
+    ap.add_argument("--jobs", type=int, default=1, help="with --procedures: rows judged in parallel processes")
+    ap.add_argument("--scale-to", default="", help="with --procedures: also score-only planted effects of these "
+                                                   "sizes in seed sds, e.g. 1,2")
+    ap.add_argument("--shift-to", default="", help="with --procedures: also the A/A draw with these many seed sds "
+                                                   "added to the candidate's score, e.g. 1,2")
+    ap.add_argument("--scale-from", default=None, help="the changed label --scale-to scales (default: the largest)")
     args = ap.parse_args(argv)
     pool = load_pool(args.pool, args.score)
+    if args.procedures is not None:
+        args.procedures = [p for p in args.procedures.split(",") if p]
+        bad = [p for p in args.procedures if p not in ("pooled", "paired")]
+        if bad or not args.procedures:
+            ap.error(f"--procedures: pooled and/or paired, got {bad or args.procedures}")
+        args.caps = [int(c) for c in args.caps.split(",") if c]
+        args.scale_to = [float(x) for x in args.scale_to.split(",") if x]
+        args.shift_to = [float(x) for x in args.shift_to.split(",") if x]
+        if not pool.get("baseline"):
+            print(f"calibration_resample: {args.pool} holds no baseline runs", file=sys.stderr)
+            return 2
+        res = run_procedures(args, pool)
+        print_procedures(res, args.score)
+        if args.json:
+            args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, **res},
+                                            indent=1, default=str) + "\n")
+        return 0
     if not pool.get("baseline") or not pool.get("noop"):
         print(f"calibration_resample: {args.pool} holds no baseline and noop runs (bench/calibration_pool.py)",
               file=sys.stderr)
