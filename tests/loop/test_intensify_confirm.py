@@ -207,15 +207,22 @@ def test_two_workers_share_the_seeds_the_best_gains(make_ws):
     assert all(run_seeds(ws, c["id"]) == [0, 1, 2, 3] for c in cands)
 
 
-def test_a_best_that_cannot_run_a_needed_seed_leaves_the_candidate_undecided(ws, monkeypatch):
+def best_runs_changed(loop, monkeypatch, old: str, new: str):
+    """From now on the best's train.py runs with ``old`` replaced by ``new`` (the seeds it already
+    ran stay recorded); returns the store's real ``best`` for the assertions."""
     import dataclasses
 
+    real_best = loop.ctx.store.best
+    monkeypatch.setattr(loop.ctx.store, "best", lambda tag: dataclasses.replace(
+        real_best(tag), source=real_best(tag).source.replace(old, new)))
+    return real_best
+
+
+def test_a_best_that_cannot_run_a_needed_seed_leaves_the_candidate_undecided(ws, monkeypatch):
     noisy(ws)
     loop = ready(ws, **{"loop.noise_reruns": 3})
-    real_best = loop.ctx.store.best
     # the best's train.py, as the seed it must gain would run it, crashes (its own seeds 0, 1 are recorded)
-    monkeypatch.setattr(loop.ctx.store, "best", lambda tag: dataclasses.replace(
-        real_best(tag), source=real_best(tag).source.replace('SCENARIO = "ok"', 'SCENARIO = "crash"')))
+    real_best = best_runs_changed(loop, monkeypatch, 'SCENARIO = "ok"', 'SCENARIO = "crash"')
     ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})
     r = run_candidate(loop.ctx, loop.ctx.workers[0])
     base = real_best("t")
@@ -244,14 +251,10 @@ def test_looper_confirm_exit_codes_off_and_nothing_to_confirm(ws):
 
 
 def test_a_best_run_cut_short_is_on_record_but_never_the_best_s_measurement(ws, monkeypatch):
-    import dataclasses
-
     noisy(ws)
     loop = ready(ws, **{"loop.noise_reruns": 3, "loop.max_steps": 8})  # the fixture fits 10 steps: runs train 8
-    real_best = loop.ctx.store.best
     # as the best gains seed 2 it fits only 5 of its 8 steps (a slower machine, say)
-    monkeypatch.setattr(loop.ctx.store, "best", lambda tag: dataclasses.replace(
-        real_best(tag), source=real_best(tag).source.replace("STEPS_FIT = 10 ", "STEPS_FIT = 5 ")))
+    real_best = best_runs_changed(loop, monkeypatch, "STEPS_FIT = 10 ", "STEPS_FIT = 5 ")
     ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})
     r = run_candidate(loop.ctx, loop.ctx.workers[0])
     base = real_best("t")
