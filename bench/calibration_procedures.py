@@ -81,7 +81,7 @@ def judge_paired(cfg: core_gate.GateConfig, n_base: int, cap: int, best_at: Call
                                   baseline_source="tag-start", baseline_runs=list(best),
                                   candidate_seeds=list(seeds), best_seeds=list(best_seeds),
                                   baseline_seeds=list(best_seeds))
-        d = core_gate.decide(inp, cfg, cap - len(runs), looks=looks)
+        d = core_gate.decide(inp, cfg, cap - len(runs), looks=looks, share=intensify.alpha_share(len(runs), cap))
         st = intensify.step(d.outcome.value, d.needs_reruns > 0, len(runs), cap)
         if st.stops:
             return d.outcome.value, len(runs), gained

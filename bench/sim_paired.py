@@ -45,7 +45,7 @@ def judge(rng: random.Random, rho: float, effect: float, cap: int, n_base: int, 
         inp = GateInput([metrics(cand[k]) for k in ks], [], metrics(0.5), "tag-start",
                         baseline_runs=[metrics(base[k]) for k in bs],
                         candidate_seeds=ks if paired else [], baseline_seeds=bs if paired else [])
-        d = decide(inp, GateConfig(), cap - len(ks), looks=looks)
+        d = decide(inp, GateConfig(), cap - len(ks), looks=looks, share=intensify.alpha_share(len(ks), cap))
         step = intensify.step(d.outcome.value, d.needs_reruns > 0, len(ks), cap)
         if step.stops:
             return d.outcome.value, len(ks) + len(base) - n_base

@@ -276,7 +276,8 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
             measured.append(m)
             runs.append(m.metrics)
             seeds.append(seed)
-        d = gate(ctx, runs, simpler, against, cap - len(runs), seeds=seeds, looks=looks)
+        d = gate(ctx, runs, simpler, against, cap - len(runs), seeds=seeds, looks=looks,
+                 share=intensify.alpha_share(len(runs), cap))
         st = intensify.step(d.outcome.value, d.needs_reruns > 0, len(runs), cap)
         why = st.why
         if st.stops:
@@ -354,7 +355,8 @@ def not_comparable(d: core_gate.GateDecision, cut: list[str], max_steps: int) ->
 
 
 def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
-         reruns_left: int, seeds: list[int] | None = None, looks: int | None = None) -> core_gate.GateDecision:
+         reruns_left: int, seeds: list[int] | None = None, looks: int | None = None,
+         share: float | None = None) -> core_gate.GateDecision:
     """The one place the gate's input is built and the gate is asked."""
     from looper.baselines import newest_baseline
 
@@ -382,7 +384,7 @@ def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
                               best_seeds=seeds_of(best) if runs_of(best) else [], baseline_seeds=baseline_seeds)
     gcfg = core_gate.GateConfig(score=ctx.cfg.gate.score, max_class_drop=ctx.cfg.gate.max_class_drop,
                                 noise_sigmas=ctx.cfg.gate.noise_sigmas, alpha=ctx.cfg.gate.alpha)
-    return core_gate.decide(inp, gcfg, reruns_left, looks=looks)
+    return core_gate.decide(inp, gcfg, reruns_left, looks=looks, share=share)
 
 
 # ====================================================================== a keep lands on the branch

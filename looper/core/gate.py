@@ -12,10 +12,12 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    the practical margin), and a baseline that predicted nothing gates nothing. Dead gates
    are listed in every verdict's metrics. When every class gate is dead -> ERROR.
 3. Looks: the loop judges after each batch of seeds (intensification, looper.core.intensify:
-   1, 2, 4 ... seeds), so the error rate is split over the planned looks (``looks``; without
-   it ``runs so far + reruns_left``, one seed per look): every test of this look runs at
-   ``alpha / looks`` (Bonferroni over looks), so a whole sequence of looks errs at most
-   ``alpha``. A single judgement (one look) uses ``alpha``.
+   1, 2, 4 ... seeds), so the error rate is split over the planned looks: every test of this
+   look runs at ``alpha * share``, where ``share`` is this look's part of the decision's alpha
+   (the loop passes :func:`looper.core.intensify.alpha_share`, in proportion to the look's seeds;
+   without it ``1 / looks``, and without ``looks`` one look per seed, ``runs so far +
+   reruns_left``). The shares of all the looks sum to at most 1 (Bonferroni over looks), so a
+   whole sequence of looks errs at most ``alpha``. A single judgement (one look) uses ``alpha``.
 4. Class gates (one family, Holm at the look's alpha): every live class vs the baseline's
    runs, and, when the current best is not the baseline, every class whose current-best
    recall is above ``max_class_drop`` vs the best's runs. The test is the exact McNemar
@@ -468,11 +470,16 @@ def _class_failures(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, An
     return blocking
 
 
-def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None = None) -> GateDecision:
+def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None = None,
+           share: float | None = None) -> GateDecision:
     """Keep, discard, inconclusive (with the reruns it needs) or error (see the module doc).
 
     ``looks``: the planned looks of this whole decision (intensification looks once per batch of
-    seeds: :func:`looper.core.intensify.looks`); None: one look per seed, ``runs + reruns_left``."""
+    seeds: :func:`looper.core.intensify.looks`); None: one look per seed, ``runs + reruns_left``.
+    ``share``: this look's part of alpha (:func:`looper.core.intensify.alpha_share`, in (0, 1]);
+    None: an equal part, ``1 / looks``."""
+    if share is not None and not 0.0 < share <= 1.0:
+        raise ValueError(f"a look's share of alpha must be in (0, 1], got {share!r}")
     facts: dict[str, Any] = {
         "baseline": inp.baseline_source,
         "score_key": cfg.score,
@@ -490,7 +497,7 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None 
     n = len(r.cand_scores)
     reruns_left = max(0, reruns_left)
     looks = max(1, looks) if looks is not None else n + reruns_left
-    alpha = cfg.alpha / looks
+    alpha = cfg.alpha * share if share is not None else cfg.alpha / looks
     score = float(statistics.mean(r.cand_scores))  # exact: equal scores give a diff of exactly 0
     best = float(statistics.mean(r.best_scores))
     diff = score - best
@@ -502,7 +509,11 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None 
         "class_recall": {c: round(v, 6) for c, v in r.cand_recall.items()},
         "gated_classes": len(r.live),
     })
-    if looks > 1:
+    if share is not None and share < 1.0:
+        facts["alpha_share"] = share
+        facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks in proportion to their seeds: "
+                              f"{alpha:.4g} at this look ({share:.3g} of it)")
+    elif share is None and looks > 1:
         facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks: "
                               f"{alpha:.4g} per look")
     blocking = _class_failures(r, cfg, alpha, facts)

@@ -4,7 +4,10 @@ After SMAC3's intensifier and irace's races, with a significance test at every l
 
 - **Schedule.** A challenger runs 1 seed, then 2, then 4 ... seeds in all, up to ``cap``
   (``1 + [loop] noise_reruns``): :func:`schedule`. The gate looks after each batch, so a
-  night's decision has ``len(schedule(cap))`` looks and the gate splits alpha over them.
+  night's decision has ``len(schedule(cap))`` looks and the gate splits alpha over them in
+  proportion to each look's seeds (:func:`alpha_share`: 1/7, 2/7, 4/7 of alpha at 1, 2, 4 seeds;
+  a weighted Bonferroni split, so the whole sequence still errs at most alpha, with most of it
+  where the seeds are: the first look, one seed, rarely decides anything).
 - **Which seeds.** The current best's own seeds, in the best's order, then new seeds above
   every seed the best ran (:func:`candidate_seeds`): seed k of the candidate meets seed k of
   the best, so the score test can pair them.
@@ -13,8 +16,12 @@ After SMAC3's intensifier and irace's races, with a significance test at every l
   best's estimate keeps improving over the night and a lucky best does not set the bar forever.
 - **Stopping** (:func:`step`): the gate's KEEP stops early for success (clearly better on the
   seeds both ran, at the look's alpha), its DISCARD for futility (clearly worse, or a class
-  lost); INCONCLUSIVE asking for more seeds goes on to the next batch while the cap allows;
-  anything else ends the decision where it stands.
+  lost) once the challenger has run :data:`DISCARD_SEEDS` seeds: a discard on one seed is checked
+  on the next batch while the cap allows (the seed scores of a fine-tuned detector have a low
+  tail: about 1 seed in 6 lands 2 to 3 seed sds below the rest, bench/RESULTS.md, and one such
+  seed alone discarded 8 to 9 % of A/A challengers against the 5 % stated); INCONCLUSIVE asking
+  for more seeds goes on to the next batch while the cap allows; anything else ends the decision
+  where it stands.
 - **Fresh seeds** for the morning's confirmation (:func:`fresh_seeds`): above every seed the
   tag used, so no decision of the night saw them.
 """
@@ -25,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 KEEP, DISCARD, INCONCLUSIVE = "keep", "discard", "inconclusive"
+DISCARD_SEEDS = 2  # a discard stands on at least this many challenger seeds when the cap allows them
 
 
 def schedule(cap: int) -> tuple[int, ...]:
@@ -40,6 +48,20 @@ def schedule(cap: int) -> tuple[int, ...]:
 def looks(cap: int) -> int:
     """How many times the gate looks at one challenger (one look per batch)."""
     return len(schedule(cap))
+
+
+def alpha_share(done: int, cap: int) -> float:
+    """The share of the decision's alpha that the look after ``done`` seeds may spend: its seeds over
+    the seeds of every planned look (looks at 1, 2, 4 seeds: 1/7, 2/7, 4/7). The shares of all the
+    looks sum to 1, so whatever looks a decision takes, it errs at most alpha (weighted Bonferroni)."""
+    plan = schedule(cap)
+    if done not in plan:
+        raise ValueError(f"no look after {done} seed(s) with a cap of {cap}: the looks are at {plan}")
+    return done / sum(plan)
+
+
+def _next_look(done: int, cap: int) -> int | None:
+    return next((n for n in schedule(cap) if n > done), None)
 
 
 def looks_left(done: int, cap: int) -> int:
@@ -78,18 +100,22 @@ class Step:
         return self.add == 0
 
 
-def step(outcome: str, wants_more: bool, done: int, cap: int) -> Step:
+def step(outcome: str, wants_more: bool, done: int, cap: int, discard_seeds: int = DISCARD_SEEDS) -> Step:
     """The rule after the gate's look at ``done`` candidate seeds (``outcome``: the gate's
-    keep | discard | inconclusive | error; ``wants_more``: an inconclusive that more seeds could settle)."""
+    keep | discard | inconclusive | error; ``wants_more``: an inconclusive that more seeds could settle;
+    ``discard_seeds``: the seeds a discard must stand on while the cap allows them)."""
     if outcome == KEEP:
         return Step(0, f"stopped early for success after {done} seed(s)" if done < cap else
                     f"kept after {done} seed(s)")
+    nxt = _next_look(done, cap)
     if outcome == DISCARD:
+        if done < discard_seeds and nxt is not None:
+            return Step(nxt - done, f"worse after {done} seed(s), but a discard stands on {discard_seeds}: "
+                                    f"{nxt - done} more (to {nxt} of at most {cap})")
         return Step(0, f"stopped early for futility after {done} seed(s)" if done < cap else
                     f"discarded after {done} seed(s)")
     if outcome != INCONCLUSIVE:
         return Step(0, f"ended ({outcome}) after {done} seed(s)")
-    nxt = next((n for n in schedule(cap) if n > done), None)
     if not wants_more or nxt is None:
         return Step(0, f"inconclusive after {done} seed(s)" + (" (the cap)" if nxt is None else ""))
     return Step(nxt - done, f"inconclusive after {done} seed(s): {nxt - done} more (to {nxt} of at most {cap})")

@@ -35,10 +35,10 @@ def runs(mean: float, seeds: list[int], jitter: float = 0.0) -> list[dict]:
 
 def gate(cand: list[dict], cand_seeds: list[int], base: list[dict], base_seeds: list[int], *,
          best: list[dict] | None = None, best_seeds: list[int] | None = None, looks: int | None = 3,
-         reruns_left: int = 0, simpler: bool = False):
+         reruns_left: int = 0, simpler: bool = False, share: float | None = None):
     return decide(GateInput(cand, best or [], base[0], "tag-start", candidate_simpler=simpler, baseline_runs=base,
                             candidate_seeds=cand_seeds, best_seeds=best_seeds or [], baseline_seeds=base_seeds),
-                  GateConfig(), reruns_left, looks=looks)
+                  GateConfig(), reruns_left, looks=looks, share=share)
 
 
 def test_a_gain_hidden_by_the_seed_spread_is_kept_by_the_paired_test() -> None:
@@ -126,6 +126,29 @@ def test_looks_split_alpha_per_batch() -> None:
     assert d.verdict.metrics["looks"] == 2 and d.verdict.metrics["alpha_per_look"] == pytest.approx(0.025)
     d = gate(runs(0.43, [0]), [0], runs(0.40, [0, 1, 2]), [0, 1, 2], looks=None, reruns_left=2)
     assert d.verdict.metrics["looks"] == 3
+
+
+@pytest.mark.parametrize("share", [1 / 7, 4 / 7, 1.0])
+def test_a_look_spends_its_share_of_alpha(share: float) -> None:
+    d = gate(runs(0.43, [0]), [0], runs(0.40, [0, 1, 2]), [0, 1, 2], looks=3, reruns_left=3, share=share)
+    m = d.verdict.metrics
+    assert m["alpha_per_look"] == pytest.approx(0.05 * share)
+    assert (m.get("alpha_share") == pytest.approx(share)) if share < 1 else "alpha_share" not in m
+    assert any("in proportion to their seeds" in n for n in m["notes"]) is (share < 1)
+
+
+@pytest.mark.parametrize("share", [0.0, -0.1, 1.5])
+def test_a_share_outside_0_1_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="share of alpha"):
+        gate(runs(0.43, [0]), [0], runs(0.40, [0, 1, 2]), [0, 1, 2], looks=3, reruns_left=3, share=share)
+
+
+def test_a_larger_share_decides_what_a_smaller_one_cannot() -> None:
+    # the same runs: at 1/15 of alpha inside the band, at 8/15 better (the share moves the threshold alone)
+    base, cand = runs(0.400, [0, 1, 2, 3]), runs(0.412, [0, 1, 2, 3], jitter=0.004)
+    small = gate(cand, [0, 1, 2, 3], base, [0, 1, 2, 3], looks=4, reruns_left=4, share=1 / 15)
+    large = gate(cand, [0, 1, 2, 3], base, [0, 1, 2, 3], looks=4, reruns_left=4, share=8 / 15)
+    assert small.outcome is Outcome.INCONCLUSIVE and large.outcome is Outcome.KEEP
 
 
 @pytest.mark.parametrize(("pooled", "paired", "pairs", "corr", "which", "words"), [

@@ -60,6 +60,10 @@ def test_the_best_needs_the_seeds_it_never_ran(best: list[int], wanted: list[int
     ("keep", False, 3, 3, 0, "kept after 3 seed(s)"),
     ("discard", False, 2, 4, 0, "stopped early for futility after 2 seed(s)"),
     ("discard", False, 4, 4, 0, "discarded after 4 seed(s)"),
+    # a discard stands on 2 seeds while the cap allows them (the low tail of the seed scores)
+    ("discard", False, 1, 4, 1, "worse after 1 seed(s), but a discard stands on 2: 1 more (to 2 of at most 4)"),
+    ("discard", True, 1, 2, 1, "worse after 1 seed(s), but a discard stands on 2: 1 more (to 2 of at most 2)"),
+    ("discard", False, 1, 1, 0, "discarded after 1 seed(s)"),  # a cap of 1: no second seed to ask for
     ("error", False, 1, 4, 0, "ended (error) after 1 seed(s)"),
     ("inconclusive", True, 1, 4, 1, "inconclusive after 1 seed(s): 1 more (to 2 of at most 4)"),
     ("inconclusive", True, 2, 4, 2, "inconclusive after 2 seed(s): 2 more (to 4 of at most 4)"),
@@ -70,6 +74,32 @@ def test_the_best_needs_the_seeds_it_never_ran(best: list[int], wanted: list[int
 def test_the_step_rule(outcome: str, more: bool, done: int, cap: int, add: int, why: str) -> None:
     s = intensify.step(outcome, more, done, cap)
     assert s == Step(add, why) and s.stops is (add == 0)
+
+
+@pytest.mark.parametrize(("need", "outcome", "done", "cap", "add"), [
+    (1, "discard", 1, 4, 0),   # one seed may discard when asked for (the last wave's rule)
+    (3, "discard", 2, 4, 2),   # three seeds: the look at 2 goes on to 4
+    (3, "discard", 2, 2, 0),   # ... unless the cap is reached
+    (3, "keep", 1, 4, 0),      # a keep is never held back
+])
+def test_the_seeds_a_discard_stands_on_are_a_parameter(need: int, outcome: str, done: int, cap: int, add: int) -> None:
+    assert intensify.step(outcome, False, done, cap, discard_seeds=need).add == add
+
+
+@pytest.mark.parametrize(("cap", "shares"), [
+    (1, {1: 1.0}), (2, {1: 1 / 3, 2: 2 / 3}), (4, {1: 1 / 7, 2: 2 / 7, 4: 4 / 7}),
+    (5, {1: 1 / 12, 2: 2 / 12, 4: 4 / 12, 5: 5 / 12}), (8, {1: 1 / 15, 2: 2 / 15, 4: 4 / 15, 8: 8 / 15}),
+])
+def test_alpha_is_shared_over_the_looks_by_their_seeds(cap: int, shares: dict[int, float]) -> None:
+    got = {n: intensify.alpha_share(n, cap) for n in intensify.schedule(cap)}
+    assert got == pytest.approx(shares)
+    assert sum(got.values()) == pytest.approx(1.0)  # the looks together spend alpha, no more
+
+
+@pytest.mark.parametrize(("done", "cap"), [(3, 4), (0, 2), (5, 4)])
+def test_a_share_off_the_schedule_is_refused(done: int, cap: int) -> None:
+    with pytest.raises(ValueError, match="no look after"):
+        intensify.alpha_share(done, cap)
 
 
 @pytest.mark.parametrize(("used", "count", "expected"), [

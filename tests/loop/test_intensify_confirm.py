@@ -51,18 +51,30 @@ def test_a_clear_win_stops_early_for_success_on_the_best_s_first_seed(ws):
     assert cost["stopped"] == "stopped early for success after 1 seed(s)" and cost["minutes"] > 0
 
 
-def test_a_clear_loss_stops_early_for_futility(ws):
+def test_a_clear_loss_stops_early_for_futility_on_its_second_seed(ws):
+    # worse on the first seed already, but a discard stands on 2 seeds (one low seed is not a verdict):
+    # the second seed is run, then the challenger stops, 2 seeds short of its cap of 4
     loop = ready(ws, **{"loop.noise_reruns": 3})
     ws.enqueue("QUALITY 0.5 -> 0.2", knobs={"QUALITY": 0.2})
     r = run_candidate(loop.ctx, loop.ctx.workers[0])
     assert r.outcome is Outcome.DISCARD
-    cost = verdict(ws, r.exp_id)["cost"]
-    assert run_seeds(ws, r.exp_id) == [0] and cost["stopped"] == "stopped early for futility after 1 seed(s)"
+    m = verdict(ws, r.exp_id)
+    assert run_seeds(ws, r.exp_id) == [0, 1] and m["cost"]["stopped"] == "stopped early for futility after 2 seed(s)"
+    assert m["alpha_share"] == pytest.approx(2 / 7)  # the look at 2 of the planned 1, 2, 4 seeds
+
+
+def test_a_cap_of_one_seed_discards_on_that_seed(ws):
+    loop = ready(ws, **{"loop.noise_reruns": 0})
+    ws.enqueue("QUALITY 0.5 -> 0.2", knobs={"QUALITY": 0.2})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    assert r.outcome is Outcome.DISCARD and run_seeds(ws, r.exp_id) == [0]
+    assert verdict(ws, r.exp_id)["cost"]["stopped"] == "discarded after 1 seed(s)"
 
 
 def test_paired_seeds_keep_a_win_the_seed_spread_hides_from_the_pooled_test(ws):
     noisy(ws)
-    loop = ready(ws, **{"loop.noise_reruns": 3})  # the baseline runs seeds 0 and 1
+    # the baseline runs seeds 0 and 1; a cap of 3 seeds: looks at 1, 2, 3 with 1/6, 2/6, 3/6 of alpha
+    loop = ready(ws, **{"loop.noise_reruns": 2})
     ws.enqueue("BONUS 0 -> 0.2", knobs={"BONUS": 0.2})
     r = run_candidate(loop.ctx, loop.ctx.workers[0])
     m = verdict(ws, r.exp_id)
