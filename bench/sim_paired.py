@@ -1,46 +1,78 @@
-"""The gate's decision under intensification on synthetic scores: A/A and planted-effect rates, the pooled
-score test alone (seeds unknown to the gate) against the paired rule (seeds known: the paired t where its
-band is narrower, each test at half the look's alpha). Pure: the real looper.core.gate.decide and
-looper.core.intensify, no training.
+"""The gate's decisions under intensification on synthetic scores: A/A error rates, power, seeds spent.
 
-score(seed k) = 0.5 + effect + s_k + e: s_k shared by both sides of a pair (their correlation rho), e
-independent; s_k and e together have sd 1, so ``effect`` is in seed sds. 3 baseline seeds (0, 1, 2); the
-candidate runs 1, 2, 4 ... of the best's seeds up to ``cap``; seeds the baseline never ran are run on it
-first (as the loop does). "runs/decision" counts the candidate's runs and the ones the baseline gained.
+Pure: the real looper.core.gate.decide and looper.core.intensify (schedule, seeds, the look's share of
+alpha, the stopping rule with its 2-seed discard), no training. One row per (baseline seeds, cap,
+procedure, noise); every row ``--draws`` decisions per effect.
 
-    python bench/sim_paired.py [SEED] [JUDGEMENTS]     # e.g. 1 1000: about 10 minutes on one busy core
+score(seed k) = 0.5 + effect + sqrt(rho) s_k + sqrt(1 - rho) e: s_k shared by both sides of a pair,
+e the run's own; s_k and e each have sd 1, so ``effect`` is in seed sds. Noise:
+
+- ``normal``: s_k and e standard normal;
+- ``pool``: s_k and e drawn from the real seed scores of the unchanged train.py in ``--pool-json``
+  (bench/calibration/*-pool.json, labels baseline and noop), standardised: the real shape, its low
+  tail included (about 1 seed in 6 lands 2 to 3 sds below the rest at 150 steps).
+
+A/A rows use rho 0 (the same code on other seeds shares nothing with the best's seeds); effects use
+``--rho``. Procedures: ``pooled`` (the gate told no seeds: the pooled t alone) and ``paired`` (seeds
+known: the paired t where its band is narrower, each test at half the look's alpha). The best gains the
+seeds it never ran; "runs" counts the candidate's and the best's gained runs.
+
+    python bench/sim_paired.py --draws 1000 --configs 3:2,3:4,3:8 --noise normal,pool
+    python bench/sim_paired.py --draws 1000 --configs 3:2,3:4,5:4,3:8 --noise pool --md bench/calibration/sim.md
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
+import statistics
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
-from looper.core import intensify
-from looper.core.gate import GateConfig, GateInput, decide
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from looper.core import intensify  # noqa: E402
+from looper.core.gate import GateConfig, GateInput, decide  # noqa: E402
 
 CLASSES = {"a": {"tp": 5, "fp": 1, "fn": 5, "support": 10, "recall": 0.5}}  # never moves: no class gate fires
+POOL = HERE / "calibration" / "pretrained-150-pool.json"
 
 
 def metrics(score: float) -> dict:
     return {"pages": 1, "predictions": 10, "weighted_f1": score, "classes": CLASSES}
 
 
-def judge(rng: random.Random, rho: float, effect: float, cap: int, n_base: int, paired: bool) -> tuple[str, int]:
-    """One decision as the loop makes it: (outcome, runs it took)."""
-    shared = {k: rng.gauss(0, rho ** 0.5) for k in range(cap + n_base + 2)}
+def pool_noise(path: Path) -> list[float]:
+    """The unchanged train.py's seed scores in a pool file, standardised (mean 0, sd 1)."""
+    runs = json.loads(path.read_text())
+    scores = [r["weighted_f1"] for r in runs if r["label"] in ("baseline", "noop")]
+    if len(scores) < 5:
+        raise SystemExit(f"sim_paired: {path} holds {len(scores)} unchanged runs; 5 at least are needed")
+    mu, sd = statistics.mean(scores), statistics.stdev(scores)
+    return [(x - mu) / sd for x in scores]
 
-    def own() -> float:
-        return rng.gauss(0, (1 - rho) ** 0.5)
 
-    base = {k: 0.5 + shared[k] + own() for k in range(n_base)}
+def judge(rng: random.Random, draw: Callable[[], float], rho: float, effect: float, cap: int, n_base: int,
+          paired: bool) -> tuple[str, int]:
+    """One decision as the loop makes it (looper.experiment.measure_and_gate): (outcome, runs it took)."""
+    shared: dict[int, float] = {}
+
+    def score(k: int, eff: float) -> float:
+        if k not in shared:
+            shared[k] = draw()
+        return 0.5 + eff + rho ** 0.5 * shared[k] + (1 - rho) ** 0.5 * draw()
+
+    base = {k: score(k, 0.0) for k in range(n_base)}
     cand: dict[int, float] = {}
     looks, target = intensify.looks(cap), 1
     while True:
         for k in intensify.candidate_seeds(list(base), target, 0)[len(cand):]:
             if k not in base:
-                base[k] = 0.5 + shared[k] + own()
-            cand[k] = 0.5 + effect + shared[k] + own()
+                base[k] = score(k, 0.0)
+            cand[k] = score(k, effect)
         ks, bs = list(cand), list(base)
         inp = GateInput([metrics(cand[k]) for k in ks], [], metrics(0.5), "tag-start",
                         baseline_runs=[metrics(base[k]) for k in bs],
@@ -52,20 +84,62 @@ def judge(rng: random.Random, rho: float, effect: float, cap: int, n_base: int, 
         target = len(ks) + step.add
 
 
-def main() -> None:
-    rng = random.Random(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
-    for cap in (3, 5):
-        for rho in (0.2, 0.8):
-            for effect in (0.0, 1.0, 2.0):
-                for paired in (False, True):
-                    out = [judge(rng, rho, effect, cap, 3, paired) for _ in range(n)]
-                    keep = sum(o == "keep" for o, _ in out) / n
-                    discard = sum(o == "discard" for o, _ in out) / n
-                    runs = sum(r for _, r in out) / n
-                    print(f"cap {cap} rho {rho} effect {effect} {'paired' if paired else 'pooled'}: "
-                          f"keep {keep:.3f} discard {discard:.3f} runs/decision {runs:.2f}", flush=True)
+def row(rng: random.Random, draw: Callable[[], float], rho: float, effect: float, cap: int, n_base: int,
+        paired: bool, draws: int) -> dict[str, float]:
+    out = [judge(rng, draw, rho, effect, cap, n_base, paired) for _ in range(draws)]
+    return {"keep": sum(o == "keep" for o, _ in out) / draws, "discard": sum(o == "discard" for o, _ in out) / draws,
+            "runs": sum(r for _, r in out) / draws}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--configs", default="3:2,3:4,3:8", help="BASELINE_SEEDS:CAP, comma separated")
+    ap.add_argument("--noise", default="normal,pool", help="normal | pool, comma separated")
+    ap.add_argument("--pool-json", type=Path, default=POOL)
+    ap.add_argument("--procedures", default="pooled,paired")
+    ap.add_argument("--effects", default="1,2,3", help="planted effects in seed sds")
+    ap.add_argument("--rho", type=float, default=0.06, help="pairing correlation of a planted change "
+                    "(0.06: LR0 0.003 from the pretrained start, bench/RESULTS.md)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--md", type=Path, default=None, help="also write the table here")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    effects = [float(e) for e in args.effects.split(",") if e]
+    emp = pool_noise(args.pool_json) if "pool" in args.noise.split(",") else []
+    head = ("| noise | baseline seeds / cap | procedure | A/A false keep | A/A false discard | A/A runs | "
+            + " | ".join(f"{e:g} sd kept (runs)" for e in effects) + " |")
+    lines = [f"sim_paired: {args.draws} decisions a cell, seed {args.seed}, planted effects at pairing correlation "
+             f"{args.rho:g}; pool noise from {args.pool_json.name} ({len(emp)} runs)" if emp else
+             f"sim_paired: {args.draws} decisions a cell, seed {args.seed}, planted effects at pairing correlation "
+             f"{args.rho:g}", "", head, "| " + " | ".join(["---"] * (6 + len(effects))) + " |"]
+    print("\n".join(lines), flush=True)
+    results = []
+    t0 = time.monotonic()
+    for noise in args.noise.split(","):
+        for cfg in args.configs.split(","):
+            n_base, cap = (int(x) for x in cfg.split(":"))
+            for proc in args.procedures.split(","):
+                rng = random.Random(args.seed)
+                draw = (lambda: rng.gauss(0.0, 1.0)) if noise == "normal" else (lambda: rng.choice(emp))
+                paired = proc == "paired"
+                aa = row(rng, draw, 0.0, 0.0, cap, n_base, paired, args.draws)
+                hits = {e: row(rng, draw, args.rho, e, cap, n_base, paired, args.draws) for e in effects}
+                line = (f"| {noise} | {n_base} / {cap} | {proc} | {aa['keep']:.1%} | {aa['discard']:.1%} | "
+                        f"{aa['runs']:.1f} | " + " | ".join(f"{h['keep']:.0%} ({h['runs']:.1f})" for h in hits.values())
+                        + " |")
+                print(line, flush=True)
+                lines.append(line)
+                results.append({"noise": noise, "baseline_seeds": n_base, "cap": cap, "procedure": proc, "aa": aa,
+                                "effects": {f"{e:g}": h for e, h in hits.items()}})
+    lines.append(f"\n({time.monotonic() - t0:.0f} s)")
+    if args.md:
+        args.md.write_text("\n".join(lines) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps({"draws": args.draws, "seed": args.seed, "rho": args.rho,
+                                         "results": results}, indent=1) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -79,7 +79,7 @@ def test_missing_file_and_none_give_the_contract_defaults(tmp_path: Path) -> Non
         assert cfg.loop.tag == "nightly"
         assert (cfg.loop.budget_seconds, cfg.loop.grace_seconds, cfg.loop.stall_seconds) == (300, 60, 180)
         assert (cfg.loop.max_experiments, cfg.loop.until, cfg.loop.until_time) == (0, "", None)
-        assert (cfg.loop.stuck_after, cfg.loop.noise_reruns, cfg.loop.workers) == (3, 2, 1)
+        assert (cfg.loop.stuck_after, cfg.loop.noise_reruns, cfg.loop.workers) == (3, 7, 1)
         assert (cfg.data.dir, cfg.data.scale, cfg.data.seed) == ("data", "demo", 0)
         assert (cfg.gate.score, cfg.gate.max_class_drop, cfg.gate.noise_sigmas) == ("weighted_f1", 0.05, 2.0)
         assert cfg.gate.alpha == 0.05

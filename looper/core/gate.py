@@ -63,8 +63,19 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from looper.core import classgate
 from looper.core import score as core_score
-from looper.core import stats
+from looper.core.classgate import EPS as _EPS
+from looper.core.classgate import FISHER as FISHER  # re-exported: callers read the test names here
+from looper.core.classgate import MCNEMAR as MCNEMAR
+from looper.core.classgate import ClassTest as _ClassTest
+from looper.core.classgate import Unusable as _Unusable
+from looper.core.classgate import classes as _classes
+from looper.core.classgate import compare as _compare
+from looper.core.classgate import fmt_below as _fmt_below
+from looper.core.classgate import fmt_over as _fmt_over  # noqa: F401 (tests read it here)
+from looper.core.classgate import listing as _listing
+from looper.core.classgate import num as _num
 from looper.core.score import PAIRED_TEST as PAIRED_TEST  # re-exported: callers read the test names here
 from looper.core.score import SCORE_TEST as SCORE_TEST
 from looper.core.score import choose_test as choose_test
@@ -74,14 +85,6 @@ from looper.core.verdict import Outcome, Verdict
 #: It no longer decides anything; unmeasured noise makes a verdict inconclusive.
 UNMEASURED_NOISE_BAND = 0.01
 
-_EPS = 1e-9
-_MAX_LISTED = 8
-MCNEMAR = "exact McNemar"
-FISHER = "Fisher exact, unpaired"
-
-
-class _Unusable(Exception):
-    """The gate's input cannot be judged; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -138,21 +141,6 @@ class GateDecision:
 
 
 # -- reading METRICS.json objects --------------------------------------------------------
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _classes(metrics: Any) -> dict[str, dict[str, Any]]:
-    if not isinstance(metrics, dict):
-        return {}
-    classes = metrics.get("classes")
-    if not isinstance(classes, dict):
-        return {}
-    return {str(k): v for k, v in classes.items() if isinstance(v, dict)}
 
 
 def _gated(baseline: dict[str, Any]) -> dict[str, float]:
@@ -247,114 +235,6 @@ def _mean_recall(runs: list[dict[str, Any]], name: str, who: str) -> float:
     return sum(values) / len(values)
 
 
-def _fmt_over(value: float, limit: float) -> tuple[str, str]:
-    """Format value and limit with as few decimals (>= 2) as show value > limit."""
-    for digits in (2, 3, 4, 6):
-        a, b = f"{value:.{digits}f}", f"{limit:.{digits}f}"
-        if float(a) > float(b):
-            return a, b
-    return repr(value), repr(limit)  # shortest round-trip forms differ when the values do
-
-
-def _listing(names: list[str]) -> str:
-    shown = ", ".join(names[:_MAX_LISTED])
-    return shown + (f" and {len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else "")
-
-
-def _found(row: dict[str, Any], name: str, who: str, support: float) -> list[int] | None:
-    """The class's per-instance results (0/1 per test instance), None when absent (old runs)."""
-    found = row.get("found")
-    if found is None:
-        return None
-    if not isinstance(found, list) or any(type(x) is not int or x not in (0, 1) for x in found):
-        raise _Unusable(f"{who} class {name!r} has a 'found' that is not a list of 0/1")
-    if len(found) != support:
-        raise _Unusable(f"{who} class {name!r} lists {len(found)} instances in 'found' but has "
-                        f"support {support:g} (the test set differs)")
-    return found
-
-
-def _side(runs: list[dict[str, Any]], name: str, who: str) -> tuple[float, list[list[int] | None], list[int]]:
-    """(support, found list or None per run, found count per run) of one class on one side."""
-    support: float | None = None
-    lists: list[list[int] | None] = []
-    counts: list[int] = []
-    for i, run in enumerate(runs, start=1):
-        row = _classes(run).get(name)
-        sup = _num(row.get("support")) if row is not None else None
-        recall = _num(row.get("recall")) if row is not None else None
-        if row is None or sup is None or recall is None:
-            why = "lacks the class" if row is None else "has no numeric support and recall for it"
-            raise _Unusable(f"{who} run {i} {why}: {name!r} (the test set or class list differs)")
-        if support is not None and sup != support:
-            raise _Unusable(f"{who} runs disagree on the support of {name!r} ({support:g} vs {sup:g})")
-        support = sup
-        found = _found(row, name, who, sup)
-        lists.append(found)
-        counts.append(sum(found) if found is not None else round(recall * sup))
-    assert support is not None
-    return support, lists, counts
-
-
-def _compare(name: str, ref: list[dict[str, Any]], cand: list[dict[str, Any]],
-             ref_who: str) -> tuple[stats.ClassCounts, list[tuple[int, int]], list[tuple[int, int]]]:
-    """One class, reference runs vs candidate runs: paired when every run has ``found``.
-
-    Also returns each side's (found, support) per run, the replicates :func:`stats.dispersion` reads.
-    """
-    ref_support, ref_lists, ref_counts = _side(ref, name, ref_who)
-    cand_support, cand_lists, cand_counts = _side(cand, name, "candidate")
-    if ref_support != cand_support:
-        raise _Unusable(f"the support of {name!r} differs: {ref_who} {ref_support:g}, candidate "
-                        f"{cand_support:g} (the test set differs)")
-    support = round(ref_support)
-    per_run = ([(f, support) for f in ref_counts], [(f, support) for f in cand_counts])
-    ref_found = [f for f in ref_lists if f is not None]
-    cand_found = [f for f in cand_lists if f is not None]
-    if len(ref_found) == len(ref_lists) and len(cand_found) == len(cand_lists):
-        return stats.paired_counts(ref_found, cand_found), *per_run
-    return stats.unpaired_counts(ref_counts, cand_counts, support), *per_run
-
-
-def _fmt_below(p: float, threshold: float) -> str:
-    """``"p < threshold"`` with as few significant digits (>= 2) as show the order."""
-    for digits in (2, 3, 4, 6):
-        a, b = f"{p:.{digits}g}", f"{threshold:.{digits}g}"
-        if float(a) < float(b):
-            return f"{a} < {b}"
-    return f"{p!r} <= {threshold!r}"
-
-
-@dataclass(frozen=True)
-class _ClassTest:
-    name: str
-    against: str  # "baseline" | "best"
-    counts: stats.ClassCounts
-    p: float = 1.0
-
-
-def _class_words(t: _ClassTest, h: stats.HolmResult, family: int, margin: float, phi: float) -> str:
-    c = t.counts
-    drop, limit = _fmt_over(c.drop, margin)
-    test = (MCNEMAR if c.paired else FISHER) + (f", counts / {phi:.1f} for seed spread" if phi > 1 else "")
-    where = "vs baseline" if t.against == "baseline" else "vs the current best"
-    head = f"recall.{t.name}" if t.against == "baseline" else f"recall.{t.name} fell to 0"
-    return (f"{head}: {c.ref_found} of {c.ref_total} found -> {c.cand_found} of {c.cand_total} {where}, "
-            f"p = {_fmt_below(h.p, h.threshold)} ({test}, Holm over {family}); drop {drop} > {limit}")
-
-
-def _test_facts(t: _ClassTest, h: stats.HolmResult, fails: bool) -> dict[str, Any]:
-    c = t.counts
-    return {"class": t.name, "against": t.against, "test": MCNEMAR if c.paired else FISHER,
-            "ref_found": c.ref_found, "ref_total": c.ref_total, "cand_found": c.cand_found,
-            "cand_total": c.cand_total, "paired_runs": c.runs, "lost": c.lost, "gained": c.gained,
-            "drop": round(c.drop, 6), "p": h.p, "holm_threshold": h.threshold, "significant": h.rejected,
-            "fails": fails,
-            # 95 % Wilson intervals of the pooled recalls (instance-runs taken as independent)
-            "ref_interval": list(stats.recall_interval(c.ref_found, c.ref_total)),
-            "cand_interval": list(stats.recall_interval(c.cand_found, c.cand_total))}
-
-
 # -- the decision ----------------------------------------------------------------------------
 
 
@@ -440,36 +320,6 @@ def _read(inp: GateInput, cfg: GateConfig, facts: dict[str, Any]) -> _Read | str
                  best_is_ref, pairs)
 
 
-def _class_failures(r: _Read, cfg: GateConfig, alpha: float, facts: dict[str, Any]) -> list[str]:
-    """Holm over every class test at ``alpha``; a class fails when significant AND over the margin."""
-    phi, phi_df = stats.dispersion(list(r.replicates.values()))
-    tests = [_ClassTest(t.name, t.against, t.counts, stats.class_p_value(t.counts, phi)) for t in r.tests]
-    facts.update({"class_dispersion": phi, "class_dispersion_df": phi_df})
-    holm = stats.holm([t.p for t in tests], alpha)
-    blocking: list[str] = []
-    class_facts = []
-    for t, h in zip(tests, holm, strict=True):
-        fails = h.rejected and t.counts.drop > cfg.max_class_drop + _EPS and (
-            t.against == "baseline" or r.cand_recall[t.name] <= 0)
-        class_facts.append(_test_facts(t, h, fails))
-        if fails:
-            blocking.append(_class_words(t, h, len(tests), cfg.max_class_drop, phi))
-    facts["class_tests"] = class_facts
-    unpaired = [t.name for t in tests if not t.counts.paired]
-    facts["notes"].append(f"class gates: one-sided {MCNEMAR} on seed-paired instances (Fisher's exact test "
-                          f"where unpaired), Holm over {len(tests)} test(s) at {alpha:.4g}; a class fails "
-                          f"only when significant and its recall drops more than {cfg.max_class_drop:g}")
-    if phi > 1:
-        facts["notes"].append(f"class recalls vary between seeds {phi:.1f}x more than independent instances "
-                              f"would (df {phi_df}): each class test counts an instance as 1/{phi:.1f} of one")
-    if unpaired:
-        facts["notes"].append(f"no per-instance results ('found') for {_listing(sorted(set(unpaired)))}: "
-                              "tested unpaired on recall x support counts (weaker)")
-    if r.dead:
-        facts["notes"].append(f"{len(r.dead)} of {len(r.gated)} class gates are dead: {_listing(r.dead)}")
-    return blocking
-
-
 def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None = None,
            share: float | None = None) -> GateDecision:
     """Keep, discard, inconclusive (with the reruns it needs) or error (see the module doc).
@@ -516,7 +366,8 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None 
     elif share is None and looks > 1:
         facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks: "
                               f"{alpha:.4g} per look")
-    blocking = _class_failures(r, cfg, alpha, facts)
+    blocking = classgate.failures(r.tests, r.replicates, r.cand_recall, r.dead, len(r.gated), cfg.max_class_drop,
+                                  alpha, facts)
     test = core_score.score_test(r.cand_scores, r.best_scores, r.base_scores, r.best_is_ref, r.pairs, cfg.score,
                             alpha, facts)
     key = cfg.score
