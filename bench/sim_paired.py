@@ -55,6 +55,13 @@ def pool_noise(path: Path) -> list[float]:
     return [(x - mu) / sd for x in scores]
 
 
+def rng_draw(rng: random.Random, noise: str, emp: list[float]) -> Callable[[], float]:
+    """One noise draw: standard normal, or a standardised real seed score (``pool``)."""
+    if noise == "normal":
+        return lambda: rng.gauss(0.0, 1.0)
+    return lambda: rng.choice(emp)
+
+
 def judge(rng: random.Random, draw: Callable[[], float], rho: float, effect: float, cap: int, n_base: int,
           paired: bool) -> tuple[str, int]:
     """One decision as the loop makes it (looper.experiment.measure_and_gate): (outcome, runs it took)."""
@@ -121,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             n_base, cap = (int(x) for x in cfg.split(":"))
             for proc in args.procedures.split(","):
                 rng = random.Random(args.seed)
-                draw = (lambda: rng.gauss(0.0, 1.0)) if noise == "normal" else (lambda: rng.choice(emp))
+                draw = rng_draw(rng, noise, emp)
                 paired = proc == "paired"
                 aa = row(rng, draw, 0.0, 0.0, cap, n_base, paired, args.draws)
                 hits = {e: row(rng, draw, args.rho, e, cap, n_base, paired, args.draws) for e in effects}
