@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    ?= build/demo
 
-.PHONY: venv system system-base demo test test-fast verify-json lint bench bench-fast clean
+.PHONY: venv system system-base demo test test-fast verify-json lint bench bench-fast calibrate-gpu clean
 
 # System packages (Debian; scripts/system_packages.txt): installed as root, else the apt line and
 # a failure. LOOPER_SKIP_TIERS=ssh,browser,slurm leaves a tier out (its tests are skipped
@@ -60,6 +60,18 @@ bench: $(STAMP)
 # The quick benchmarks only; the slow ones keep their last generated result.
 bench-fast: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+# On a lent GPU (not in CI): the baseline and the gate's calibration at full scale, one command. 16 seeds of
+# the baseline train.py and 16 of LR0 0.003 on the same seeds (the planted change), each fine-tuning the
+# start weights in PRETRAINED_DIR (default the shipped checkpoint; a user's own: `python -m
+# looper.convert_weights best.pt` writes one), then both procedures resampled. Refuses to run without CUDA.
+PRETRAINED_DIR ?= looper/pretrained
+GPU_POOL ?= bench/out/calibration-gpu
+calibrate-gpu: $(STAMP)
+	LOOPER_PRETRAINED_DIR=$(abspath $(PRETRAINED_DIR)) $(BIN)/python bench/calibration_pool.py --scale full \
+	  --require-gpu --seeds 16 --degraded 16 --noop 0 --variant lrlow=0.003 --jobs 1 --out $(GPU_POOL)
+	$(BIN)/python bench/calibration_resample.py --pool $(GPU_POOL) --procedures pooled,paired --caps 2,4,8 \
+	  --draws 1500 --shift-to 1,2 --scale-to 1,2 --scale-from lrlow --jobs 2 --json bench/calibration/gpu-full.json
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

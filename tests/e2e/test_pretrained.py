@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import tiers
 
 from looper.core.hyperblock import rewrite_knobs
 from looper.core.verdict import Status
@@ -171,3 +172,18 @@ def test_warm_up_and_freezing_under_a_step_budget(tmp_path: Path, tiny_data: Pat
     log = (tmp_path / "run" / "train.log").read_text()
     frozen = {int(x.split(".", 1)[0]) for x in log.split("Freezing layer 'model.")[1:]}
     assert frozen == set(range(10)) | {22}, frozen  # layers 0-9, and Ultralytics' own DFL (22.dfl)
+
+
+@tiers.NEEDS_NO_GPU
+def test_make_calibrate_gpu_refuses_a_machine_without_a_gpu_before_it_builds_anything(tmp_path: Path) -> None:
+    # the one command for a lent GPU (README, "Full scale"): on this CPU it must stop at once, say why,
+    # and leave no pool and no result behind (a CPU "calibration" at full scale would run for days)
+    pool = tmp_path / "pool"
+    result = ROOT / "bench" / "calibration" / "gpu-full.json"
+    before = result.stat().st_mtime_ns if result.exists() else None
+    r = subprocess.run(["make", "-s", "calibrate-gpu", f"GPU_POOL={pool}", f"PY={sys.executable}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env=_env())
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "--require-gpu but torch sees no CUDA GPU" in r.stderr
+    assert not pool.exists()
+    assert (result.stat().st_mtime_ns if result.exists() else None) == before
