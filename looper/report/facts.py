@@ -23,6 +23,7 @@ from typing import Any
 
 from looper.core import exclusions as core_excl
 from looper.core.classes import CLASSES
+from looper.core.score import PAIRED_TEST
 from looper.core.verdict import Outcome
 from looper.report.attention import attention
 from looper.report.classes import class_intervals, class_rows, rare_classes, with_intervals
@@ -73,6 +74,10 @@ _FIGURES: dict[str, tuple[str, str]] = {
     "sigma": ("verdict", "$.metrics.noise_sigma"),
     "df": ("verdict", "$.metrics.noise_df"),
     "test": ("verdict", "$.metrics.score_test"),
+    "paired": ("verdict", "$.metrics.paired_test"),
+    "used": ("verdict", "$.metrics.score_test_used"),
+    "test_alpha": ("verdict", "$.metrics.score_test_alpha"),
+    "share": ("verdict", "$.metrics.alpha_share"),
     "cand": ("verdict", "$.metrics.candidate_scores"),
     "best": ("verdict", "$.metrics.best_scores"),
     "simpler": ("verdict", "$.metrics.candidate_simpler"),
@@ -204,17 +209,23 @@ def _judgements(experiments: list[ExperimentRow], figures: dict[int, dict[str, A
             continue
         band = num(f.get("band"))
         alpha = num(f.get("alpha")) or DEFAULT_ALPHA
-        test = f.get("test") if isinstance(f.get("test"), dict) else {}
+        # the score test the verdict rests on: the paired t when the gate chose it, else the pooled t
+        paired = f.get("paired") if isinstance(f.get("paired"), dict) else {}
+        used_paired = bool(paired) and f.get("used") == PAIRED_TEST
+        test = paired if used_paired else (f.get("test") if isinstance(f.get("test"), dict) else {})
         cand = _floats(f.get("cand")) or ((float(e.score),) if e.score is not None else ())
-        df = num(f.get("df"))
+        df = num(paired.get("df")) if used_paired else num(f.get("df"))
+        look = num(f.get("alpha_look")) or alpha
         out[e.id] = Judgement(
             id=e.id, outcome=e.status.value, diff=num(f.get("diff")), band=band,
             measured=bool(f.get("measured")) and band is not None, alpha=alpha,
-            alpha_look=num(f.get("alpha_look")) or alpha, looks=int(num(f.get("looks")) or 1),
+            alpha_look=num(f.get("test_alpha")) or look, looks=int(num(f.get("looks")) or 1),
             candidate_scores=cand, n_best=len(_floats(f.get("best"))) or 1,
             df=int(df) if df is not None and df >= 1 else None,
             p_better=num(test.get("p_better")), p_worse=num(test.get("p_worse")), simpler=f.get("simpler") is True,
-            class_failures=tuple(r for r in e.blocking if r.startswith("recall.")))
+            class_failures=tuple(r for r in e.blocking if r.startswith("recall.")),
+            share=num(f.get("share")), paired_seeds=int(num(paired.get("pairs")) or 0) if used_paired else 0,
+            halved=num(f.get("test_alpha")) is not None and (num(f.get("test_alpha")) or 0) < look - 1e-12)
     return out
 
 

@@ -107,6 +107,9 @@ class Judgement:
     p_worse: float | None
     simpler: bool
     class_failures: tuple[str, ...]
+    share: float | None = None  # this look's share of alpha (by its seeds), when the verdict records one
+    paired_seeds: int = 0  # > 0: the paired t on this many seed pairs decided (else the pooled t)
+    halved: bool = False  # two score tests to choose from: each held to half the look's alpha
 
     @property
     def n_candidate(self) -> int:
@@ -133,9 +136,19 @@ class Judgement:
         if self.where == "unmeasured":
             return f"{diff} vs best: {UNMEASURED}"
         assert self.band is not None
-        alpha = (f"alpha {self.alpha:g}" if self.looks <= 1 or abs(self.alpha_look - self.alpha) < 1e-12
-                 else f"alpha {self.alpha_look:.3g} ({self.alpha:g} split over {self.looks} seeds)")
+        alpha = f"alpha {self.alpha_look:.3g}"
+        if self.share is not None:  # intensification: the look's share of alpha by its seeds
+            alpha += (f" ({self.alpha:g} shared over {self.looks} looks by their seeds"
+                      + (", halved for two tests" if self.halved else "") + ")")
+        elif self.looks <= 1 and not self.halved and abs(self.alpha_look - self.alpha) < 1e-12:
+            alpha = f"alpha {self.alpha:g}"
+        else:
+            alpha += (f" ({self.alpha:g} split over {self.looks} seeds" + (", halved for two tests" if self.halved
+                                                                          else "") + ")")
         seeds = f"{self.n_candidate} candidate + {self.n_best} best seed{'s' if self.n_best != 1 else ''}"
+        test = "one-sided t-test"
+        if self.paired_seeds:
+            test, seeds = "one-sided paired t-test", f"{self.paired_seeds} seed pairs"
         dof = f", df {self.df}" if self.df is not None else ""
         where = self.where
         if where == "beyond the noise" and self.p_better is not None:
@@ -145,7 +158,7 @@ class Judgement:
         elif where == "inside the noise" and self.outcome == "keep" and self.simpler:
             where += "; simpler, so kept (simpler wins a tie)"
         return (f"{diff} vs best, band {self.band:.{_digits(self.band)}f} at {alpha} "
-                f"(one-sided t-test, {seeds}{dof}): {where}")
+                f"({test}, {seeds}{dof}): {where}")
 
 
 @dataclass(frozen=True)

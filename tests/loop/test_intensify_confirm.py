@@ -84,6 +84,13 @@ def test_paired_seeds_keep_a_win_the_seed_spread_hides_from_the_pooled_test(ws):
     assert m["score_test_alpha"] == m["alpha_per_look"] / 2  # two tests to choose from: half the look's alpha each
     assert m["score_test"]["p_better"] > m["score_test_alpha"]  # the pooled test would have waited
     assert m["cost"]["stopped"] == "stopped early for success after 2 seed(s)" and m["cost"]["best_runs"] == 0
+    assert m["alpha_share"] == pytest.approx(2 / 6) and m["score_test_alpha"] == pytest.approx(0.05 * 2 / 6 / 2)
+    # the report states the test that decided (the paired one), its alpha and where the difference lies
+    line = next(x for x in report_text(loop.ctx.store, ws.root, console_width=400).splitlines()
+                if x.strip().startswith(f"#{r.exp_id} keep:") and "vs best" in x)
+    assert f"at alpha {m['score_test_alpha']:.3g} (0.05 shared over 3 looks by their seeds, halved for two tests)" \
+        in line
+    assert "(one-sided paired t-test, 2 seed pairs, df 1): beyond the noise" in line, line
 
 
 def test_the_best_gains_the_seeds_a_decision_needs(ws):
