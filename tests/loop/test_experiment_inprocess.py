@@ -309,7 +309,9 @@ def test_a_candidate_cut_short_by_the_wall_clock_is_not_discarded_on_its_loss(ws
     ws.enqueue("slower and worse", knobs={"QUALITY": 0.2, "STEPS_FIT": 5})
     r = run_candidate(loop.ctx, loop.ctx.workers[0])
     assert r.outcome is Outcome.INCONCLUSIVE, r.verdict
-    assert r.verdict.metrics["cut_short"] == ["seed 0: stopped by the wall clock at 5 of 8 steps"]
+    # worse on seed 0, so a second seed before any discard (a discard stands on 2): both were cut short
+    assert r.verdict.metrics["cut_short"] == ["seed 0: stopped by the wall clock at 5 of 8 steps",
+                                              "seed 1: stopped by the wall clock at 5 of 8 steps"]
     assert r.verdict.blocking[0].startswith("not comparable: seed 0: stopped by the wall clock at 5 of 8 steps")
     assert any(b.startswith("would have discarded: ") for b in r.verdict.blocking[1:])
     assert tip(ws) == base and ws.git("status", "--porcelain", cwd=ws.worktree) == ""
