@@ -66,6 +66,18 @@ def load_pool(root: Path, score: str) -> dict[str, list[dict[str, Any]]]:
     return pool
 
 
+def pool_rows(pool: dict[str, list[dict[str, Any]]], score: str) -> list[dict[str, Any]]:
+    """One summary row per run of the pool (label, seed order): what a reader needs to redo the tables."""
+    rows = []
+    for label in sorted(pool):
+        for r in sorted(pool[label], key=lambda r: r["seed"]):
+            classes = r["metrics"].get("classes") or {}
+            rows.append({"label": label, "seed": r["seed"], score: r["score"],
+                         "classes_found": sum(1 for c in classes.values() if (c.get("recall") or 0) > 0),
+                         "steps": r["steps"], "train_seconds": r["seconds"]})
+    return rows
+
+
 def judge(cfg: core_gate.GateConfig, baseline: list[dict], best: list[dict], candidates: list[dict]) -> tuple[str, int]:
     """The loop's judgement: one candidate seed, then one more per inconclusive look asking for it."""
     base_metrics = [r["metrics"] for r in baseline]
@@ -249,8 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shift-to", default="", help="with --procedures: also the A/A draw with these many seed sds "
                                                    "added to the candidate's score, e.g. 1,2")
     ap.add_argument("--scale-from", default=None, help="the changed label --scale-to scales (default: the largest)")
+    ap.add_argument("--pool-json", type=Path, default=None,
+                    help="also write every run of the pool here (label, seed, score, classes found, steps, seconds): "
+                         "the raw figures bench/RESULTS.md cites, kept beside the results")
     args = ap.parse_args(argv)
     pool = load_pool(args.pool, args.score)
+    if args.pool_json:
+        args.pool_json.write_text(json.dumps(pool_rows(pool, args.score), indent=1) + "\n")
     if args.procedures is not None:
         args.procedures = [p for p in args.procedures.split(",") if p]
         bad = [p for p in args.procedures if p not in ("pooled", "paired")]

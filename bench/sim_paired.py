@@ -18,7 +18,10 @@ known: the paired t where its band is narrower, each test at half the look's alp
 seeds it never ran; "runs" counts the candidate's and the best's gained runs.
 
     python bench/sim_paired.py --draws 1000 --configs 3:2,3:4,3:8 --noise normal,pool
-    python bench/sim_paired.py --draws 1000 --configs 3:2,3:4,5:4,3:8 --noise pool --md bench/calibration/sim.md
+    python bench/sim_paired.py --draws 1000 --configs 3:2,3:4,5:4,3:8 --noise normal,pool \
+        --md bench/calibration/sim-paired.md --json bench/calibration/sim-paired.json
+    python bench/sim_paired.py --draws 1000 --configs 3:2,3:4,3:8 --noise pool --effects '' --discard-seeds 1 \
+        --md bench/calibration/sim-paired-discard1.md     # the rule before: a discard on one seed
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def rng_draw(rng: random.Random, noise: str, emp: list[float]) -> Callable[[], f
 
 
 def judge(rng: random.Random, draw: Callable[[], float], rho: float, effect: float, cap: int, n_base: int,
-          paired: bool) -> tuple[str, int]:
+          paired: bool, discard_seeds: int = intensify.DISCARD_SEEDS) -> tuple[str, int]:
     """One decision as the loop makes it (looper.experiment.measure_and_gate): (outcome, runs it took)."""
     shared: dict[int, float] = {}
 
@@ -85,15 +88,15 @@ def judge(rng: random.Random, draw: Callable[[], float], rho: float, effect: flo
                         baseline_runs=[metrics(base[k]) for k in bs],
                         candidate_seeds=ks if paired else [], baseline_seeds=bs if paired else [])
         d = decide(inp, GateConfig(), cap - len(ks), looks=looks, share=intensify.alpha_share(len(ks), cap))
-        step = intensify.step(d.outcome.value, d.needs_reruns > 0, len(ks), cap)
+        step = intensify.step(d.outcome.value, d.needs_reruns > 0, len(ks), cap, discard_seeds=discard_seeds)
         if step.stops:
             return d.outcome.value, len(ks) + len(base) - n_base
         target = len(ks) + step.add
 
 
 def row(rng: random.Random, draw: Callable[[], float], rho: float, effect: float, cap: int, n_base: int,
-        paired: bool, draws: int) -> dict[str, float]:
-    out = [judge(rng, draw, rho, effect, cap, n_base, paired) for _ in range(draws)]
+        paired: bool, draws: int, discard_seeds: int = intensify.DISCARD_SEEDS) -> dict[str, float]:
+    out = [judge(rng, draw, rho, effect, cap, n_base, paired, discard_seeds) for _ in range(draws)]
     return {"keep": sum(o == "keep" for o, _ in out) / draws, "discard": sum(o == "discard" for o, _ in out) / draws,
             "runs": sum(r for _, r in out) / draws}
 
@@ -108,18 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--effects", default="1,2,3", help="planted effects in seed sds")
     ap.add_argument("--rho", type=float, default=0.06, help="pairing correlation of a planted change "
                     "(0.06: LR0 0.003 from the pretrained start, bench/RESULTS.md)")
+    ap.add_argument("--discard-seeds", type=int, default=intensify.DISCARD_SEEDS,
+                    help="the seeds a discard stands on (1: the rule before this wave's, a discard on one seed)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--md", type=Path, default=None, help="also write the table here")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     effects = [float(e) for e in args.effects.split(",") if e]
     emp = pool_noise(args.pool_json) if "pool" in args.noise.split(",") else []
-    head = ("| noise | baseline seeds / cap | procedure | A/A false keep | A/A false discard | A/A runs | "
-            + " | ".join(f"{e:g} sd kept (runs)" for e in effects) + " |")
-    lines = [f"sim_paired: {args.draws} decisions a cell, seed {args.seed}, planted effects at pairing correlation "
-             f"{args.rho:g}; pool noise from {args.pool_json.name} ({len(emp)} runs)" if emp else
-             f"sim_paired: {args.draws} decisions a cell, seed {args.seed}, planted effects at pairing correlation "
-             f"{args.rho:g}", "", head, "| " + " | ".join(["---"] * (6 + len(effects))) + " |"]
+    cols = ["noise", "baseline seeds / cap", "procedure", "A/A false keep", "A/A false discard", "A/A runs",
+            *(f"{e:g} sd kept (runs)" for e in effects)]
+    head = "| " + " | ".join(cols) + " |"
+    title = (f"sim_paired: {args.draws} decisions a cell, seed {args.seed}, a discard stands on {args.discard_seeds} "
+             f"seed(s), planted effects at pairing correlation {args.rho:g}")
+    lines = [title + (f"; pool noise from {args.pool_json.name} ({len(emp)} runs)" if emp else ""), "", head, "| " + " | ".join(["---"] * len(cols)) + " |"]
     print("\n".join(lines), flush=True)
     results = []
     t0 = time.monotonic()
@@ -130,11 +135,12 @@ def main(argv: list[str] | None = None) -> int:
                 rng = random.Random(args.seed)
                 draw = rng_draw(rng, noise, emp)
                 paired = proc == "paired"
-                aa = row(rng, draw, 0.0, 0.0, cap, n_base, paired, args.draws)
-                hits = {e: row(rng, draw, args.rho, e, cap, n_base, paired, args.draws) for e in effects}
-                line = (f"| {noise} | {n_base} / {cap} | {proc} | {aa['keep']:.1%} | {aa['discard']:.1%} | "
-                        f"{aa['runs']:.1f} | " + " | ".join(f"{h['keep']:.0%} ({h['runs']:.1f})" for h in hits.values())
-                        + " |")
+                aa = row(rng, draw, 0.0, 0.0, cap, n_base, paired, args.draws, args.discard_seeds)
+                hits = {e: row(rng, draw, args.rho, e, cap, n_base, paired, args.draws, args.discard_seeds)
+                        for e in effects}
+                cells = [noise, f"{n_base} / {cap}", proc, f"{aa['keep']:.1%}", f"{aa['discard']:.1%}", f"{aa['runs']:.1f}",
+                         *(f"{h['keep']:.0%} ({h['runs']:.1f})" for h in hits.values())]
+                line = "| " + " | ".join(cells) + " |"
                 print(line, flush=True)
                 lines.append(line)
                 results.append({"noise": noise, "baseline_seeds": n_base, "cap": cap, "procedure": proc, "aa": aa,
@@ -144,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         args.md.write_text("\n".join(lines) + "\n")
     if args.json:
         args.json.write_text(json.dumps({"draws": args.draws, "seed": args.seed, "rho": args.rho,
+                                         "discard_seeds": args.discard_seeds,
                                          "results": results}, indent=1) + "\n")
     return 0
 
