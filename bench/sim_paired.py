@@ -77,7 +77,7 @@ def judge(rng: random.Random, draw: Callable[[], float], rho: float, effect: flo
 
     base = {k: score(k, 0.0) for k in range(n_base)}
     cand: dict[int, float] = {}
-    looks, target = intensify.looks(cap), 1
+    looks, target = intensify.looks(cap), intensify.schedule(cap)[0]
     while True:
         for k in intensify.candidate_seeds(list(base), target, 0)[len(cand):]:
             if k not in base:
