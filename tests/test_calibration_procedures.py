@@ -14,6 +14,7 @@ pool of real runs, and the draws that decide which real run plays which part. Sy
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import sys
 from pathlib import Path
@@ -166,3 +167,21 @@ def test_an_aa_draw_shifted_by_a_large_delta_is_kept_and_the_shift_touches_the_s
     for procedure in ("pooled", "paired"):
         row = cp.judge_row(CFG, procedure, "aa", unchanged, [], 3, 3, 20, 1, delta=0.5)
         assert row["counts"] == {"keep": 20}
+
+
+def test_the_pool_file_lists_every_run_with_what_the_tables_rest_on(tmp_path: Path):
+    # bench/calibration_resample.py --pool-json: one row per run, read back from a real pool layout
+    spec = importlib.util.spec_from_file_location("calibration_resample", REPO / "bench" / "calibration_resample.py")
+    cr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cr)
+    for label, seed, score, recalls in (("baseline", 1, 0.8, (0.5, 0.0)), ("baseline", 0, 0.7, (0.4, 0.2)),
+                                        ("lrlow", 0, 0.9, (1.0, 0.3))):
+        ck = tmp_path / "runs" / f"{label}-s{seed}"
+        (ck / "out").mkdir(parents=True)
+        classes = {f"c{i}": {"recall": r, "support": 10} for i, r in enumerate(recalls)}
+        (ck / "METRICS.json").write_text(f'{{"weighted_f1": {score}, "classes": {json.dumps(classes)}}}')
+        (ck / "out" / "train.json").write_text('{"steps": 300, "max_steps": 300, "seconds": 12.5}')
+    rows = cr.pool_rows(cr.load_pool(tmp_path, "weighted_f1"), "weighted_f1")
+    assert [(r["label"], r["seed"], r["weighted_f1"], r["classes_found"]) for r in rows] == [
+        ("baseline", 0, 0.7, 2), ("baseline", 1, 0.8, 1), ("lrlow", 0, 0.9, 2)]
+    assert all(r["steps"] == 300 and r["train_seconds"] == 12.5 for r in rows)
