@@ -146,6 +146,7 @@ def test_bad_scale_and_nonempty_out(tmp_path: Path) -> None:
         prepare.build(tmp_path / "y", "tiny", 0)
 
 
+@pytest.mark.e2e  # builds a whole demo data set (about 1.6 s on a slow 2-core machine)
 def test_demo_test_split_gives_every_class_gate_power(tmp_path: Path) -> None:
     """Issue 15: a class gate on 3-10 test instances fires on single symbols; the demo test split
     holds at least 20 instances of every class on 8 pages (was 3 on 12): evaluation stays cheap."""

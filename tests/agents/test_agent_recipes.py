@@ -57,6 +57,7 @@ print("Done.")
 '''
 
 
+@pytest.mark.e2e  # a real `looper suggest` process (about 3 s of imports on a slow 2-core machine)
 def test_planner_recipe(tmp_path: Path) -> None:
     cfg = config_from_dict(tomllib.loads(recipe("planner")))
     assert cfg.agent.kind == "planner"
