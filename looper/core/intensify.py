@@ -18,8 +18,9 @@ After SMAC3's intensifier and irace's races, with a significance test at every l
   seeds both ran, at the look's alpha), its DISCARD for futility (clearly worse, or a class
   lost) once the challenger has run :data:`DISCARD_SEEDS` seeds: a discard on one seed is checked
   on the next batch while the cap allows (the seed scores of a fine-tuned detector have a low
-  tail: about 1 seed in 6 lands 2 to 3 seed sds below the rest, bench/RESULTS.md, and one such
-  seed alone discarded 8 to 9 % of A/A challengers against the 5 % stated); INCONCLUSIVE asking
+  tail: about 1 seed in 6 lands 2 to 3 seed sds below the rest, and with one seed allowed to
+  discard, 6.2 to 6.7 % of A/A challengers were discarded at a cap of 2 against the 5 % stated:
+  bench/RESULTS.md, "Calibration at 300 steps"); INCONCLUSIVE asking
   for more seeds goes on to the next batch while the cap allows; anything else ends the decision
   where it stands.
 - **Fresh seeds** for the morning's confirmation (:func:`fresh_seeds`): above every seed the
