@@ -216,16 +216,17 @@ def _judgements(experiments: list[ExperimentRow], figures: dict[int, dict[str, A
         cand = _floats(f.get("cand")) or ((float(e.score),) if e.score is not None else ())
         df = num(paired.get("df")) if used_paired else num(f.get("df"))
         look = num(f.get("alpha_look")) or alpha
+        test_alpha = num(f.get("test_alpha"))  # the chosen test's threshold: half the look's with two tests
         out[e.id] = Judgement(
             id=e.id, outcome=e.status.value, diff=num(f.get("diff")), band=band,
             measured=bool(f.get("measured")) and band is not None, alpha=alpha,
-            alpha_look=num(f.get("test_alpha")) or look, looks=int(num(f.get("looks")) or 1),
+            alpha_look=test_alpha or look, looks=int(num(f.get("looks")) or 1),
             candidate_scores=cand, n_best=len(_floats(f.get("best"))) or 1,
             df=int(df) if df is not None and df >= 1 else None,
             p_better=num(test.get("p_better")), p_worse=num(test.get("p_worse")), simpler=f.get("simpler") is True,
             class_failures=tuple(r for r in e.blocking if r.startswith("recall.")),
             share=num(f.get("share")), paired_seeds=int(num(paired.get("pairs")) or 0) if used_paired else 0,
-            halved=num(f.get("test_alpha")) is not None and (num(f.get("test_alpha")) or 0) < look - 1e-12)
+            halved=test_alpha is not None and test_alpha < look - 1e-12)
     return out
 
 

@@ -136,15 +136,14 @@ class Judgement:
         if self.where == "unmeasured":
             return f"{diff} vs best: {UNMEASURED}"
         assert self.band is not None
-        alpha = f"alpha {self.alpha_look:.3g}"
+        how = []  # how this look's alpha came from the configured one
         if self.share is not None:  # intensification: the look's share of alpha by its seeds
-            alpha += (f" ({self.alpha:g} shared over {self.looks} looks by their seeds"
-                      + (", halved for two tests" if self.halved else "") + ")")
-        elif self.looks <= 1 and not self.halved and abs(self.alpha_look - self.alpha) < 1e-12:
-            alpha = f"alpha {self.alpha:g}"
-        else:
-            alpha += (f" ({self.alpha:g} split over {self.looks} seeds" + (", halved for two tests" if self.halved
-                                                                          else "") + ")")
+            how.append(f"shared over {self.looks} looks by their seeds")
+        elif self.looks > 1 and self.alpha_look < self.alpha - 1e-12:
+            how.append(f"split over {self.looks} seeds")
+        if self.halved:
+            how.append("halved for two tests")
+        alpha = f"alpha {self.alpha_look:.3g} ({self.alpha:g} {', '.join(how)})" if how else f"alpha {self.alpha:g}"
         seeds = f"{self.n_candidate} candidate + {self.n_best} best seed{'s' if self.n_best != 1 else ''}"
         test = "one-sided t-test"
         if self.paired_seeds:

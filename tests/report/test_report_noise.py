@@ -340,3 +340,21 @@ def test_a_night_of_crashes_says_nothing_was_measured(tmp_path: Path) -> None:
         text = report_text(store, tmp_path, console_width=400)
     assert "kept nothing: no candidate was kept: 3 tried, none measured a score (crash 3)" in text
     assert "noise band" not in text.split("At a glance")[1].split("halts")[0]
+
+
+@pytest.mark.parametrize(("share", "looks", "alpha_look", "halved", "words"), [
+    (None, 1, 0.05, False, "at alpha 0.05 (one-sided"),                          # one look: the configured alpha
+    (None, 3, 0.05, False, "at alpha 0.05 (one-sided"),                          # an older verdict without alpha_per_look
+    (None, 3, 0.05 / 3, False, "at alpha 0.0167 (0.05 split over 3 seeds) (one-sided"),  # one look per seed
+    (None, 1, 0.025, True, "at alpha 0.025 (0.05 halved for two tests) (one-sided"),
+    (2 / 7, 3, 0.05 * 2 / 7, False, "at alpha 0.0143 (0.05 shared over 3 looks by their seeds) (one-sided"),
+    (2 / 7, 3, 0.05 / 7, True,
+     "at alpha 0.00714 (0.05 shared over 3 looks by their seeds, halved for two tests) (one-sided"),
+])
+def test_a_verdict_line_says_where_its_alpha_came_from(share, looks, alpha_look, halved, words) -> None:
+    from looper.report.night import Judgement
+
+    j = Judgement(id=1, outcome="inconclusive", diff=0.001, band=0.02, measured=True, alpha=0.05,
+                  alpha_look=alpha_look, looks=looks, candidate_scores=(0.5, 0.51), n_best=3, df=3, p_better=0.4,
+                  p_worse=0.6, simpler=False, class_failures=(), share=share, halved=halved)
+    assert words in j.words and j.words.endswith("inside the noise")
