@@ -40,10 +40,10 @@ def num(value: Any) -> float | None:
 def classes(metrics: Any) -> dict[str, dict[str, Any]]:
     if not isinstance(metrics, dict):
         return {}
-    classes = metrics.get("classes")
-    if not isinstance(classes, dict):
+    rows = metrics.get("classes")
+    if not isinstance(rows, dict):
         return {}
-    return {str(k): v for k, v in classes.items() if isinstance(v, dict)}
+    return {str(k): v for k, v in rows.items() if isinstance(v, dict)}
 
 
 def fmt_over(value: float, limit: float) -> tuple[str, str]:
@@ -69,7 +69,7 @@ def _found(row: dict[str, Any], name: str, who: str, support: float) -> list[int
         raise Unusable(f"{who} class {name!r} has a 'found' that is not a list of 0/1")
     if len(found) != support:
         raise Unusable(f"{who} class {name!r} lists {len(found)} instances in 'found' but has "
-                        f"support {support:g} (the test set differs)")
+                       f"support {support:g} (the test set differs)")
     return found
 
 
@@ -96,7 +96,7 @@ def _side(runs: list[dict[str, Any]], name: str, who: str) -> tuple[float, list[
 
 
 def compare(name: str, ref: list[dict[str, Any]], cand: list[dict[str, Any]],
-             ref_who: str) -> tuple[stats.ClassCounts, list[tuple[int, int]], list[tuple[int, int]]]:
+            ref_who: str) -> tuple[stats.ClassCounts, list[tuple[int, int]], list[tuple[int, int]]]:
     """One class, reference runs vs candidate runs: paired when every run has ``found``.
 
     Also returns each side's (found, support) per run, the replicates :func:`stats.dispersion` reads.
@@ -105,7 +105,7 @@ def compare(name: str, ref: list[dict[str, Any]], cand: list[dict[str, Any]],
     cand_support, cand_lists, cand_counts = _side(cand, name, "candidate")
     if ref_support != cand_support:
         raise Unusable(f"the support of {name!r} differs: {ref_who} {ref_support:g}, candidate "
-                        f"{cand_support:g} (the test set differs)")
+                       f"{cand_support:g} (the test set differs)")
     support = round(ref_support)
     per_run = ([(f, support) for f in ref_counts], [(f, support) for f in cand_counts])
     ref_found = [f for f in ref_lists if f is not None]
@@ -154,7 +154,6 @@ def _test_facts(t: ClassTest, h: stats.HolmResult, fails: bool) -> dict[str, Any
             "cand_interval": list(stats.recall_interval(c.cand_found, c.cand_total))}
 
 
-
 def failures(tests: list[ClassTest], replicates: dict[tuple[str, str], list[tuple[int, int]]],
              cand_recall: dict[str, float], dead: list[str], gated: int, max_class_drop: float, alpha: float,
              facts: dict[str, Any]) -> list[str]:
@@ -187,5 +186,3 @@ def failures(tests: list[ClassTest], replicates: dict[tuple[str, str], list[tupl
     if dead:
         facts["notes"].append(f"{len(dead)} of {gated} class gates are dead: {listing(dead)}")
     return blocking
-
-

@@ -73,7 +73,6 @@ from looper.core.classgate import Unusable as _Unusable
 from looper.core.classgate import classes as _classes
 from looper.core.classgate import compare as _compare
 from looper.core.classgate import fmt_below as _fmt_below
-from looper.core.classgate import fmt_over as _fmt_over  # noqa: F401 (tests read it here)
 from looper.core.classgate import listing as _listing
 from looper.core.classgate import num as _num
 from looper.core.score import PAIRED_TEST as PAIRED_TEST  # re-exported: callers read the test names here
@@ -84,7 +83,6 @@ from looper.core.verdict import Outcome, Verdict
 #: Kept for compatibility: the fixed band the gate used before noise had to be measured.
 #: It no longer decides anything; unmeasured noise makes a verdict inconclusive.
 UNMEASURED_NOISE_BAND = 0.01
-
 
 
 @dataclass(frozen=True)

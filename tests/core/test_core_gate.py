@@ -310,7 +310,8 @@ def test_dead_gates_of_something_that_is_not_metrics() -> None:
 
 
 def test_a_drop_a_hair_over_the_limit_is_still_shown_as_over() -> None:
-    from looper.core.gate import _fmt_below, _fmt_over
+    from looper.core.classgate import fmt_below as _fmt_below
+    from looper.core.classgate import fmt_over as _fmt_over
 
     shown, limit = _fmt_over(0.0500000002, 0.05)
     assert float(shown) >= float(limit) and shown != limit
