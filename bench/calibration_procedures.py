@@ -68,7 +68,7 @@ def judge_paired(cfg: core_gate.GateConfig, n_base: int, cap: int, best_at: Call
     runs: list[dict[str, Any]] = []
     seeds: list[int] = []
     gained = 0
-    target = 1
+    target = intensify.schedule(cap)[0]
     while True:
         for seed in intensify.candidate_seeds(best_seeds, target, first_seed)[len(seeds):]:
             if seed not in best_seeds:  # the best gains the seed first (recorded as the best's own run)

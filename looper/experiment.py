@@ -258,7 +258,7 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     runs: list[dict] = []
     seeds: list[int] = []
     simpler = core_scope.code_lines(cand.source) < core_scope.code_lines(cand.parent_source)
-    target, gained, best_seconds, why = 1, [], 0.0, ""
+    target, gained, best_seconds, why = intensify.schedule(cap)[0], [], 0.0, ""
     while True:
         best_seeds = [s for s, _ in seeded_runs(ctx, against) if s is not None]
         for seed in intensify.candidate_seeds(best_seeds, target, first)[len(seeds):]:
