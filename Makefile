@@ -27,7 +27,7 @@ venv: $(STAMP)
 demo: $(STAMP)
 	rm -rf $(DEMO)
 	$(BIN)/looper init $(DEMO) --preset demo
-	cd $(DEMO) && $(abspath $(BIN))/looper run --max-experiments 2; code=$$?; \
+	cd $(DEMO) && $(abspath $(BIN))/looper run --max-experiments 1; code=$$?; \
 	  $(abspath $(BIN))/looper history; \
 	  $(abspath $(BIN))/looper report --html report.html; \
 	  exit $$code

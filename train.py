@@ -50,6 +50,7 @@ DFL_GAIN = 1.5  # distribution focal loss gain
 CLS_PRIOR = 0.01  # initial class probability of the detection head (0: Ultralytics' default bias); from scratch only: a pretrained head keeps its bias
 VALIDATE = False  # run Ultralytics' validation on the val tiles after each epoch (costs budget)
 WORKERS = 1  # data loader worker processes
+THREADS = 0  # torch CPU threads (0: every core this process may use; Ultralytics alone leaves one core idle)
 CACHE = "ram"  # keep decoded training tiles in memory: ram | disk | none (saves the PNG decode per step)
 REPEAT_THRESHOLD = 0.1  # repeat-factor sampling: tiles holding a class seen in fewer than this fraction of tiles repeat (0: off)
 REPEAT_POWER = 1.0  # repeat factor r(c) = (REPEAT_THRESHOLD / f(c)) ** REPEAT_POWER (0.5: LVIS; 1.0: full balance)
@@ -299,6 +300,8 @@ def main() -> int:
 
     def on_pretrain_end(trainer: object) -> None:
         PHASES["trainer_setup"] = round(time.time() - T_START, 2)  # loaders, label caches, RAM cache, optimizer
+        if not CUDA:  # Ultralytics set cores - 1 threads (1 of 2): the loader's worker is mostly idle here
+            torch.set_num_threads(THREADS or len(os.sched_getaffinity(0)))
         if not VALIDATE:  # evaluate.py scores the model; Ultralytics' own validation only costs budget
             trainer.validate = lambda: (trainer.metrics, 0.0)  # type: ignore[attr-defined]
             trainer.final_eval = lambda: None  # type: ignore[attr-defined]
@@ -356,6 +359,7 @@ def main() -> int:
         "lr_first": state.get("lr_first"), "lr_last": state.get("lr_last"),  # LR at the first and last step (step budget: as trained; wall clock: before Ultralytics' own warm-up sets it)
         "stopped_by": state["stopped_by"],  # steps | time | epochs
         "pretrained": PRETRAINED or None,
+        "threads": None if CUDA else torch.get_num_threads(),  # CPU threads the steps ran on
     }
     (OUT / "train.json").write_text(json.dumps(info, sort_keys=True, indent=1) + "\n")
     loss = sum(state["losses"].values()) if state["losses"] else float("nan")
