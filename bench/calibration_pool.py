@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
 from bench_calibration import BUDGET, NOOP, STEPS, degrade  # noqa: E402
 from bench_noise import REPO, ensure_data, finished_run, load, run_once  # noqa: E402
+
+from looper.core.hyperblock import rewrite_knobs  # noqa: E402
 
 FIRST_SEED = {"baseline": 0, "noop": 1000, "degraded": 2000}
 
@@ -116,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     data = ensure_data(args.scale, 0, args.out, args.data)
     source = (REPO / "train.py").read_text()
+    if args.device == "cpu":  # parallel jobs share the cores: each gets its share of threads, not all of them
+        share = max(1, len(os.sched_getaffinity(0)) // max(1, args.jobs))
+        source = rewrite_knobs(source, {"THREADS": share})
     sources = {"baseline": source, "noop": source + NOOP, "degraded": degrade(source, args.lr_factor)}
     sources.update({name: set_lr0(source, lr0) for name, lr0 in args.variant})
     if args.variant:
