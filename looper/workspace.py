@@ -29,14 +29,15 @@ PRESETS = {
     # A short night on this CPU: what `make demo` runs (goal: under 20 minutes on 2 cores, set-up included).
     # Noise is measured, never assumed: the baseline runs 3 seeds (baseline_seeds); the candidate runs 1, 2,
     # then 4 seeds (noise_reruns = 3: a cap of 4) on the baseline's own seeds, and the baseline gains its 4th
-    # seed when the candidate needs it. A cap of 4 because fewer seeds cannot decide an effect of the size
-    # the loop should find here (bench/RESULTS.md, "Calibration at 300 steps": the LR0 change is kept in
-    # 42 % of judgements at a cap of 2, 97 % at 4); `make demo` runs one experiment, so the night fits:
-    # warm-up, 3 + 1 baseline seeds, up to 4 candidate seeds, 2 confirmation seeds (11 runs).
+    # seed when the candidate needs it. A cap of 4 because fewer seeds rarely decide an effect of the size
+    # the loop should find here (bench/RESULTS.md, "Calibration at the demo's step budget": at 169 steps
+    # the LR0 change is kept in 37 % of judgements at a cap of 2, 69 % at 4); `make demo` runs one
+    # experiment, so the night fits: warm-up, 3 + 1 baseline seeds, up to 4 candidate seeds, 2
+    # confirmation seeds (11 runs, about 18 minutes with set-up on 2 cores).
     # Every run fine-tunes the shipped checkpoint (pretrained/start.safetensors) for the tag's step budget:
-    # max_steps = "auto": a warm-up run pins it (80 % of the steps the warm-up fitted in 80 s; 250 to 320
-    # on a 2-core machine with train.py's THREADS on every core), so a busy machine cannot silently shrink
-    # a run (looper.core.budget).
+    # max_steps = "auto": a warm-up run pins it (80 % of the steps the warm-up fitted in 80 s; 165 and 169
+    # on one 2-core machine the same day: one thread in a fast hour, both in a slower one), so a busy machine cannot silently shrink a run
+    # (looper.core.budget).
     # confirm_seeds = 2: a night that keeps a change re-runs its best on 2 fresh seeds at its end (the
     # confirmed headline).
     "demo": {"loop": {"tag": "demo", "budget_seconds": 80, "grace_seconds": 30, "stall_seconds": 120,
