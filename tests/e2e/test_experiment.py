@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,8 @@ def test_train_then_evaluate_twice(tiny_data: Path, tiny_weights: Path, tmp_path
     train = json.loads((tiny_weights / "train.json").read_text())
     assert train["steps"] > 0 and train["epochs"] >= 1 and train["device"] == "cpu"
     assert set(train["final_losses"]) == {"box", "cls", "dfl"} and train["seconds"] > 0
+    # THREADS = 0: torch steps on every core this process may use (Ultralytics alone sets one fewer)
+    assert train["threads"] == len(os.sched_getaffinity(0))
     a, b = tmp_path / "a" / "METRICS.json", tmp_path / "b" / "METRICS.json"
     for out in (a, b):
         out.parent.mkdir()

@@ -41,8 +41,10 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _train(folder: Path, data: Path, steps: int, knobs: dict, pretrained_dir: Path | None = None) -> Path:
-    """train.py (the workspace's, knobs rewritten) for ``steps`` steps in ``folder``; its LOOPER_OUT."""
+def _train(folder: Path, data: Path, steps: int, knobs: dict, pretrained_dir: Path | None = None,
+           cpus: set[int] | None = None) -> Path:
+    """train.py (the workspace's, knobs rewritten) for ``steps`` steps in ``folder``, on ``cpus`` (default:
+    the cores this process may use); its LOOPER_OUT."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.py").write_text(rewrite_knobs((ROOT / "train.py").read_text(), knobs))
     out = folder / "out"
@@ -51,7 +53,9 @@ def _train(folder: Path, data: Path, steps: int, knobs: dict, pretrained_dir: Pa
                YOLO_CONFIG_DIR=str(folder / "ultralytics"))
     if pretrained_dir is not None:
         env["LOOPER_PRETRAINED_DIR"] = str(pretrained_dir)
-    r = subprocess.run([sys.executable, "train.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    r = subprocess.run([sys.executable, "train.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=600,
+                       preexec_fn=pin)
     (folder / "train.log").write_text(r.stdout + r.stderr)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     return out
@@ -175,6 +179,20 @@ def test_warm_up_and_freezing_under_a_step_budget(tmp_path: Path, tiny_data: Pat
 
 
 @tiers.NEEDS_NO_GPU
+def test_train_py_steps_on_the_cores_it_may_use(tmp_path: Path, tiny_data: Path) -> None:
+    """THREADS = 0: torch's threads are the cores train.py may use, so a run pinned to one core (as
+    bench_search pins its arms) steps on one thread, and THREADS = 1 on a free machine on one too."""
+    cores = os.sched_getaffinity(0)
+    if len(cores) < 2:
+        pytest.skip("machine condition: one CPU core here; a pinned run cannot be told from a free one")
+    pinned = _train(tmp_path / "pinned", tiny_data, 2, {"PRETRAINED": ""}, cpus={min(cores)})
+    assert json.loads((pinned / "train.json").read_text())["threads"] == 1
+    free = _train(tmp_path / "free", tiny_data, 2, {"PRETRAINED": ""})
+    assert json.loads((free / "train.json").read_text())["threads"] == len(cores)
+    one = _train(tmp_path / "one", tiny_data, 2, {"PRETRAINED": "", "THREADS": 1})
+    assert json.loads((one / "train.json").read_text())["threads"] == 1
+
+
 def test_make_calibrate_gpu_refuses_a_machine_without_a_gpu_before_it_builds_anything(tmp_path: Path) -> None:
     # the one command for a lent GPU (README, "Full scale"): on this CPU it must stop at once, say why,
     # and leave no pool and no result behind (a CPU "calibration" at full scale would run for days)
