@@ -1,0 +1,60 @@
+"""What the paired loop's A/A discards on a real pool are made of: the score test or a class gate.
+
+    .venv/bin/python bench/calibration_why.py --pool bench/out/calibration-169 --caps 4,8 --draws 600
+
+Draws A/A judgements as ``calibration_resample.py --procedures paired`` does (the same code:
+bench/calibration_procedures.py), and for each discard reads the deciding verdict's blocking
+checks: ``recall.<class>`` (a class gate) or the score (``weighted_f1 ...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))
+import calibration_procedures as cp  # noqa: E402
+from calibration_resample import load_pool  # noqa: E402
+
+from looper.core import gate as core_gate  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pool", type=Path, required=True)
+    ap.add_argument("--caps", default="4,8")
+    ap.add_argument("--draws", type=int, default=600)
+    ap.add_argument("--baseline-seeds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args(argv)
+    unchanged = load_pool(args.pool, "weighted_f1").get("baseline", [])
+    cfg = core_gate.GateConfig(score="weighted_f1", max_class_drop=0.05, alpha=0.05)
+    decide, last = core_gate.decide, {}
+
+    def recording(*a, **k):  # the gate itself, its last decision kept to read why
+        last["d"] = decide(*a, **k)
+        return last["d"]
+
+    cp.core_gate.decide = recording  # type: ignore[attr-defined]
+    for cap in (int(c) for c in args.caps.split(",")):
+        rng, why = random.Random(args.seed), collections.Counter()
+        for _ in range(args.draws):
+            best_at, cand_at = cp.draw_aa_paired(unchanged, args.baseline_seeds, cap, rng)
+            outcome, _, _ = cp.judge_paired(cfg, args.baseline_seeds, cap, best_at, cand_at)
+            if outcome == "discard":
+                kinds = {"class gate" if str(b).startswith("recall.") else "score"
+                         for b in last["d"].verdict.blocking}
+                why[" and ".join(sorted(kinds))] += 1
+        total = sum(why.values())
+        print(f"cap {cap}: {total} discards in {args.draws} A/A judgements ({100 * total / args.draws:.1f} %): "
+              + ", ".join(f"{k} {v} ({100 * v / args.draws:.1f} %)" for k, v in sorted(why.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
