@@ -125,6 +125,7 @@ def test_set_toml_sets_a_key_in_its_own_section(bench) -> None:
     assert parsed["executor"] == {"require_gpu": False}
 
 
+@pytest.mark.e2e  # draws the SVG with matplotlib (1.6 s): the fast tier had ~1 s of margin on a 2-core machine
 def test_finish_on_a_saved_bench_with_a_relative_out(bench, tmp_path, monkeypatch, capsys) -> None:
     entry = {"repeat": 0, "baseline": measured([0.20, 0.21, 0.22]),
              "arms": {"planner": {"experiments": 5, "keeps": 1, "best_in_loop": 0.3, "curve": [[600.0, 0.3]],
