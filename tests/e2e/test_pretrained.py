@@ -178,7 +178,6 @@ def test_warm_up_and_freezing_under_a_step_budget(tmp_path: Path, tiny_data: Pat
     assert frozen == set(range(10)) | {22}, frozen  # layers 0-9, and Ultralytics' own DFL (22.dfl)
 
 
-@tiers.NEEDS_NO_GPU
 def test_train_py_steps_on_the_cores_it_may_use(tmp_path: Path, tiny_data: Path) -> None:
     """THREADS = 0: torch's threads are the cores train.py may use, so a run pinned to one core (as
     bench_search pins its arms) steps on one thread, and THREADS = 1 on a free machine on one too."""
@@ -193,6 +192,7 @@ def test_train_py_steps_on_the_cores_it_may_use(tmp_path: Path, tiny_data: Path)
     assert json.loads((one / "train.json").read_text())["threads"] == 1
 
 
+@tiers.NEEDS_NO_GPU
 def test_make_calibrate_gpu_refuses_a_machine_without_a_gpu_before_it_builds_anything(tmp_path: Path) -> None:
     # the one command for a lent GPU (README, "Full scale"): on this CPU it must stop at once, say why,
     # and leave no pool and no result behind (a CPU "calibration" at full scale would run for days)
