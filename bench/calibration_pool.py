@@ -121,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     source = (REPO / "train.py").read_text()
     if args.device == "cpu":  # parallel jobs share the cores: each gets its share of threads, not all of them
         share = max(1, len(os.sched_getaffinity(0)) // max(1, args.jobs))
-        source = rewrite_knobs(source, {"THREADS": share})
+        source = rewrite_knobs(source, {"THREADS": share})  # training (Ultralytics resets torch's own count)
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # evaluate.py, run_once's children inherit it:
+            os.environ[var] = str(share)  # beside a training job on all cores it took 53-77 s, not 15
     sources = {"baseline": source, "noop": source + NOOP, "degraded": degrade(source, args.lr_factor)}
     sources.update({name: set_lr0(source, lr0) for name, lr0 in args.variant})
     if args.variant:
