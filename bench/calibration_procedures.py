@@ -57,10 +57,12 @@ def judge_pooled(cfg: core_gate.GateConfig, baseline: Sequence[Run], candidates:
 
 
 def judge_paired(cfg: core_gate.GateConfig, n_base: int, cap: int, best_at: Callable[[int], Run],
-                 cand_at: Callable[[int], Run], first_seed: int = 0) -> tuple[str, int, int]:
+                 cand_at: Callable[[int], Run], first_seed: int = 0,
+                 decided: Callable[[core_gate.GateDecision], None] | None = None) -> tuple[str, int, int]:
     """This wave's loop (looper.experiment.measure_and_gate), the best being the tag's baseline of
     seeds ``first_seed .. first_seed + n_base - 1``. ``best_at(seed)`` / ``cand_at(seed)``: the run
-    of the best / of the candidate on that seed. Returns (outcome, candidate runs, best runs gained)."""
+    of the best / of the candidate on that seed; ``decided``, if given, sees the decision that ended
+    it (bench/calibration_why.py reads why). Returns (outcome, candidate runs, best runs gained)."""
     best_seeds = list(range(first_seed, first_seed + n_base))
     best = [best_at(s)["metrics"] for s in best_seeds]
     reference = mean_metrics(best)  # the baseline experiment's metrics: its own seeds, as measured at the start
@@ -84,6 +86,8 @@ def judge_paired(cfg: core_gate.GateConfig, n_base: int, cap: int, best_at: Call
         d = core_gate.decide(inp, cfg, cap - len(runs), looks=looks, share=intensify.alpha_share(len(runs), cap))
         st = intensify.step(d.outcome.value, d.needs_reruns > 0, len(runs), cap)
         if st.stops:
+            if decided is not None:
+                decided(d)
             return d.outcome.value, len(runs), gained
         target = len(runs) + st.add
 

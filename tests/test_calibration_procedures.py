@@ -83,6 +83,23 @@ def test_paired_stops_early_when_the_pairs_agree_on_a_clear_gain():
     assert rec.cand_asked == [0, 1]
 
 
+def test_paired_hands_the_decision_that_ended_it_to_decided_once():
+    seen: list = []
+    rec = Recorder(0.8, 0.05, NOISE)
+    outcome, _, _ = cp.judge_paired(CFG, 3, 5, rec.best_at, rec.cand_at, decided=seen.append)
+    assert [d.outcome.value for d in seen] == [outcome] == ["keep"]  # the last look's, not one per look
+
+
+def test_why_names_each_blocking_check_and_counts_nothing_unknown_as_score_or_class():
+    spec = importlib.util.spec_from_file_location("calibration_why", REPO / "bench" / "calibration_why.py")
+    why = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(why)
+    assert why.kind("recall.turning_vanes: 80 of 80 found -> 66 of 80 vs baseline", "weighted_f1") == "class gate"
+    assert why.kind("weighted_f1 0.8673 is below the current best 0.8826", "weighted_f1") == "score"
+    assert why.kind("weighted_f1_macro 0.8 is below", "weighted_f1") == "other (weighted_f1_macro 0.8 is below)"
+    assert why.kind("crash: train.py exited 1", "weighted_f1") == "other (crash: train.py exited 1)"
+
+
 def test_pooled_takes_one_fresh_seed_per_look_up_to_the_cap():
     base = [run(s, 0.8 + NOISE[s]) for s in range(3)]
     same = [run(10 + s, 0.8 + NOISE[s]) for s in range(3)]
