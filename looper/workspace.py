@@ -36,8 +36,8 @@ PRESETS = {
     # confirmation seeds (11 runs, about 18 minutes with set-up on 2 cores).
     # Every run fine-tunes the shipped checkpoint (pretrained/start.safetensors) for the tag's step budget:
     # max_steps = "auto": a warm-up run pins it (80 % of the steps the warm-up fitted in 80 s; 165 and 169
-    # on one 2-core machine the same day: one thread in a fast hour, both in a slower one), so a busy machine cannot silently shrink a run
-    # (looper.core.budget).
+    # on one 2-core machine the same day: one thread in a fast hour, both in a slower one), so a busy
+    # machine cannot silently shrink a run (looper.core.budget).
     # confirm_seeds = 2: a night that keeps a change re-runs its best on 2 fresh seeds at its end (the
     # confirmed headline).
     "demo": {"loop": {"tag": "demo", "budget_seconds": 80, "grace_seconds": 30, "stall_seconds": 120,
