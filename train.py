@@ -301,7 +301,8 @@ def main() -> int:
     def on_pretrain_end(trainer: object) -> None:
         PHASES["trainer_setup"] = round(time.time() - T_START, 2)  # loaders, label caches, RAM cache, optimizer
         if not CUDA:  # Ultralytics set cores - 1 threads (1 of 2): the loader's worker is mostly idle here
-            torch.set_num_threads(THREADS or len(os.sched_getaffinity(0)))
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # macOS: no affinity
+            torch.set_num_threads(THREADS or cores or 1)
         if not VALIDATE:  # evaluate.py scores the model; Ultralytics' own validation only costs budget
             trainer.validate = lambda: (trainer.metrics, 0.0)  # type: ignore[attr-defined]
             trainer.final_eval = lambda: None  # type: ignore[attr-defined]
