@@ -4,7 +4,9 @@ Every live class is tested against the baseline's runs and, when the current bes
 baseline, against the best's: the exact McNemar test on the seed-paired instances (``found`` lists,
 run j against run j), one-sided for a loss, pooled over the paired seeds; without ``found`` Fisher's
 exact test on the pooled found counts. Counts are deflated by the seed overdispersion the replicate
-runs show (:func:`looper.core.stats.dispersion`), and one Holm family over every class test at the
+runs show (:func:`looper.core.stats.dispersion`: the spread of the found counts against each listed
+instance's own spread over the runs, so instances found or lost together count as the blocks they
+are), and one Holm family over every class test at the
 look's alpha decides; a class fails only when its test is rejected **and** its recall drops by more
 than ``max_class_drop`` (against the current best, only when the candidate's recall fell to 0).
 Also the helpers that read METRICS.json objects, shared with the gate.
@@ -95,11 +97,18 @@ def _side(runs: list[dict[str, Any]], name: str, who: str) -> tuple[float, list[
     return support, lists, counts
 
 
+def _replicates(counts: list[int], lists: list[list[int] | None], support: int) -> list[stats.Run]:
+    """One side's runs as :func:`stats.dispersion` reads them: with the instances where every run lists them."""
+    if all(found is not None for found in lists):
+        return [(f, support, tuple(found)) for f, found in zip(counts, lists, strict=True) if found is not None]
+    return [(f, support) for f in counts]
+
+
 def compare(name: str, ref: list[dict[str, Any]], cand: list[dict[str, Any]],
-            ref_who: str) -> tuple[stats.ClassCounts, list[tuple[int, int]], list[tuple[int, int]]]:
+            ref_who: str) -> tuple[stats.ClassCounts, list[stats.Run], list[stats.Run]]:
     """One class, reference runs vs candidate runs: paired when every run has ``found``.
 
-    Also returns each side's (found, support) per run, the replicates :func:`stats.dispersion` reads.
+    Also returns each side's runs (found, support and, where listed, the instances), the replicates :func:`stats.dispersion` reads.
     """
     ref_support, ref_lists, ref_counts = _side(ref, name, ref_who)
     cand_support, cand_lists, cand_counts = _side(cand, name, "candidate")
@@ -107,7 +116,7 @@ def compare(name: str, ref: list[dict[str, Any]], cand: list[dict[str, Any]],
         raise Unusable(f"the support of {name!r} differs: {ref_who} {ref_support:g}, candidate "
                        f"{cand_support:g} (the test set differs)")
     support = round(ref_support)
-    per_run = ([(f, support) for f in ref_counts], [(f, support) for f in cand_counts])
+    per_run = (_replicates(ref_counts, ref_lists, support), _replicates(cand_counts, cand_lists, support))
     ref_found = [f for f in ref_lists if f is not None]
     cand_found = [f for f in cand_lists if f is not None]
     if len(ref_found) == len(ref_lists) and len(cand_found) == len(cand_lists):
@@ -154,7 +163,7 @@ def _test_facts(t: ClassTest, h: stats.HolmResult, fails: bool) -> dict[str, Any
             "cand_interval": list(stats.recall_interval(c.cand_found, c.cand_total))}
 
 
-def failures(tests: list[ClassTest], replicates: dict[tuple[str, str], list[tuple[int, int]]],
+def failures(tests: list[ClassTest], replicates: dict[tuple[str, str], list[stats.Run]],
              cand_recall: dict[str, float], dead: list[str], gated: int, max_class_drop: float, alpha: float,
              facts: dict[str, Any]) -> list[str]:
     """Holm over every class test at ``alpha``; a class fails when significant AND over the margin.

@@ -25,8 +25,10 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    the paired seeds, one-sided for a loss; without ``found`` it is Fisher's exact test on
    the pooled found counts (unpaired; the notes say so). When replicate runs show that class
    recalls swing between seeds more than independent instances would (a run learns a class
-   or misses it as a whole), the counts are deflated by that measured dispersion
-   (:func:`looper.core.stats.dispersion`, pooled over classes). A class fails when its test is
+   or misses it as a whole; in a fine-tune a class's hard instances come and go together), the
+   counts are deflated by that measured dispersion (:func:`looper.core.stats.dispersion`, pooled
+   over classes and sides; measured against each instance's own variance over the runs where
+   the runs list their instances, the variance the paired test itself assumes). A class fails when its test is
    rejected by Holm **and** its drop in recall is more than ``max_class_drop``; against the
    current best it fails only when, in addition, the candidate's recall fell to 0:
    "recall.exhaust_fan: 10 of 10 found -> 0 of 10 vs baseline, p = 0.00098 < 0.0019
@@ -63,7 +65,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from looper.core import classgate
+from looper.core import classgate, stats
 from looper.core import score as core_score
 from looper.core.classgate import EPS as _EPS
 from looper.core.classgate import FISHER as FISHER  # re-exported: callers read the test names here
@@ -248,7 +250,7 @@ class _Read:
     base_scores: list[float]
     cand_recall: dict[str, float]
     tests: list[_ClassTest]
-    replicates: dict[tuple[str, str], list[tuple[int, int]]]  # (source, class) -> runs
+    replicates: dict[tuple[str, str], list[stats.Run]]  # (source, class) -> runs
     best_is_ref: bool
     pairs: list[tuple[int, float, float]] = field(default_factory=list)  # (seed, candidate, best) both ran
 
@@ -294,7 +296,7 @@ def _read(inp: GateInput, cfg: GateConfig, facts: dict[str, Any]) -> _Read | str
         if recall > 0 and name not in cand_recall:
             cand_recall[name] = _mean_recall(inp.candidate, name, "candidate")
     tests: list[_ClassTest] = []
-    replicates: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    replicates: dict[tuple[str, str], list[stats.Run]] = {}
     base_seeds = list(inp.baseline_seeds) if inp.baseline_runs else []
     base_side, cand_side = core_score.align(ref_runs, base_seeds, list(inp.candidate), list(inp.candidate_seeds))
     for c in live:

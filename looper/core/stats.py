@@ -148,30 +148,52 @@ def class_p_value(counts: ClassCounts, dispersion: float = 1.0) -> float:
     return lost_found_unpaired(*c)
 
 
-def dispersion(samples: Sequence[Sequence[tuple[int, int]]]) -> tuple[float, int]:
-    """How much more a class's recall varies between seeds than instance sampling explains.
+Run = tuple[int, int] | tuple[int, int, Sequence[int]]
+"""One run of one class: ``(found, support)``, or ``(found, support, instances)`` with the per-instance 0/1."""
 
-    Each sample is one class of one source: ``(found, support)`` per run (different seeds).
-    phi = sum over samples of ``(k-1) * s^2`` / sum of ``(k-1) * p(1-p)/n`` (s^2: the variance
-    of the runs' recalls, p their pooled recall, n the support, k the runs): the quasi-binomial
-    dispersion, pooled over classes. 1 when instances are independent; large when a run
-    learns a class or misses it as a whole. Returns (max(phi, 1), degrees of freedom); (1, 0)
-    when nothing was replicated.
+
+def _sample_variances(runs: Sequence[Run]) -> tuple[float, float, int] | None:
+    """(observed, expected, df) of one sample, each already times its ``k - 1``; None when it shows nothing.
+
+    observed: the variance of the runs' found counts. expected: what it would be if the instances
+    were found independently of each other: the sum of each instance's own variance over the runs
+    when every run lists its instances (instances differ: one is always found, another found one
+    run in two; this is also the variance the paired McNemar test assumes), else the binomial
+    ``n p (1 - p)`` of the pooled rate, which overstates it when instances differ.
+    """
+    k = len(runs)
+    if k < 2 or any(r[1] <= 0 for r in runs):
+        return None
+    counts = [r[0] for r in runs]
+    lists = [r[2] for r in runs if len(r) > 2]
+    if len(lists) == k and len({len(x) for x in lists}) == 1:
+        expected = sum(statistics.variance(column) for column in zip(*lists, strict=True))
+    else:
+        n = sum(r[1] for r in runs) / k
+        pooled = sum(counts) / (n * k)
+        expected = n * pooled * (1 - pooled)
+    if expected <= 0:
+        return None  # every instance found in every run or in none: no spread to measure
+    return statistics.variance(counts) * (k - 1), expected * (k - 1), k - 1
+
+
+def dispersion(samples: Sequence[Sequence[Run]]) -> tuple[float, int]:
+    """How much more a class's found count varies between seeds than independent instances explain.
+
+    Each sample is one class of one source: one :data:`Run` per run (different seeds).
+    phi = sum over samples of ``(k-1) * s^2`` / sum of ``(k-1) * v`` (s^2: the variance of the runs'
+    found counts; v: their variance were instances found independently, see :func:`_sample_variances`;
+    k: the runs): the quasi-binomial dispersion, pooled over samples. 1 when instances are
+    independent; large when a run learns a class or misses it as a whole. Returns (max(phi, 1),
+    degrees of freedom); (1, 0) when nothing was replicated.
     """
     observed = expected = 0.0
     df = 0
     for runs in samples:
-        k = len(runs)
-        if k < 2 or any(n <= 0 for _, n in runs):
+        got = _sample_variances(runs)
+        if got is None:
             continue
-        recalls = [f / n for f, n in runs]
-        pooled = sum(f for f, _ in runs) / sum(n for _, n in runs)
-        if pooled in (0.0, 1.0):
-            continue  # every run found all or none: no spread to measure
-        mean_n = sum(n for _, n in runs) / k
-        observed += statistics.variance(recalls) * (k - 1)
-        expected += pooled * (1 - pooled) / mean_n * (k - 1)
-        df += k - 1
+        observed, expected, df = observed + got[0], expected + got[1], df + got[2]
     if not df:
         return 1.0, 0
     return max(1.0, observed / expected), df

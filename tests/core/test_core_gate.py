@@ -610,13 +610,44 @@ def test_a_class_that_swings_between_seeds_is_not_condemned_by_one_run() -> None
     cand = run(0.40, BASE, found={"exhaust_fan": hits(10, 0)})
     d = gate(cand, baseline=seeds[0], base_runs=seeds, reruns_left=0)
     m = d.verdict.metrics
-    assert m["class_dispersion"] > 3 and m["class_dispersion_df"] == 10  # 5 classes x (3 seeds - 1)
+    # 5 classes x (3 seeds - 1); exhaust_fan's counts vary 10x its instances' own variances (each 1/3),
+    # the four steady classes (no 'found': binomial at their recall) vary not at all
+    assert m["class_dispersion_df"] == 10
+    assert m["class_dispersion"] == pytest.approx(2 * 100 / 3 / (2 * 10 / 3 + 2 * (0.9 + 2.4 + 2.4 + 2.5)))
     row = next(t for t in m["class_tests"] if t["class"] == "exhaust_fan")
     assert row["lost"] == 10 and row["significant"] is False and d.outcome is not Outcome.DISCARD
     assert any("vary between seeds" in n for n in m["notes"])
     # with a steady baseline (three seeds found all ten) the same loss is a real one
     steady = [run(0.39 + i / 100, BASE, found={"exhaust_fan": hits(10, 10)}) for i in range(3)]
     assert gate(cand, baseline=steady[0], base_runs=steady, reruns_left=0).outcome is Outcome.DISCARD
+
+
+def test_instances_found_or_lost_together_are_judged_as_the_blocks_they_are() -> None:
+    # The A/A false discards of bench/RESULTS.md ("class gates: instances move together"): in a
+    # fine-tune a class's hard instances are found or lost in blocks from seed to seed. 20 instances:
+    # 8 always found, blocks A and B of 4 that come and go, 4 never found; the candidate is another
+    # draw of the same seeds' luck (blocks in 2 of its 4 runs against 6 of the baseline's 4 x 2).
+    def smoke(blocks: str, lose_steady: bool = False) -> list[int]:
+        steady = [0 if lose_steady else 1] * 8
+        return steady + [int("A" in blocks)] * 4 + [int("B" in blocks)] * 4 + [0] * 4
+
+    def runs(patterns: list[str], lose_steady: bool = False) -> list[dict[str, Any]]:
+        return [run(0.40 + d, {}, found={"smoke_damper": smoke(p, lose_steady), "exhaust_fan": [1] * 10})
+                for d, p in zip((-0.01, 0.0, 0.01, 0.0), patterns, strict=True)]
+
+    base = runs(["AB", "AB", "A", "B"])
+    d = gate(runs(["A", "", "B", ""]), baseline=base[0], base_runs=base, reruns_left=0)
+    m = d.verdict.metrics
+    row = next(t for t in m["class_tests"] if t["class"] == "smoke_damper")
+    assert (row["lost"], row["gained"]) == (20, 4) and row["drop"] == pytest.approx(0.2)
+    # the blocks' own variance: 2.7 (counted binomially, 1.16, the loss had p = 0.0018 < 0.00625: a discard)
+    assert m["class_dispersion"] == pytest.approx(8 / 3) and m["class_dispersion_df"] == 6
+    assert row["p"] == pytest.approx(0.045, abs=1e-3) and row["significant"] is False
+    assert d.outcome is Outcome.INCONCLUSIVE
+    # the same seeds losing the 8 instances every baseline run found: a real loss, still a discard
+    lost = gate(runs(["A", "", "B", ""], lose_steady=True), baseline=base[0], base_runs=base, reruns_left=0)
+    assert lost.outcome is Outcome.DISCARD and lost.verdict.blocking[0].startswith(
+        "recall.smoke_damper: 56 of 80 found -> 8 of 80 vs baseline")
 
 
 def test_a_loss_beyond_the_seed_spread_names_the_deflation() -> None:

@@ -273,6 +273,23 @@ def test_dispersion_of_a_class_learned_or_missed_as_a_whole() -> None:
     assert df2 == 4 and phi2 == pytest.approx((2 * (1 / 3) + 2 * 0.01) / (2 * (2 / 9) / 10 + 2 * 0.025))
 
 
+def test_dispersion_reads_each_instance_where_runs_list_them() -> None:
+    # 20 instances of one class over 4 seeds: 8 always found, 8 never, 4 found together in two runs
+    # and missed together in two. Their counts 12, 12, 8, 8 look binomial at the pooled rate 1/2
+    # (variance 5.33 against 20 x 1/4 = 5: phi 1.07), yet every move is the 4 instances moving
+    # as one: against the instances' own variances (4 x 1/3) the counts vary 4 times more, and
+    # 4 is what a paired McNemar test on these instances must be deflated by.
+    swing = [tuple([1] * 8 + [1] * 4 + [0] * 8)] * 2 + [tuple([1] * 8 + [0] * 12)] * 2
+    listed = [(sum(f), 20, f) for f in swing]
+    assert stats.dispersion([listed]) == (pytest.approx(4.0), 3)
+    assert stats.dispersion([[r[:2] for r in listed]]) == (pytest.approx(16 / 15), 3)  # counts only: binomial
+    # runs that list different instance counts, or a sample where one run lacks its list: binomial
+    assert stats.dispersion([[listed[0], listed[1], (8, 20, (1,) * 8), listed[3]]])[0] == pytest.approx(16 / 15)
+    assert stats.dispersion([[listed[0], listed[1], (8, 20), listed[3]]])[0] == pytest.approx(16 / 15)
+    # every instance steady (found in every run or in none): nothing to measure
+    assert stats.dispersion([[(12, 20, swing[0])] * 3]) == (1.0, 0)
+
+
 @given(st.integers(0, 40), st.integers(0, 40), st.sampled_from([1.0, 1.5, 2.0, 4.0, 10.0]))
 def test_overdispersion_never_makes_a_loss_more_significant(lost: int, gained: int, phi: float) -> None:
     # deflating moves p towards 1/2: a loss looks less certain (p above 1/2 is never a loss anyway)
