@@ -167,7 +167,9 @@ def _sample_variances(runs: Sequence[Run]) -> tuple[float, float, int] | None:
     counts = [r[0] for r in runs]
     lists = [r[2] for r in runs if len(r) > 2]
     if len(lists) == k and len({len(x) for x in lists}) == 1:
-        expected = sum(statistics.variance(column) for column in zip(*lists, strict=True))
+        # each instance's sample variance over the k runs, from its found count f: (k f - f^2) / (k (k - 1))
+        found = [sum(column) for column in zip(*lists, strict=True)]
+        expected = sum(k * f - f * f for f in found) / (k * (k - 1))
     else:
         n = sum(r[1] for r in runs) / k
         pooled = sum(counts) / (n * k)
