@@ -156,7 +156,8 @@ def run_procedures(args: argparse.Namespace, pool: dict[str, list[dict]]) -> dic
 
     import calibration_procedures as cp
 
-    cfg = core_gate.GateConfig(score=args.score, max_class_drop=args.max_class_drop, alpha=args.alpha)
+    cfg = core_gate.GateConfig(score=args.score, max_class_drop=args.max_class_drop, alpha=args.alpha,
+                               score_test=args.score_test)
     unchanged = pool.get("baseline", []) + pool.get("noop", [])
     if len({r["seed"] for r in unchanged}) != len(unchanged):
         raise SystemExit("calibration_resample: the baseline and noop labels share a seed (run the pool with "
@@ -246,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="baseline_seeds:noise_reruns pairs to judge with (3:2 is looper.toml's, 3:0 the demo's)")
     ap.add_argument("--score", default="weighted_f1")
     ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--score-test", default="auto", choices=("auto", "pooled", "paired"),
+                    help="[gate] score_test: auto chooses per look (alpha halved), pooled/paired fixed (whole alpha)")
     ap.add_argument("--max-class-drop", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write the results here too")
@@ -289,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calibration_resample: {args.pool} holds no baseline and noop runs (bench/calibration_pool.py)",
               file=sys.stderr)
         return 2
-    cfg = core_gate.GateConfig(score=args.score, max_class_drop=args.max_class_drop, alpha=args.alpha)
+    cfg = core_gate.GateConfig(score=args.score, max_class_drop=args.max_class_drop, alpha=args.alpha,
+                               score_test=args.score_test)
     rng = random.Random(args.seed)
     configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",") if c]
     same_seed = {r["seed"]: r for r in pool["baseline"]}

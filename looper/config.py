@@ -148,6 +148,9 @@ class GateConfigSection(_Section):
     max_class_drop: float = Field(default=0.05, ge=0.0, le=1.0)
     noise_sigmas: float = Field(default=2.0, ge=0.0)  # no longer decides (alpha does); old files still load
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)  # error rate of every keep, discard and class gate
+    # the score test: "auto" picks pooled or paired per look (each at half its alpha); "pooled" or
+    # "paired" fixes it from a pairing correlation measured elsewhere (the look's whole alpha)
+    score_test: Literal["auto", "pooled", "paired"] = "auto"
 
 
 class AgentConfig(_Section):

@@ -383,7 +383,8 @@ def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
                               baseline_runs=baseline_runs, candidate_seeds=list(seeds or []),
                               best_seeds=seeds_of(best) if runs_of(best) else [], baseline_seeds=baseline_seeds)
     gcfg = core_gate.GateConfig(score=ctx.cfg.gate.score, max_class_drop=ctx.cfg.gate.max_class_drop,
-                                noise_sigmas=ctx.cfg.gate.noise_sigmas, alpha=ctx.cfg.gate.alpha)
+                                noise_sigmas=ctx.cfg.gate.noise_sigmas, alpha=ctx.cfg.gate.alpha,
+                                score_test=ctx.cfg.gate.score_test)
     return core_gate.decide(inp, gcfg, reruns_left, looks=looks, share=share)
 
 

@@ -44,7 +44,9 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    :func:`choose_test`, a
    pure rule; the verdict states the choice and why in ``score_test_choice``). The choice
    reads the same runs, so with two tests to choose from each is held to half the look's
-   alpha (Bonferroni over the two; ``score_test_alpha``).
+   alpha (Bonferroni over the two; ``score_test_alpha``). ``GateConfig.score_test`` "pooled"
+   or "paired" (``[gate] score_test``) fixes the test before any run instead, at the look's
+   whole alpha (the other is reported, never deciding).
    - better at the look's alpha -> KEEP; worse at it -> DISCARD;
    - neither: a simpler candidate that is not worse (``diff >= 0``) -> KEEP (simpler wins);
      otherwise, while reruns are left -> INCONCLUSIVE asking for one more seed
@@ -94,6 +96,7 @@ class GateConfig:
     noise_sigmas: float = 2.0  # no longer decides anything (alpha does); kept for old callers
     unmeasured_band: float = UNMEASURED_NOISE_BAND  # likewise
     alpha: float = 0.05
+    score_test: str = "auto"  # auto | pooled | paired (looper.core.score.SCORE_TEST_MODES)
 
     def __post_init__(self) -> None:
         if not self.score:
@@ -106,6 +109,9 @@ class GateConfig:
             raise ValueError(f"the unmeasured noise band must be > 0, got {self.unmeasured_band!r}")
         if not (isinstance(self.alpha, (int, float)) and 0.0 < self.alpha < 1.0):
             raise ValueError(f"gate.alpha must be between 0 and 1 (exclusive), got {self.alpha!r}")
+        if self.score_test not in core_score.SCORE_TEST_MODES:
+            raise ValueError(f"gate.score_test must be one of {', '.join(core_score.SCORE_TEST_MODES)}, "
+                             f"got {self.score_test!r}")
 
 
 @dataclass(frozen=True)
@@ -369,7 +375,7 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None 
     blocking = classgate.failures(r.tests, r.replicates, r.cand_recall, r.dead, len(r.gated), cfg.max_class_drop,
                                   alpha, facts)
     test = core_score.score_test(r.cand_scores, r.best_scores, r.base_scores, r.best_is_ref, r.pairs, cfg.score,
-                            alpha, facts)
+                                 alpha, facts, cfg.score_test)
     key = cfg.score
 
     def decision(outcome: Outcome, reasons: list[str], needs: int = 0) -> GateDecision:

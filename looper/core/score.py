@@ -7,6 +7,10 @@
   paired t on the per-seed differences (:func:`looper.core.stats.paired_score_test`);
   :func:`choose_test` picks the one with the narrower band, and because that choice reads the
   same runs each of the two is then held to half the look's alpha (Bonferroni over the two).
+  That is ``[gate] score_test = "auto"``. ``"pooled"`` or ``"paired"`` fixes the test before any run
+  (from a pairing correlation measured elsewhere, e.g. a calibration pool at the tag's budget): no
+  choice reads the runs, so the fixed test gets the look's whole alpha; the other is still computed
+  and reported (the night's own pairing correlation), never deciding.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 from looper.core import stats
 
 SCORE_TEST = "one-sided Student t, pooled seed variance"
+#: ``[gate] score_test``: "auto" chooses per look (alpha split over the two), the others are fixed
+SCORE_TEST_MODES = ("auto", "pooled", "paired")
 PAIRED_TEST = "one-sided paired Student t on per-seed differences"
 
 
@@ -52,7 +58,7 @@ class Chosen:
 
 
 def choose_test(pooled_band: float | None, paired_band: float | None, pairs: int,
-                correlation: float | None) -> tuple[str, str]:
+                correlation: float | None, mode: str = "auto") -> tuple[str, str]:
     """Which score test decides, and why in words (a pure rule).
 
     The paired test needs at least 2 seeds both ran; it is used when it is the more powerful
@@ -60,8 +66,17 @@ def choose_test(pooled_band: float | None, paired_band: float | None, pairs: int
     is narrower than the pooled test's, or when only it has measured noise. The bands differ
     by the measured pairing (a correlation of the paired scores narrows the paired band) and by
     their degrees of freedom (pairs - 1 against the pooled df), so the rule reads both at once.
+    ``mode`` "pooled" or "paired" (``[gate] score_test``) fixes the test instead: the paired one needs
+    2 seeds both ran and measured noise, so before that the pooled test decides even then.
     """
     r = f", correlation {correlation:+.2f}" if correlation is not None else ""
+    if mode == "pooled" and pooled_band is not None:
+        info = f"; the paired band {paired_band:.4f} on {pairs} seeds both ran{r}, for information" \
+            if paired_band is not None else ""
+        return "pooled", f"pooled: fixed by [gate] score_test = \"pooled\" (band {pooled_band:.4f}){info}"
+    if mode == "paired" and paired_band is not None:
+        return "paired", (f"paired: fixed by [gate] score_test = \"paired\" (band {paired_band:.4f} on {pairs} "
+                          f"seeds both ran{r})")
     if paired_band is None:
         return "pooled", (f"pooled: {pairs} seed(s) both ran, a paired test needs 2" if pooled_band is not None
                           else "unmeasured")
@@ -75,9 +90,11 @@ def choose_test(pooled_band: float | None, paired_band: float | None, pairs: int
 
 
 def score_test(cand_scores: list[float], best_scores: list[float], base_scores: list[float], best_is_ref: bool,
-               pairs: list[tuple[int, float, float]], key: str, alpha: float, facts: dict[str, Any]) -> Chosen | None:
+               pairs: list[tuple[int, float, float]], key: str, alpha: float, facts: dict[str, Any],
+               mode: str = "auto") -> Chosen | None:
     """The one-sided seed-noise test of the score at this look's ``alpha``, pooled or paired (None when
-    the noise is unmeasured). ``pairs``: (seed, candidate score, best score) for the seeds both ran.
+    the noise is unmeasured). ``pairs``: (seed, candidate score, best score) for the seeds both ran;
+    ``mode``: ``[gate] score_test`` (:data:`SCORE_TEST_MODES`).
     Writes what it found into the verdict's ``facts`` (docs/INTERFACES.md)."""
     n = len(cand_scores)
     score, best = facts["score"], facts["best_score"]
@@ -87,15 +104,16 @@ def score_test(cand_scores: list[float], best_scores: list[float], base_scores: 
     measured = len(best_scores) >= 2 or len(base_scores) >= 2
     # With two tests to choose from, each is held to half the look's alpha (Bonferroni over the two):
     # the choice reads the same runs (the narrower band wins), so only the split keeps the error at alpha.
+    # A test fixed in advance (mode pooled or paired) reads nothing of the runs: the look's whole alpha.
     two = len(pairs) >= 2 and measured
-    each = alpha / 2 if two else alpha
+    each = alpha / 2 if two and mode == "auto" else alpha
     pooled = stats.score_test(cand_scores, best_scores, sigma, df) if measured else None
     pooled_band = stats.score_band(sigma, df, n, len(best_scores), each) if measured else None
     paired = paired_band = None
     if two:
         paired = stats.paired_score_test([c for _, c, _ in pairs], [b for _, _, b in pairs])
         paired_band = stats.paired_band(paired.sd, paired.pairs, each)
-    which, why = choose_test(pooled_band, paired_band, len(pairs), paired.correlation if paired else None)
+    which, why = choose_test(pooled_band, paired_band, len(pairs), paired.correlation if paired else None, mode)
     facts.update({"noise_measured": measured, "noise_sigma": sigma if measured else None,
                   "noise_df": df if measured else 0, "paired_seeds": [s for s, _, _ in pairs],
                   "score_test_choice": why})
@@ -118,7 +136,7 @@ def score_test(cand_scores: list[float], best_scores: list[float], base_scores: 
         f"pooled noise band {pooled_band:.4f}: {SCORE_TEST} at {each:.4g}, sigma {sigma:.4f} (df {df}), "
         f"{n} candidate vs {len(best_scores)} best run(s)")
     chosen = Chosen(SCORE_TEST, pooled.p_better, pooled.p_worse, pooled_band, each)
-    if two:
+    if two and mode == "auto":
         facts["notes"].append(f"two score tests to choose from: each at half the look's alpha, {each:.4g}")
     if which == "paired" and paired is not None and paired_band is not None:
         chosen = Chosen(PAIRED_TEST, paired.p_better, paired.p_worse, paired_band, each)

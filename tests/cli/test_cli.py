@@ -43,6 +43,7 @@ def test_init_makes_a_committed_workspace_with_the_project_files(tmp_path: Path)
     want = PRESETS["demo"]
     assert (cfg.loop.tag, cfg.loop.budget_seconds, cfg.loop.noise_reruns, cfg.data.scale) == (
         want["loop"]["tag"], want["loop"]["budget_seconds"], want["loop"]["noise_reruns"], want["data"]["scale"])
+    assert cfg.gate.score_test == want["gate"]["score_test"] == "pooled"  # fixed in advance for the demo's regime
 
 
 def test_init_refuses_a_non_empty_folder_and_leaves_it_alone(tmp_path: Path):

@@ -35,10 +35,10 @@ def runs(mean: float, seeds: list[int], jitter: float = 0.0) -> list[dict]:
 
 def gate(cand: list[dict], cand_seeds: list[int], base: list[dict], base_seeds: list[int], *,
          best: list[dict] | None = None, best_seeds: list[int] | None = None, looks: int | None = 3,
-         reruns_left: int = 0, simpler: bool = False, share: float | None = None):
+         reruns_left: int = 0, simpler: bool = False, share: float | None = None, mode: str = "auto"):
     return decide(GateInput(cand, best or [], base[0], "tag-start", candidate_simpler=simpler, baseline_runs=base,
                             candidate_seeds=cand_seeds, best_seeds=best_seeds or [], baseline_seeds=base_seeds),
-                  GateConfig(), reruns_left, looks=looks, share=share)
+                  GateConfig(score_test=mode), reruns_left, looks=looks, share=share)
 
 
 def test_a_gain_hidden_by_the_seed_spread_is_kept_by_the_paired_test() -> None:
@@ -164,6 +164,61 @@ def test_a_larger_share_decides_what_a_smaller_one_cannot() -> None:
 ])
 def test_the_choice_of_test_is_a_stated_rule(pooled, paired, pairs, corr, which, words) -> None:
     assert choose_test(pooled, paired, pairs, corr) == (which, words)
+
+
+@pytest.mark.parametrize(("mode", "pooled", "paired", "pairs", "corr", "which", "words"), [
+    ("pooled", 0.05, 0.01, 3, 0.9, "pooled", 'pooled: fixed by [gate] score_test = "pooled" (band 0.0500); the paired '
+                                             "band 0.0100 on 3 seeds both ran, correlation +0.90, for information"),
+    ("pooled", 0.02, None, 1, None, "pooled", 'pooled: fixed by [gate] score_test = "pooled" (band 0.0200)'),
+    ("pooled", None, None, 0, None, "pooled", "unmeasured"),
+    ("paired", 0.01, 0.05, 3, -0.2, "paired", 'paired: fixed by [gate] score_test = "paired" (band 0.0500 on 3 seeds '
+                                              "both ran, correlation -0.20)"),
+    ("paired", 0.02, None, 1, None, "pooled", "pooled: 1 seed(s) both ran, a paired test needs 2"),
+    ("paired", None, None, 0, None, "pooled", "unmeasured"),
+])
+def test_a_fixed_score_test_is_used_whatever_the_bands_say(mode, pooled, paired, pairs, corr, which, words) -> None:
+    assert choose_test(pooled, paired, pairs, corr, mode) == (which, words)
+
+
+def test_a_fixed_pooled_test_gets_the_whole_alpha_and_reports_the_pairing() -> None:
+    base = runs(0.40, [0, 1, 2])
+    cand = runs(0.43, [0, 1, 2], jitter=0.002)  # the paired test would keep this; the pooled cannot
+    auto = gate(cand, [0, 1, 2], base, [0, 1, 2])
+    fixed = gate(cand, [0, 1, 2], base, [0, 1, 2], mode="pooled")
+    m = fixed.verdict.metrics
+    assert auto.outcome is Outcome.KEEP and fixed.outcome is Outcome.INCONCLUSIVE
+    assert m["score_test_used"] == SCORE_TEST and m["score_test_alpha"] == pytest.approx(0.05 / 3)  # not halved
+    assert m["paired_test"]["correlation"] > 0.9 and m["score_test_choice"].startswith('pooled: fixed by')
+    assert not any("two score tests to choose from" in n for n in m["notes"])
+
+
+def test_the_whole_alpha_keeps_what_half_of_it_cannot() -> None:
+    # uncorrelated pairs (the pooled test is the better one either way): the pooled p lies between
+    # half the look's alpha and the whole of it, so only the fixed test (whole alpha) keeps
+    base = [run(0.400), run(0.410), run(0.390)]
+    cand = [run(0.416), run(0.411), run(0.421)]
+    auto = gate(cand, [0, 1, 2], base, [0, 1, 2], looks=1)
+    fixed = gate(cand, [0, 1, 2], base, [0, 1, 2], looks=1, mode="pooled")
+    p = auto.verdict.metrics["score_test"]["p_better"]
+    assert 0.025 < p < 0.05
+    assert auto.verdict.metrics["score_test_alpha"] == pytest.approx(0.025) and auto.outcome is Outcome.INCONCLUSIVE
+    assert fixed.verdict.metrics["score_test_alpha"] == pytest.approx(0.05) and fixed.outcome is Outcome.KEEP
+
+
+def test_a_fixed_paired_test_decides_on_two_pairs_even_where_its_band_is_wider() -> None:
+    base = [run(0.40), run(0.45), run(0.35)]
+    cand = [run(0.46), run(0.36), run(0.44)]  # negatively correlated: auto picks the pooled test
+    d = gate(cand, [0, 1, 2], base, [0, 1, 2], mode="paired")
+    m = d.verdict.metrics
+    assert m["score_test_used"] == PAIRED_TEST and m["score_test_alpha"] == pytest.approx(0.05 / 3)
+    assert m["score_test_choice"].startswith('paired: fixed by [gate] score_test = "paired"')
+    one = gate(runs(0.43, [0]), [0], runs(0.40, [0, 1, 2]), [0, 1, 2], mode="paired")  # one pair: pooled decides
+    assert one.verdict.metrics["score_test_used"] == SCORE_TEST
+
+
+def test_an_unknown_score_test_is_refused() -> None:
+    with pytest.raises(ValueError, match="gate.score_test must be one of auto, pooled, paired, got 'best'"):
+        GateConfig(score_test="best")
 
 
 # -- stats -----------------------------------------------------------------------------------
