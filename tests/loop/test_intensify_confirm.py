@@ -93,6 +93,26 @@ def test_paired_seeds_keep_a_win_the_seed_spread_hides_from_the_pooled_test(ws):
     assert "(one-sided paired t-test, 2 seed pairs, df 1): beyond the noise" in line, line
 
 
+def test_a_score_test_fixed_in_looper_toml_reaches_the_gate_with_the_whole_alpha(ws):
+    # the same noisy seeds and change as above, with [gate] score_test = "pooled" (what the demo preset
+    # sets): the paired test is computed and reported but never decides, and the pooled one keeps the
+    # look's whole alpha, which is what lets it keep on the same 2 seeds where, held to half, it waited
+    noisy(ws)
+    loop = ready(ws, **{"loop.noise_reruns": 2, "gate.score_test": "pooled"})
+    ws.enqueue("BONUS 0 -> 0.2", knobs={"BONUS": 0.2})
+    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    m = verdict(ws, r.exp_id)
+    assert m["score_test_used"] != PAIRED_TEST and m["score_test_choice"].startswith(
+        'pooled: fixed by [gate] score_test = "pooled"')
+    assert m["score_test_alpha"] == pytest.approx(m["alpha_per_look"])  # not halved
+    assert m["paired_test"]["pairs"] == 2  # reported, for information
+    assert r.outcome is Outcome.KEEP and run_seeds(ws, r.exp_id) == [0, 1]
+    assert m["score_test_alpha"] / 2 < m["score_test"]["p_better"] <= m["score_test_alpha"]
+    line = next(x for x in report_text(loop.ctx.store, ws.root, console_width=400).splitlines()
+                if x.strip().startswith(f"#{r.exp_id} ") and "vs best" in x)
+    assert "halved for two tests" not in line and "(one-sided t-test," in line, line
+
+
 def test_the_best_gains_the_seeds_a_decision_needs(ws):
     noisy(ws)
     loop = ready(ws, **{"loop.noise_reruns": 3})
