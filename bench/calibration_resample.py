@@ -47,6 +47,7 @@ sys.path.insert(1, str(HERE))
 from scipy import stats as st  # noqa: E402
 
 from looper.core import gate as core_gate  # noqa: E402
+from looper.core import score as core_score  # noqa: E402
 from looper.core.verdict import Outcome  # noqa: E402
 from looper.measure import mean_metrics  # noqa: E402
 
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="baseline_seeds:noise_reruns pairs to judge with (3:2 is looper.toml's, 3:0 the demo's)")
     ap.add_argument("--score", default="weighted_f1")
     ap.add_argument("--alpha", type=float, default=0.05)
-    ap.add_argument("--score-test", default="auto", choices=("auto", "pooled", "paired"),
+    ap.add_argument("--score-test", default="auto", choices=core_score.SCORE_TEST_MODES,
                     help="[gate] score_test: auto chooses per look (alpha halved), pooled/paired fixed (whole alpha)")
     ap.add_argument("--max-class-drop", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)

@@ -47,6 +47,7 @@ from pydantic import (
     model_validator,
 )
 
+from looper.core.score import SCORE_TEST_MODES
 from looper.errors import ConfigError
 
 __all__ = [
@@ -150,7 +151,7 @@ class GateConfigSection(_Section):
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)  # error rate of every keep, discard and class gate
     # the score test: "auto" picks pooled or paired per look (each at half its alpha); "pooled" or
     # "paired" fixes it from a pairing correlation measured elsewhere (the look's whole alpha)
-    score_test: Literal["auto", "pooled", "paired"] = "auto"
+    score_test: Literal[SCORE_TEST_MODES] = "auto"  # type: ignore[valid-type]  # one list, in looper.core.score
 
 
 class AgentConfig(_Section):

@@ -106,7 +106,8 @@ def score_test(cand_scores: list[float], best_scores: list[float], base_scores: 
     # the choice reads the same runs (the narrower band wins), so only the split keeps the error at alpha.
     # A test fixed in advance (mode pooled or paired) reads nothing of the runs: the look's whole alpha.
     two = len(pairs) >= 2 and measured
-    each = alpha / 2 if two and mode == "auto" else alpha
+    split = two and mode == "auto"  # a choice between two tests that reads the runs
+    each = alpha / 2 if split else alpha
     pooled = stats.score_test(cand_scores, best_scores, sigma, df) if measured else None
     pooled_band = stats.score_band(sigma, df, n, len(best_scores), each) if measured else None
     paired = paired_band = None
@@ -136,7 +137,7 @@ def score_test(cand_scores: list[float], best_scores: list[float], base_scores: 
         f"pooled noise band {pooled_band:.4f}: {SCORE_TEST} at {each:.4g}, sigma {sigma:.4f} (df {df}), "
         f"{n} candidate vs {len(best_scores)} best run(s)")
     chosen = Chosen(SCORE_TEST, pooled.p_better, pooled.p_worse, pooled_band, each)
-    if two and mode == "auto":
+    if split:
         facts["notes"].append(f"two score tests to choose from: each at half the look's alpha, {each:.4g}")
     if which == "paired" and paired is not None and paired_band is not None:
         chosen = Chosen(PAIRED_TEST, paired.p_better, paired.p_worse, paired_band, each)
