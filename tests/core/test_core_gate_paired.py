@@ -210,6 +210,8 @@ def test_a_fixed_paired_test_decides_on_two_pairs_even_where_its_band_is_wider()
     cand = [run(0.46), run(0.36), run(0.44)]  # negatively correlated: auto picks the pooled test
     d = gate(cand, [0, 1, 2], base, [0, 1, 2], mode="paired")
     m = d.verdict.metrics
+    auto = gate(cand, [0, 1, 2], base, [0, 1, 2]).verdict.metrics  # the same runs: the paired band is the wider
+    assert auto["score_test_used"] == SCORE_TEST and auto["score_test_choice"].startswith("pooled: its band")
     assert m["score_test_used"] == PAIRED_TEST and m["score_test_alpha"] == pytest.approx(0.05 / 3)
     assert m["score_test_choice"].startswith('paired: fixed by [gate] score_test = "paired"')
     one = gate(runs(0.43, [0]), [0], runs(0.40, [0, 1, 2]), [0, 1, 2], mode="paired")  # one pair: pooled decides
