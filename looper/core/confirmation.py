@@ -3,8 +3,9 @@
 The score that won the night's selection is the maximum over many noisy candidates, biased
 upwards (the winner's curse). The confirmation re-runs the final best on seeds no decision
 used and compares them with the baseline's own seeds (the baseline was never selected on, so
-its seeds carry no selection bias): the difference of the means with a two-sided Student
-interval, seed variance pooled over both groups (:func:`looper.core.stats.diff_interval`).
+its seeds carry no selection bias): the difference of the means with a two-sided 95 % Welch
+interval, each side's own seed variance (a change can change the seed spread; one side with a single
+score falls back to the pooled variance: :func:`looper.core.stats.diff_interval`).
 
 - ``confirmed``: the interval's lower end is above 0;
 - ``not_confirmed``: it is not (the gain may be noise): a person should look;

@@ -385,24 +385,39 @@ def paired_band(sd: float, pairs: int, alpha: float) -> float:
 
 @dataclass(frozen=True)
 class Interval:
-    """mean(a) - mean(b) with a two-sided Student interval (seed variance pooled over both sides)."""
+    """mean(a) - mean(b) with a two-sided Student interval: Welch's (each side's own seed variance)
+    where both sides have two scores or more, else the variance pooled over both sides (``method``)."""
 
     diff: float
     low: float
     high: float
-    sigma: float
-    df: int
+    sigma: float  # the standard error of diff (Welch) or the pooled seed sd (pooled)
+    df: float
     confidence: float
+    method: str = "pooled"  # "welch" | "pooled"
 
 
 def diff_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval:
-    """Two independent groups of seeds (e.g. the night's best on fresh seeds vs the baseline's own):
-    ``diff +- t_((1+confidence)/2, df) * sigma * sqrt(1/n_a + 1/n_b)``, sigma pooled, ``df = n_a + n_b - 2``."""
+    """Two independent groups of seeds (e.g. the night's best on fresh seeds vs the baseline's own).
+
+    Welch (both sides >= 2 scores): ``diff +- t_((1+confidence)/2, df) * sqrt(v_a/n_a + v_b/n_b)``, df by
+    Welch-Satterthwaite. A change can change the seed spread (bench/RESULTS.md: LR0 0.003 spreads its
+    seeds a third as much as the baseline's LR0 0.01), and pooling a calm side with a noisy one, the
+    noisy side holding more seeds, overstates the difference's noise. One side with a single score has
+    no variance of its own: the variance is pooled, ``df = n_a + n_b - 2``."""
     if not a or not b or len(a) + len(b) < 3:
         raise ValueError(f"an interval needs >= 1 score per side and >= 3 in all, got {len(a)} and {len(b)}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    sigma, df = pooled_sigma([a, b])
     diff = float(statistics.mean(a)) - float(statistics.mean(b))
-    half = float(_st.t.ppf((1.0 + confidence) / 2.0, df)) * sigma * math.sqrt(1 / len(a) + 1 / len(b))
-    return Interval(diff, diff - half, diff + half, sigma, df, confidence)
+    q = (1.0 + confidence) / 2.0
+    if len(a) < 2 or len(b) < 2:
+        sigma, dfp = pooled_sigma([a, b])
+        half = float(_st.t.ppf(q, dfp)) * sigma * math.sqrt(1 / len(a) + 1 / len(b))
+        return Interval(diff, diff - half, diff + half, sigma, dfp, confidence, "pooled")
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    df = ((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0
+          else float(len(a) + len(b) - 2))  # both sides reproduce exactly: no spread to weigh
+    half = float(_st.t.ppf(q, df)) * se
+    return Interval(diff, diff - half, diff + half, se, df, confidence, "welch")

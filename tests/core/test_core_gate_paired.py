@@ -263,7 +263,7 @@ def test_paired_band() -> None:
 
 def test_diff_interval_and_its_refusals() -> None:
     iv = stats.diff_interval([0.5, 0.52], [0.4, 0.41, 0.42])
-    assert iv.df == 3 and iv.low < iv.diff < iv.high and iv.diff == pytest.approx(0.1)
+    assert iv.method == "welch" and iv.low < iv.diff < iv.high and iv.diff == pytest.approx(0.1)
     with pytest.raises(ValueError, match="3 in all"):
         stats.diff_interval([0.5], [0.4])
     with pytest.raises(ValueError, match="confidence"):

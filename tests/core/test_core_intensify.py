@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from scipy.stats import t as scipy_t
 
-from looper.core import confirmation, intensify
+from looper.core import confirmation, intensify, stats
 from looper.core.intensify import Step
 
 
@@ -113,11 +113,12 @@ def test_fresh_seeds_are_above_every_used_seed(used: list[int], count: int, expe
 
 
 def _interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """The 95 % pooled Student interval of mean(a) - mean(b), from its definition."""
+    """The 95 % Welch interval of mean(a) - mean(b), from its definition (Welch-Satterthwaite df)."""
     ma, mb = sum(a) / len(a), sum(b) / len(b)
-    ss = sum((x - ma) ** 2 for x in a) + sum((x - mb) ** 2 for x in b)
-    df = len(a) + len(b) - 2
-    half = float(scipy_t.ppf(0.975, df)) * (ss / df) ** 0.5 * (1 / len(a) + 1 / len(b)) ** 0.5
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = float(scipy_t.ppf(0.975, df)) * (va + vb) ** 0.5
     return ma - mb, ma - mb - half, ma - mb + half
 
 
@@ -128,6 +129,37 @@ def test_a_gain_that_holds_on_fresh_seeds_is_confirmed_with_its_interval() -> No
     assert c.status == confirmation.CONFIRMED and not c.flagged
     assert (c.diff, c.low, c.high) == pytest.approx((diff, low, high)) and low > 0
     assert c.headline == f"weighted F1 {diff:+.3f} [{low:+.3f}, {high:+.3f}] over the baseline on 3 fresh seeds"
+
+
+def test_a_calm_change_against_a_noisy_baseline_is_weighed_by_each_sides_own_spread() -> None:
+    """The demo's regime (bench/RESULTS.md): LR0 0.003 spreads its seeds a third as much as the
+    baseline's LR0 0.01. Pooling the calm 3 fresh seeds with the noisy 4 baseline seeds overstates the
+    difference's noise: the pooled interval reaches 0 where each side's own spread confirms."""
+    best, base = [0.889, 0.893, 0.884], [0.872, 0.839, 0.891, 0.866]
+    c = confirmation.judge(best, base, "weighted_f1", 3)
+    diff, low, high = _interval(best, base)
+    assert (c.diff, c.low, c.high) == pytest.approx((diff, low, high))
+    assert c.status == confirmation.CONFIRMED and low > 0
+    ma, mb = sum(best) / 3, sum(base) / 4
+    ss = sum((x - ma) ** 2 for x in best) + sum((x - mb) ** 2 for x in base)
+    pooled_low = (ma - mb) - float(scipy_t.ppf(0.975, 5)) * (ss / 5) ** 0.5 * (1 / 3 + 1 / 4) ** 0.5
+    assert pooled_low < 0  # what the pooled interval would have said: not confirmed
+
+
+def test_welch_interval_matches_scipy_and_falls_back_to_pooled_with_one_seed_a_side() -> None:
+    from scipy import stats as scipy_stats
+
+    a, b = [0.5, 0.52, 0.55], [0.4, 0.41, 0.42, 0.3]
+    iv = stats.diff_interval(a, b)
+    want = scipy_stats.ttest_ind(a, b, equal_var=False)
+    assert iv.method == "welch" and iv.df == pytest.approx(want.df)
+    assert (iv.low, iv.high) == pytest.approx(tuple(want.confidence_interval(0.95)))
+    one = stats.diff_interval([0.6], [0.4, 0.41, 0.42])  # one fresh seed: no spread of its own
+    assert one.method == "pooled" and one.df == 2
+    half = float(scipy_t.ppf(0.975, 2)) * 0.01 * (1 + 1 / 3) ** 0.5
+    assert (one.low, one.high) == pytest.approx((0.19 - half, 0.19 + half))
+    exact = stats.diff_interval([0.5, 0.5], [0.4, 0.4])  # both sides reproduce exactly
+    assert exact.method == "welch" and exact.df == 2 and exact.low == exact.high == pytest.approx(0.1)
 
 
 def test_a_gain_that_does_not_hold_is_flagged_for_a_person() -> None:
