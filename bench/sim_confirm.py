@@ -15,24 +15,13 @@ an A/A row's rate is a one-sided error, nominally 2.5 %.
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import t as student_t
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from looper.core import confirmation  # noqa: E402
-
-
-def pooled_low(best: list[float], base: list[float]) -> float:
-    """The lower end of the pooled two-sided 95 % Student interval (the rule before Welch)."""
-    df = len(best) + len(base) - 2
-    ss = statistics.variance(best) * (len(best) - 1) + statistics.variance(base) * (len(base) - 1)
-    half = float(student_t.ppf(0.975, df)) * math.sqrt(ss / df) * math.sqrt(1 / len(best) + 1 / len(base))
-    return statistics.fmean(best) - statistics.fmean(base) - half
+from looper.core import confirmation, stats  # noqa: E402
 
 
 def rate(nb: int, nc: int, sd_base: float, sd_best: float, effect: float, draws: int,
@@ -43,7 +32,7 @@ def rate(nb: int, nc: int, sd_base: float, sd_best: float, effect: float, draws:
         base = rng.normal(0.0, sd_base, nb).tolist()
         best = rng.normal(effect, sd_best, nc).tolist()
         welch += confirmation.judge(best, base, "weighted_f1", nc).status == confirmation.CONFIRMED
-        pooled += pooled_low(best, base) > 0
+        pooled += stats.pooled_interval(best, base).low > 0
     return welch / draws, pooled / draws
 
 

@@ -39,7 +39,8 @@ PRESETS = {
     # (noise_reruns = 3: a cap of 4) on the baseline's own seeds. `make demo` runs one experiment, and a
     # night that keeps it re-runs its best on 3 fresh seeds (confirm_seeds, the confirmed headline):
     # 5 + 4 + 3 = 12 runs at most. [gate] score_test = "pooled": at this budget paired seeds barely correlate
-    # (-0.13 to 0.32 over 12 pairs a change, bench/RESULTS.md "A score test fixed in advance"), so the
+    # (-0.13 to 0.32 over 12 pairs a change, bench/RESULTS.md "A score test fixed in advance" and "The
+    # demo's regime fixed in steps"), so the
     # pooled t is fixed before any run and gets each look's whole alpha instead of half of it.
     "demo": {"loop": {"tag": "demo", "budget_seconds": 120, "grace_seconds": 30, "stall_seconds": 120,
                       "baseline_seeds": 5, "noise_reruns": 3, "max_steps": 169, "confirm_seeds": 3},

@@ -397,6 +397,24 @@ class Interval:
     method: str = "pooled"  # "welch" | "pooled"
 
 
+def _interval_inputs(a: Sequence[float], b: Sequence[float], confidence: float) -> tuple[float, float]:
+    """The checks every interval of two groups makes; returns (mean(a) - mean(b), the t quantile's level)."""
+    if not a or not b or len(a) + len(b) < 3:
+        raise ValueError(f"an interval needs >= 1 score per side and >= 3 in all, got {len(a)} and {len(b)}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    return float(statistics.mean(a)) - float(statistics.mean(b)), (1.0 + confidence) / 2.0
+
+
+def pooled_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval:
+    """``diff +- t_((1+confidence)/2, df) * sigma * sqrt(1/n_a + 1/n_b)``, sigma pooled over both groups,
+    ``df = n_a + n_b - 2``: the Student interval, which assumes both groups spread alike."""
+    diff, q = _interval_inputs(a, b, confidence)
+    sigma, df = pooled_sigma([a, b])
+    half = float(_st.t.ppf(q, df)) * sigma * math.sqrt(1 / len(a) + 1 / len(b))
+    return Interval(diff, diff - half, diff + half, sigma, df, confidence, "pooled")
+
+
 def diff_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval:
     """Two independent groups of seeds (e.g. the night's best on fresh seeds vs the baseline's own).
 
@@ -404,17 +422,10 @@ def diff_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.
     Welch-Satterthwaite. A change can change the seed spread (bench/RESULTS.md: LR0 0.003 spreads its
     seeds a third as much as the baseline's LR0 0.01), and pooling a calm side with a noisy one, the
     noisy side holding more seeds, overstates the difference's noise. One side with a single score has
-    no variance of its own: the variance is pooled, ``df = n_a + n_b - 2``."""
-    if not a or not b or len(a) + len(b) < 3:
-        raise ValueError(f"an interval needs >= 1 score per side and >= 3 in all, got {len(a)} and {len(b)}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    diff = float(statistics.mean(a)) - float(statistics.mean(b))
-    q = (1.0 + confidence) / 2.0
+    no variance of its own: :func:`pooled_interval`."""
+    diff, q = _interval_inputs(a, b, confidence)
     if len(a) < 2 or len(b) < 2:
-        sigma, dfp = pooled_sigma([a, b])
-        half = float(_st.t.ppf(q, dfp)) * sigma * math.sqrt(1 / len(a) + 1 / len(b))
-        return Interval(diff, diff - half, diff + half, sigma, dfp, confidence, "pooled")
+        return pooled_interval(a, b, confidence)
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
     se = math.sqrt(va + vb)
     df = ((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0
