@@ -7,6 +7,8 @@ as ``section.key`` (for example ``loop.budget_seconds: must be > 0 (got -1)``).
 Keys beyond the contract, with their defaults (documented here on purpose):
 
 - ``[loop] workers = 1``: experiments run at the same time.
+- ``[loop] seed_jobs = 1``: seeds of one experiment a worker runs at the same time, each on its own
+  cores (local executor only; looper/core/cores.py).
 - ``[agent] max_failures = 2``: agent failures in a row the loop tolerates.
 - ``[executor] ssh_options = []``: extra ``ssh`` arguments, e.g. ``["-p", "2222"]``.
 - ``[executor] gpu_index = 0``: which GPU the run uses (``LOOPER_DEVICE``).
@@ -94,6 +96,8 @@ class LoopConfig(_Section):
     # by a warm-up run (looper.core.budget)
     max_steps: Annotated[int, Field(ge=0)] | Literal["auto"] = 0
     workers: int = Field(default=1, ge=1)
+    # seeds of one experiment run at the same time, each pinned to its own cores (local executor only)
+    seed_jobs: int = Field(default=1, ge=1)
     # fresh seeds the night's final best is re-run on when the night ends (and by `looper confirm`); 0: off
     confirm_seeds: int = Field(default=3, ge=0)
 
@@ -287,6 +291,14 @@ class Config(_Section):
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+
+    @model_validator(mode="after")
+    def _side_by_side(self) -> Config:
+        if self.loop.seed_jobs > 1 and self.executor.kind != "local":
+            raise _KeyProblem("loop.seed_jobs", f"runs seeds side by side on this machine's cores: only with "
+                                                f'executor.kind = "local" (got "{self.executor.kind}", '
+                                                f"seed_jobs {self.loop.seed_jobs})")
+        return self
 
     def redacted_dict(self) -> dict[str, Any]:
         """A plain dict safe to store or show: no secret ever appears in it."""

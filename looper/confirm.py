@@ -16,6 +16,7 @@ A night cut short (a signal, a halt) records what it confirmed so far, or that i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -72,15 +73,22 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
         for name in FIXED_FILES:
             shutil.copy2(worker.wt.path / name, ck / name)
         (ck / "train.py").write_text(best.source)
-        from looper.measure import measure, record_run
+        from looper.measure import Measurement, measure, record_run, side_by_side
 
-        for seed in seeds:
-            if ctx.cancel.is_set():
+        def one(seed: int) -> Measurement | None:
+            return None if ctx.cancel.is_set() else measure(ctx, worker, best.id, "rerun", seed, checkout=ck)
+
+        def keep(m: Measurement | None) -> None:  # in seed order; a run cut short is on record, never a score
+            if m is not None:
+                record_run(ctx, best.id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
+
+        # side by side with [loop] seed_jobs > 1; a run interrupted or in error starts no further one
+        for m in side_by_side(ctx, [functools.partial(one, s) for s in seeds], keep=keep,
+                              ok=lambda m: m is not None and m.outcome not in (Outcome.INTERRUPTED, Outcome.ERROR)):
+            if m is None:
                 cut = True
                 break
-            m = measure(ctx, worker, best.id, "rerun", seed, checkout=ck)
-            # a run the wall clock cut short is on record, never a score of the best (no metrics)
-            record_run(ctx, best.id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
+            seed = m.seed
             seconds += m.train_seconds + m.eval_seconds
             ran.append(seed)
             if m.outcome is Outcome.INTERRUPTED:

@@ -3,11 +3,14 @@ the display, the pinned tag and the journal. No decisions are made here."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import shutil
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -17,10 +20,30 @@ from looper.adapters.executors import Executor
 from looper.adapters.gitops import Workspace, Worktree
 from looper.adapters.notify import redact
 from looper.config import Config
+from looper.core import cores as core_cores
 from looper.core.verdict import Outcome
 from looper.display import Display
 from looper.errors import HarnessError
 from looper.store import ExperimentRecord, Store, TagRecord
+
+
+def usable_cores() -> list[int]:
+    """The CPUs this process may use (its affinity mask); a harness error where the system has none
+    to read (macOS), since runs side by side need them."""
+    if not hasattr(os, "sched_getaffinity"):
+        raise HarnessError("loop.seed_jobs > 1 pins each run to its own cores, and this system has no "
+                           "CPU affinity (os.sched_getaffinity): set loop.seed_jobs = 1")
+    return sorted(os.sched_getaffinity(0))
+
+
+def cpu_slots(cfg: Config) -> list[tuple[int, ...]]:
+    """The night's slots: ``seed_jobs`` x ``workers`` runs side by side on this process's cores; a
+    harness error naming the keys where there are fewer cores than runs."""
+    try:
+        return core_cores.slots(usable_cores(), cfg.loop.seed_jobs * cfg.loop.workers)
+    except core_cores.TooFewCores as exc:
+        raise HarnessError(f"loop.seed_jobs {cfg.loop.seed_jobs} x loop.workers {cfg.loop.workers}: {exc}; "
+                           "lower loop.seed_jobs") from None
 
 
 def now_iso() -> str:
@@ -105,8 +128,10 @@ class Context:
         self.keep_lock = threading.RLock()  # branch tip, best and keep decisions move together
         self.agent_lock = threading.Lock()
         self.count_lock = threading.Lock()
-        self.seed_lock = threading.Lock()  # the best gains a seed one worker at a time (experiment.gain_best_seed)
+        self.seed_lock = threading.Lock()  # the best gains a seed one worker at a time (experiment.gain_best_seeds)
         self.in_flight: dict[int, dict] = {}  # worker id -> knobs of the candidate it runs
+        self._slots: queue.Queue[tuple[int, ...]] | None = None  # [loop] seed_jobs > 1: cores per run
+        self._slots_lock = threading.Lock()
         from looper import proc
         from looper.guard import release_reserve
 
@@ -143,6 +168,27 @@ class Context:
     def main_worker(self) -> Worker:
         assert self.wt is not None
         return Worker(0, self.wt, self.executor, self.device, detached=False)
+
+    # ------------------------------------------------------------------ cores for runs side by side
+    @contextlib.contextmanager
+    def cpu_slot(self) -> Iterator[tuple[int, ...]]:
+        """The cores one run may use while it trains and is evaluated: with ``[loop] seed_jobs`` > 1 a
+        slot of :func:`looper.core.cores.slots` no other run of the night holds meanwhile (waiting for
+        one to come free), for every run, a lone one too; with 1, () (the daemon's own cores)."""
+        jobs = self.cfg.loop.seed_jobs
+        if jobs <= 1:
+            yield ()
+            return
+        with self._slots_lock:
+            if self._slots is None:
+                self._slots = queue.Queue()
+                for s in cpu_slots(self.cfg):
+                    self._slots.put(s)
+        cpus = self._slots.get()
+        try:
+            yield cpus
+        finally:
+            self._slots.put(cpus)
 
     # ------------------------------------------------------------------ the tag's state
     def best(self) -> ExperimentRecord:

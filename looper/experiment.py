@@ -11,11 +11,13 @@ call. :func:`verify` is the same pipeline on the workspace's train.py, committin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,15 @@ from looper.core.untrusted import one_line
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, LooperError, StuckError, UsageError
 from looper.guard import release_reserve
-from looper.measure import Measurement, mean_metrics, measure, preflight, record_run, weights_sha256
+from looper.measure import (
+    Measurement,
+    mean_metrics,
+    measure,
+    preflight,
+    record_run,
+    side_by_side,
+    weights_sha256,
+)
 from looper.report.fmt import shown
 from looper.store import ExperimentRecord
 
@@ -221,6 +231,23 @@ def commit(ctx: Context, cand: Candidate) -> None:
 def measure_once(ctx: Context, cand: Candidate, role: str, seed: int, record_as: str | None = None) -> Measurement:
     """Train + evaluate the candidate once and record the run."""
     m = measure(ctx, cand.worker, cand.exp_id, role, seed, checkout=cand.checkout)
+    account(ctx, cand, role, m, record_as)
+    return m
+
+
+def measure_seeds(ctx: Context, cand: Candidate, roles: dict[int, str], ok: Callable[[Measurement], bool],
+                  record_as: str | None = None) -> list[Measurement]:
+    """The candidate on the seeds of ``roles`` (seed -> role, in order), side by side with ``[loop]
+    seed_jobs`` > 1 and recorded in that order; up to and including the first run that is not ``ok``."""
+    return side_by_side(
+        ctx, [functools.partial(measure, ctx, cand.worker, cand.exp_id, r, s, checkout=cand.checkout)
+              for s, r in roles.items()],
+        ok=ok, keep=lambda m: account(ctx, cand, roles[m.seed], m, record_as))
+
+
+def account(ctx: Context, cand: Candidate, role: str, m: Measurement, record_as: str | None = None) -> None:
+    """Record a run of the candidate and add its seconds to the candidate's (one thread at a time: the
+    caller's, in seed order)."""
     record_run(ctx, cand.exp_id, record_as or ("main" if role == "main" else "rerun"), m)
     cand.spent += m.train_seconds + m.eval_seconds
     t = cand.timing
@@ -228,7 +255,6 @@ def measure_once(ctx: Context, cand: Candidate, role: str, seed: int, record_as:
              eval_seconds=t.get("eval_seconds", 0.0) + m.eval_seconds)
     if role == "main":  # train.json is stored once, with its run (record_run)
         t.update(exit_code=m.train.exit_code if m.train else None, gpu=(m.train.gpu if m.train else None) or None)
-    return m
 
 
 def ended(m: Measurement, role: str) -> Result:
@@ -261,21 +287,18 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     target, gained, best_seconds, why = intensify.schedule(cap)[0], [], 0.0, ""
     while True:
         best_seeds = [s for s, _ in seeded_runs(ctx, against) if s is not None]
-        for seed in intensify.candidate_seeds(best_seeds, target, first)[len(seeds):]:
-            if seed not in best_seeds:
-                got = gain_best_seed(ctx, cand, against, seed)
-                if isinstance(got, Result):
-                    return got
-                if got is not None:  # None: another worker ran the best on it meanwhile
-                    best_seconds += got
-                    gained.append(seed)
-            this_role = role if not runs else "rerun"
-            m = measure_once(ctx, cand, this_role, seed)
+        new = intensify.candidate_seeds(best_seeds, target, first)[len(seeds):]
+        got = gain_best_seeds(ctx, cand, against, intensify.best_needs(best_seeds, new))
+        if isinstance(got, Result):
+            return got
+        best_seconds, gained = best_seconds + got[0], gained + got[1]
+        roles = {s: role if not runs and i == 0 else "rerun" for i, s in enumerate(new)}
+        for m in measure_seeds(ctx, cand, roles, ok=lambda m: m.measured):  # a look's seeds side by side
             if not m.measured:
-                return ended(m, this_role)
+                return ended(m, roles[m.seed])
             measured.append(m)
             runs.append(m.metrics)
-            seeds.append(seed)
+            seeds.append(m.seed)
         d = gate(ctx, runs, simpler, against, cap - len(runs), seeds=seeds, looks=looks,
                  share=intensify.alpha_share(len(runs), cap))
         st = intensify.step(d.outcome.value, d.needs_reruns > 0, len(runs), cap)
@@ -306,38 +329,51 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     return Result(outcome, verdict, score=d.score, metrics=mean_metrics(runs))
 
 
-def gain_best_seed(ctx: Context, cand: Candidate, best: ExperimentRecord, seed: int) -> float | Result | None:
-    """Run the current best's train.py on ``seed`` and record it as the best's own run (role rerun),
-    before the candidate runs that seed. Returns the seconds it took (None when another worker ran it
-    meanwhile), or the Result that ends the candidate when the best could not be measured."""
-    with ctx.seed_lock:  # one worker at a time extends the best; the others then find the seed there
-        if any(s == seed for s, _ in seeded_runs(ctx, best)):
-            return None
-        ctx.event("note", f"#{cand.exp_id} needs seed {seed}, which the current best #{best.id} never ran: "
-                          "running the best on it first", cand.exp_id, {"best": best.id, "seed": seed})
+def gain_best_seeds(ctx: Context, cand: Candidate, best: ExperimentRecord,
+                    wanted: list[int]) -> tuple[float, list[int]] | Result:
+    """Run the current best's train.py on the ``wanted`` seeds it never ran (side by side with ``[loop]
+    seed_jobs`` > 1) and record them as the best's own runs (role rerun, in seed order), before the
+    candidate runs them. Returns (the seconds they took, the seeds gained; a seed another worker ran on
+    the best meanwhile is not gained again), or the Result that ends the candidate when the best could
+    not be measured."""
+    if not wanted:
+        return 0.0, []
+    with ctx.seed_lock:  # one worker at a time extends the best; the others then find the seeds there
+        have = {s for s, _ in seeded_runs(ctx, best)}
+        todo = [s for s in wanted if s not in have]
+        for seed in todo:
+            ctx.event("note", f"#{cand.exp_id} needs seed {seed}, which the current best #{best.id} never ran: "
+                              "running the best on it first", cand.exp_id, {"best": best.id, "seed": seed})
         ck = Path(tempfile.mkdtemp(prefix="looper-best-", dir=ctx.root / ".looper"))
         try:
             src = cand.checkout or cand.worker.wt.path
             for name in FIXED_FILES:
                 shutil.copy2(src / name, ck / name)
             (ck / "train.py").write_text(best.source)
-            m = measure(ctx, cand.worker, best.id, "rerun", seed, checkout=ck)
             # a run the wall clock cut short is on record but never the best's measurement (no metrics)
-            record_run(ctx, best.id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
+            ms = side_by_side(
+                ctx, [functools.partial(measure, ctx, cand.worker, best.id, "rerun", s, checkout=ck) for s in todo],
+                ok=lambda m: m.measured and not m.cut_short,
+                keep=lambda m: record_run(ctx, best.id, "rerun", dataclasses.replace(m, metrics=None)
+                                          if m.cut_short else m))
         finally:
             shutil.rmtree(ck, ignore_errors=True)
-    if m.measured and m.cut_short:
-        return Result(Outcome.INCONCLUSIVE, Verdict.failed(
-            f"the current best #{best.id} on seed {seed}: {m.cut_short}: not comparable with its other runs; "
-            "the candidate is left undecided"))
-    if m.measured:
-        return m.train_seconds + m.eval_seconds
-    r = ended(m, f"the current best #{best.id} on")
-    if r.outcome in (Outcome.ERROR, Outcome.INTERRUPTED):
-        return r
-    return Result(Outcome.INCONCLUSIVE, Verdict.failed(
-        f"the current best #{best.id} could not be measured on seed {seed} ({m.outcome.value}: "
-        f"{'; '.join(m.blocking)[:200]}); the candidate is left undecided"))
+    seconds = 0.0
+    for m in ms:
+        seed = m.seed
+        if m.measured and m.cut_short:
+            return Result(Outcome.INCONCLUSIVE, Verdict.failed(
+                f"the current best #{best.id} on seed {seed}: {m.cut_short}: not comparable with its other runs; "
+                "the candidate is left undecided"))
+        if not m.measured:
+            r = ended(m, f"the current best #{best.id} on")
+            if r.outcome in (Outcome.ERROR, Outcome.INTERRUPTED):
+                return r
+            return Result(Outcome.INCONCLUSIVE, Verdict.failed(
+                f"the current best #{best.id} could not be measured on seed {seed} ({m.outcome.value}: "
+                f"{'; '.join(m.blocking)[:200]}); the candidate is left undecided"))
+        seconds += m.train_seconds + m.eval_seconds
+    return seconds, todo
 
 
 def not_comparable(d: core_gate.GateDecision, cut: list[str], max_steps: int) -> tuple[Outcome, Verdict]:
@@ -524,8 +560,9 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
         budget = warm
     ctx.display.note(f"measuring the baseline with {len(seeds)} seed(s) to learn the noise")
     results = []
-    for seed in seeds:
-        m = measure_once(ctx, cand, "baseline", seed, record_as="main")
+    for m in measure_seeds(ctx, cand, dict.fromkeys(seeds, "baseline"),  # side by side with seed_jobs > 1
+                           ok=lambda m: m.measured and not m.cut_short, record_as="main"):
+        seed = m.seed
         if not m.measured:
             return settle(ctx, cand, baseline_failed(m, "while measuring the baseline", f"baseline seed {seed}",
                                                      f"could not produce a result (seed {seed}, {m.outcome.value})"))

@@ -9,21 +9,27 @@ import json
 import shutil
 import statistics
 import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from looper.adapters.executors import EvalJob, Executor, RunResult, TrainJob
 from looper.adapters.executors.base import FIXED_FILES
 from looper.canary import EVAL_CANARY, TRAIN_CANARY, best_eval_seconds, eval_canary, eval_limit, is_candidate
-from looper.context import Context, Worker, now_iso
+from looper.context import Context, Worker, cpu_slots, now_iso
 from looper.core import blame as core_blame
 from looper.core import budget as core_budget
 from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
 from looper.core.verdict import Outcome, Verdict
 from looper.datahash import file_sha256, fixed_hashes, pretrained_hashes
+from looper.errors import HarnessError
 from looper.sandbox import WEIGHTS_REFUSED_EXIT
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -120,13 +126,23 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
              "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor),
              "pretrained": check_pretrained(ctx.root, (w.wt.path / "train.py").read_text()),
              "baselines": Verdict.errored(*planted) if planted else Verdict.passed(),
-             "disk": _disk(ctx)}
+             "disk": _disk(ctx), "cores": _cores(ctx)}
     dirty = [c.path for c in w.wt.changes()]
     parts["checkout"] = (Verdict.errored(f"checkout not clean: {', '.join(dirty[:5])}") if dirty
                          else Verdict.passed())
     problems = [f"{k}: {b}" for k, v in parts.items() for b in v.blocking]
     metrics = {k: v.status.value for k, v in parts.items()}
     return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
+
+def _cores(ctx: Context) -> Verdict:
+    """With ``[loop] seed_jobs`` > 1: a core for every run side by side (looper.core.cores)."""
+    if ctx.cfg.loop.seed_jobs <= 1:
+        return Verdict.passed()
+    try:
+        return Verdict.passed({"cpu_slots": [list(s) for s in cpu_slots(ctx.cfg)]})
+    except HarnessError as exc:
+        return Verdict.errored(str(exc))
 
 
 def _disk(ctx: Context) -> Verdict:
@@ -145,12 +161,54 @@ def measure(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: 
     budget = float(budget or ctx.cfg.loop.budget_seconds)
     rd = ctx.runs_dir(exp_id, role, seed)
     (rd / "out").mkdir()
-    m = train(ctx, w, exp_id, role, seed, budget, ck, rd)
-    return evaluate(ctx, w, exp_id, role, m, budget, ck) if m.measured else m
+    with ctx.cpu_slot() as cpus:  # [loop] seed_jobs > 1: training and its evaluation on the slot's cores
+        m = train(ctx, w, exp_id, role, seed, budget, ck, rd, cpus)
+        return evaluate(ctx, w, exp_id, role, m, budget, ck, cpus) if m.measured else m
+
+
+def side_by_side(ctx: Context, calls: Sequence[Callable[[], T]], ok: Callable[[T], bool],
+                 keep: Callable[[T], None] = lambda r: None) -> list[T]:
+    """Run ``calls`` (each a :func:`measure`) up to ``[loop] seed_jobs`` at a time and hand each result to
+    ``keep`` (recording it) in the calls' order, whatever order they finish in, so the store holds a
+    night's runs in seed order at any ``seed_jobs``. Returns the results up to and including the first
+    that is not ``ok``: after it no further call starts, as one after another would have stopped there
+    (a call already running beside it finishes and is kept, on record but not returned). One job: one
+    after another, in this thread."""
+    out: list[T] = []
+    jobs = min(ctx.cfg.loop.seed_jobs, len(calls))
+    if jobs <= 1:
+        for call in calls:
+            out.append(call())
+            keep(out[-1])
+            if not ok(out[-1]):
+                break
+        return out
+    stop = threading.Event()
+
+    def one(call: Callable[[], T]) -> tuple[bool, T | None]:
+        if stop.is_set():
+            return False, None  # never started: a call before it was not ok
+        r = call()
+        if not ok(r):
+            stop.set()
+        return True, r
+
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="looper-seed") as pool:
+        futures = [pool.submit(one, call) for call in calls]
+        done = False
+        for f in futures:
+            ran, r = f.result()  # in the calls' order; a call that raised raises here
+            if not ran:
+                continue
+            keep(r)  # type: ignore[arg-type]
+            if not done:
+                out.append(r)  # type: ignore[arg-type]
+                done = not ok(r)  # type: ignore[arg-type]
+    return out
 
 
 def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: float, ck: Path,
-          rd: Path) -> Measurement:
+          rd: Path, cpus: tuple[int, ...] = ()) -> Measurement:
     """The training run and the evidence it left: a Measurement still PENDING when it trained."""
     out = rd / "out"
     max_steps = ctx.max_steps()
@@ -159,7 +217,7 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
     tr = w.executor.train(
         TrainJob(checkout=ck, out_dir=out, seed=seed, budget_seconds=budget,
                  grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
-                 log_path=rd / "train.log", device=w.device, max_steps=max_steps),
+                 log_path=rd / "train.log", device=w.device, max_steps=max_steps, cpus=cpus),
         ctx.display.log_line, ctx.cancel)
     m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd)
     if tr.cancelled or ctx.cancel.is_set():
@@ -211,7 +269,7 @@ def _read_json(ctx: Context, path: Path) -> tuple[dict | None, str | None]:
 
 
 def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, budget: float,
-             ck: Path) -> Measurement:
+             ck: Path, cpus: tuple[int, ...] = ()) -> Measurement:
     """Evaluate the trained weights; the old metrics file is deleted by the executor before the run."""
     assert m.run_dir is not None
     rd, seed = m.run_dir, m.seed
@@ -223,7 +281,8 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
     ev = w.executor.evaluate(
         EvalJob(checkout=ck, weights=rd / "out" / "weights.pt", metrics_path=metrics_path,
                 log_path=rd / "eval.log", timeout_seconds=limit or max(600.0, 2 * budget),
-                stall_seconds=max(float(ctx.cfg.loop.stall_seconds), (limit or 0.0) + 5.0), device=w.device),
+                stall_seconds=max(float(ctx.cfg.loop.stall_seconds), (limit or 0.0) + 5.0), device=w.device,
+                cpus=cpus),
         ctx.display.log_line, ctx.cancel)
     m.eval, m.eval_seconds = ev, ev.seconds
     if ev.cancelled or ctx.cancel.is_set():

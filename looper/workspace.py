@@ -32,18 +32,21 @@ PRESETS = {
     # (bench/RESULTS.md, "The demo's regime fixed in steps"). With "auto" a warm-up pinned 80 % of what it fitted
     # in 80 s, and that followed the machine's hour (169 steps in a slow hour, 312 in a fast one here), and
     # with it the regime: at 312 steps the LR0 change the loop should find was worth about 1 seed sd, at
-    # 169 about 1.4 to 2.3. budget_seconds = 120 is only the wall clock's ceiling (169 steps take 35 to 60 s
-    # of training on 2 cores here). Noise is measured, never assumed: the baseline runs 5 seeds
-    # (baseline_seeds: its LR0 0.01 spreads its seeds about three times as much as LR0 0.003, and its seeds
-    # are what both the gate and the confirmation lean on); the candidate runs 1, 2, then 4 seeds
-    # (noise_reruns = 3: a cap of 4) on the baseline's own seeds. `make demo` runs one experiment, and a
-    # night that keeps it re-runs its best on 3 fresh seeds (confirm_seeds, the confirmed headline):
-    # 5 + 4 + 3 = 12 runs at most. [gate] score_test = "pooled": at this budget paired seeds barely correlate
+    # 169 about 1.4 to 2.3. budget_seconds = 180 is only the wall clock's ceiling (169 steps take 54 to 60 s
+    # of training on one core beside another here, 85 s the two-thread cold start). Two runs side by side (seed_jobs = 2), each on its own core with one
+    # thread: the regime the calibration pools were made in (calibration_pool.py --jobs 2), and about 1.5
+    # times the runs an hour of one two-thread run at a time (bench/RESULTS.md, "Seeds side by side").
+    # Noise is measured, never assumed: the baseline runs 8 seeds (baseline_seeds: its LR0 0.01 spreads its
+    # seeds about three times as much as LR0 0.003, and its seeds are what both the gate and the
+    # confirmation lean on); the candidate runs 1, 2, then 4 seeds (noise_reruns = 3: a cap of 4) on the
+    # baseline's own seeds. `make demo` runs one experiment, and a night that keeps it re-runs its best on
+    # 4 fresh seeds (confirm_seeds, the confirmed headline): 8 + 4 + 4 = 16 runs at most, in 9 rounds of
+    # two. [gate] score_test = "pooled": at this budget paired seeds barely correlate
     # (-0.13 to 0.32 over 12 pairs a change, bench/RESULTS.md "A score test fixed in advance" and "The
     # demo's regime fixed in steps"), so the
     # pooled t is fixed before any run and gets each look's whole alpha instead of half of it.
-    "demo": {"loop": {"tag": "demo", "budget_seconds": 120, "grace_seconds": 30, "stall_seconds": 120,
-                      "baseline_seeds": 5, "noise_reruns": 3, "max_steps": 169, "confirm_seeds": 3},
+    "demo": {"loop": {"tag": "demo", "budget_seconds": 180, "grace_seconds": 30, "stall_seconds": 120,
+                      "baseline_seeds": 8, "noise_reruns": 3, "max_steps": 169, "confirm_seeds": 4, "seed_jobs": 2},
              "gate": {"score_test": "pooled"},
              "data": {"scale": "demo"}},
     # What the test suite uses: seconds, not minutes; still 3 baseline seeds, one more seed in the band.

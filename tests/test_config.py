@@ -24,6 +24,7 @@ baseline_seeds = 4
 max_steps = 150
 workers = 2
 confirm_seeds = 5
+seed_jobs = 1
 
 [data]
 dir = "/srv/hvac-data"
@@ -99,6 +100,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         "tag": "weekend-2", "budget_seconds": 120, "grace_seconds": 30, "stall_seconds": 90,
         "max_experiments": 40, "until": "07:00", "stuck_after": 4, "noise_reruns": 3, "workers": 2,
         "baseline_seeds": 4, "max_steps": 150, "confirm_seeds": 5,
+        "seed_jobs": 1,  # > 1 only with the local executor; read as 2 in tests/test_side_by_side.py
     }
     assert cfg.loop.until_time is not None and (cfg.loop.until_time.hour, cfg.loop.until_time.minute) == (7, 0)
     assert cfg.data.model_dump() == {"dir": "/srv/hvac-data", "scale": "tiny", "seed": 7}

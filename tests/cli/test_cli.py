@@ -45,8 +45,10 @@ def test_init_makes_a_committed_workspace_with_the_project_files(tmp_path: Path)
         want["loop"]["tag"], want["loop"]["budget_seconds"], want["loop"]["noise_reruns"], want["data"]["scale"])
     assert cfg.gate.score_test == want["gate"]["score_test"] == "pooled"  # fixed in advance for the demo's regime
     # the regime the demo's gate was calibrated in: a fixed step budget, not one that follows the machine's hour
-    assert (cfg.loop.max_steps, cfg.loop.baseline_seeds, cfg.loop.confirm_seeds) == (169, 5, 3) == (
-        want["loop"]["max_steps"], want["loop"]["baseline_seeds"], want["loop"]["confirm_seeds"])
+    # and two one-core runs side by side, as its calibration pools ran (8 baseline seeds, 4 fresh ones)
+    assert (cfg.loop.max_steps, cfg.loop.baseline_seeds, cfg.loop.confirm_seeds, cfg.loop.seed_jobs) == (
+        169, 8, 4, 2) == (want["loop"]["max_steps"], want["loop"]["baseline_seeds"], want["loop"]["confirm_seeds"],
+                          want["loop"]["seed_jobs"])
 
 
 def test_init_refuses_a_non_empty_folder_and_leaves_it_alone(tmp_path: Path):

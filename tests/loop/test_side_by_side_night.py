@@ -1,0 +1,66 @@
+"""A night with ``[loop] seed_jobs = 2`` (issue 25): the baseline's seeds, a look's seeds and the confirmation's
+fresh seeds run two at a time, each run on its own core with one thread, and the night settles as it would
+one run at a time. The fixture workspace (tests/fixture_ws) with its command agent, real git, a real Store,
+the local executor and its sandbox; the fixture train.py writes its affinity, thread variable and clock."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from test_experiment_inprocess import night  # noqa: F401
+from test_experiment_inprocess import ws as ws  # noqa: F401,PLC0414
+from test_intensify_confirm import noisy
+
+from looper.store.queries import confirmations
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two runs side by side need two cores")]
+
+
+def runs_of(ws, exp_id: int) -> list[dict]:
+    """(seed, role, train.json) of an experiment's runs, in the order they were recorded."""
+    with ws.db() as con:
+        rows = con.execute("SELECT seed, role, train_json FROM runs WHERE experiment_id=? ORDER BY id",
+                           (exp_id,)).fetchall()
+    return [{"seed": s, "role": r, **json.loads(t)} for s, r, t in rows if t]
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return a["started"] < b["ended"] and b["started"] < a["ended"]
+
+
+def test_seeds_run_two_at_a_time_each_on_its_own_core_and_the_night_settles_as_before(ws):
+    noisy(ws)
+    p = ws.root / "train.py"
+    p.write_text(p.read_text().replace("SLEEP = 0.0 ", "SLEEP = 2.0 "))  # long enough to see two runs overlap
+    ws.git("commit", "-qam", "runs that take 2 s")
+    loop = night(ws, **{"loop.seed_jobs": 2, "loop.baseline_seeds": 4, "loop.noise_reruns": 3,
+                        "loop.confirm_seeds": 2, "loop.max_experiments": 2})
+    ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})  # inside the noise: seeds 0, then 1, then 2 and 3
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})  # a clear win: kept on seed 0, then confirmed
+    assert loop.run() == 0
+    rows = {r["id"]: r for r in ws.rows("baseline") + ws.rows()}
+    (base,) = [r["id"] for r in ws.rows("baseline")]
+    unsure, kept = [r["id"] for r in ws.rows()]
+    assert (rows[base]["status"], rows[unsure]["status"], rows[kept]["status"]) == ("keep", "inconclusive", "keep")
+
+    every = [r for i in rows for r in runs_of(ws, i)]
+    cores = sorted(os.sched_getaffinity(0))
+    assert every and all(len(r["cpus"]) == 1 and r["cpus"][0] in cores and r["omp_threads"] == "1" for r in every)
+
+    b = runs_of(ws, base)
+    assert [r["seed"] for r in b] == [0, 1, 2, 3]
+    for x, y in ((b[0], b[1]), (b[2], b[3])):  # the baseline's four seeds in two rounds of two
+        assert overlap(x, y) and x["cpus"] != y["cpus"], (x, y)
+    u = runs_of(ws, unsure)
+    assert [r["seed"] for r in u] == [0, 1, 2, 3]
+    assert not overlap(u[0], u[1])  # one look after another: the second seed only once the first was judged
+    assert overlap(u[2], u[3]) and u[2]["cpus"] != u[3]["cpus"]  # the third look's two seeds side by side
+    assert json.loads(rows[unsure]["verdict_json"])["metrics"]["cost"]["seeds"] == [0, 1, 2, 3]
+
+    (c,) = confirmations(loop.ctx.store, "t")
+    fresh = [r for r in runs_of(ws, kept) if r["seed"] in c.seeds]
+    assert (c.status, c.runs, len(fresh)) == ("confirmed", 2, 2)
+    assert overlap(fresh[0], fresh[1]) and fresh[0]["cpus"] != fresh[1]["cpus"]
