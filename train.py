@@ -50,7 +50,7 @@ DFL_GAIN = 1.5  # distribution focal loss gain
 CLS_PRIOR = 0.01  # initial class probability of the detection head (0: Ultralytics' default bias); from scratch only: a pretrained head keeps its bias
 VALIDATE = False  # run Ultralytics' validation on the val tiles after each epoch (costs budget)
 WORKERS = 1  # data loader worker processes
-THREADS = 0  # torch CPU threads (0: every core this process may use; Ultralytics alone leaves one core idle)
+THREADS = 0  # torch CPU threads (0: LOOPER_THREADS when looper runs seeds side by side, else every core this process may use)
 CACHE = "ram"  # keep decoded training tiles in memory: ram | disk | none (saves the PNG decode per step)
 REPEAT_THRESHOLD = 0.1  # repeat-factor sampling: tiles holding a class seen in fewer than this fraction of tiles repeat (0: off)
 REPEAT_POWER = 1.0  # repeat factor r(c) = (REPEAT_THRESHOLD / f(c)) ** REPEAT_POWER (0.5: LVIS; 1.0: full balance)
@@ -302,7 +302,7 @@ def main() -> int:
         PHASES["trainer_setup"] = round(time.time() - T_START, 2)  # loaders, label caches, RAM cache, optimizer
         if not CUDA:  # Ultralytics set cores - 1 threads (1 of 2): the loader's worker is mostly idle here
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # macOS: no affinity
-            torch.set_num_threads(THREADS or cores or 1)
+            torch.set_num_threads(THREADS or int(os.environ.get("LOOPER_THREADS") or 0) or cores or 1)
         if not VALIDATE:  # evaluate.py scores the model; Ultralytics' own validation only costs budget
             trainer.validate = lambda: (trainer.metrics, 0.0)  # type: ignore[attr-defined]
             trainer.final_eval = lambda: None  # type: ignore[attr-defined]

@@ -3,14 +3,11 @@ the display, the pinned tag and the journal. No decisions are made here."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -28,19 +25,19 @@ from looper.store import ExperimentRecord, Store, TagRecord
 
 
 def usable_cores() -> list[int]:
-    """The CPUs this process may use (its affinity mask); a harness error where the system has none
-    to read (macOS), since runs side by side need them."""
-    if not hasattr(os, "sched_getaffinity"):
-        raise HarnessError("loop.seed_jobs > 1 pins each run to its own cores, and this system has no "
-                           "CPU affinity (os.sched_getaffinity): set loop.seed_jobs = 1")
-    return sorted(os.sched_getaffinity(0))
+    """The CPUs this process may use (its affinity mask; where a system has none, every CPU)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))  # macOS: no affinity
 
 
-def cpu_slots(cfg: Config) -> list[tuple[int, ...]]:
-    """The night's slots: ``seed_jobs`` x ``workers`` runs side by side on this process's cores; a
-    harness error naming the keys where there are fewer cores than runs."""
+def run_threads(cfg: Config) -> int:
+    """Each run's threads with ``seed_jobs`` x ``workers`` runs side by side on this process's cores (0
+    with ``seed_jobs`` 1: nothing set); a harness error naming the keys where there are fewer cores than runs."""
+    if cfg.loop.seed_jobs <= 1:
+        return 0
     try:
-        return core_cores.slots(usable_cores(), cfg.loop.seed_jobs * cfg.loop.workers)
+        return core_cores.threads_per_run(len(usable_cores()), cfg.loop.seed_jobs * cfg.loop.workers)
     except core_cores.TooFewCores as exc:
         raise HarnessError(f"loop.seed_jobs {cfg.loop.seed_jobs} x loop.workers {cfg.loop.workers}: {exc}; "
                            "lower loop.seed_jobs") from None
@@ -130,8 +127,8 @@ class Context:
         self.count_lock = threading.Lock()
         self.seed_lock = threading.Lock()  # the best gains a seed one worker at a time (experiment.gain_best_seeds)
         self.in_flight: dict[int, dict] = {}  # worker id -> knobs of the candidate it runs
-        self._slots: queue.Queue[tuple[int, ...]] | None = None  # [loop] seed_jobs > 1: cores per run
-        self._slots_lock = threading.Lock()
+        self._threads: int | None = None  # [loop] seed_jobs > 1: each run's share of the cores
+        self._threads_lock = threading.Lock()
         from looper import proc
         from looper.guard import release_reserve
 
@@ -169,26 +166,14 @@ class Context:
         assert self.wt is not None
         return Worker(0, self.wt, self.executor, self.device, detached=False)
 
-    # ------------------------------------------------------------------ cores for runs side by side
-    @contextlib.contextmanager
-    def cpu_slot(self) -> Iterator[tuple[int, ...]]:
-        """The cores one run may use while it trains and is evaluated: with ``[loop] seed_jobs`` > 1 a
-        slot of :func:`looper.core.cores.slots` no other run of the night holds meanwhile (waiting for
-        one to come free), for every run, a lone one too; with 1, () (the daemon's own cores)."""
-        jobs = self.cfg.loop.seed_jobs
-        if jobs <= 1:
-            yield ()
-            return
-        with self._slots_lock:
-            if self._slots is None:
-                self._slots = queue.Queue()
-                for s in cpu_slots(self.cfg):
-                    self._slots.put(s)
-        cpus = self._slots.get()
-        try:
-            yield cpus
-        finally:
-            self._slots.put(cpus)
+    # ------------------------------------------------------------------ threads for runs side by side
+    def run_threads(self) -> int:
+        """The threads every run of the night gets (``[loop] seed_jobs`` > 1: its share of the cores,
+        :func:`run_threads`; 0: the run's own choice, as one run at a time)."""
+        with self._threads_lock:
+            if self._threads is None:
+                self._threads = run_threads(self.cfg)
+            return self._threads
 
     # ------------------------------------------------------------------ the tag's state
     def best(self) -> ExperimentRecord:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from looper.adapters.executors import EvalJob, Executor, RunResult, TrainJob
 from looper.adapters.executors.base import FIXED_FILES
 from looper.canary import EVAL_CANARY, TRAIN_CANARY, best_eval_seconds, eval_canary, eval_limit, is_candidate
-from looper.context import Context, Worker, cpu_slots, now_iso
+from looper.context import Context, Worker, now_iso, run_threads
 from looper.core import blame as core_blame
 from looper.core import budget as core_budget
 from looper.core import evidence as core_evidence
@@ -140,7 +140,7 @@ def _cores(ctx: Context) -> Verdict:
     if ctx.cfg.loop.seed_jobs <= 1:
         return Verdict.passed()
     try:
-        return Verdict.passed({"cpu_slots": [list(s) for s in cpu_slots(ctx.cfg)]})
+        return Verdict.passed({"threads_per_run": run_threads(ctx.cfg)})
     except HarnessError as exc:
         return Verdict.errored(str(exc))
 
@@ -161,9 +161,9 @@ def measure(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: 
     budget = float(budget or ctx.cfg.loop.budget_seconds)
     rd = ctx.runs_dir(exp_id, role, seed)
     (rd / "out").mkdir()
-    with ctx.cpu_slot() as cpus:  # [loop] seed_jobs > 1: training and its evaluation on the slot's cores
-        m = train(ctx, w, exp_id, role, seed, budget, ck, rd, cpus)
-        return evaluate(ctx, w, exp_id, role, m, budget, ck, cpus) if m.measured else m
+    threads = ctx.run_threads()  # [loop] seed_jobs > 1: training and its evaluation on the run's share of cores
+    m = train(ctx, w, exp_id, role, seed, budget, ck, rd, threads)
+    return evaluate(ctx, w, exp_id, role, m, budget, ck, threads) if m.measured else m
 
 
 def side_by_side(ctx: Context, calls: Sequence[Callable[[], T]], ok: Callable[[T], bool],
@@ -208,7 +208,7 @@ def side_by_side(ctx: Context, calls: Sequence[Callable[[], T]], ok: Callable[[T
 
 
 def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: float, ck: Path,
-          rd: Path, cpus: tuple[int, ...] = ()) -> Measurement:
+          rd: Path, threads: int = 0) -> Measurement:
     """The training run and the evidence it left: a Measurement still PENDING when it trained."""
     out = rd / "out"
     max_steps = ctx.max_steps()
@@ -217,7 +217,7 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
     tr = w.executor.train(
         TrainJob(checkout=ck, out_dir=out, seed=seed, budget_seconds=budget,
                  grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
-                 log_path=rd / "train.log", device=w.device, max_steps=max_steps, cpus=cpus),
+                 log_path=rd / "train.log", device=w.device, max_steps=max_steps, threads=threads),
         ctx.display.log_line, ctx.cancel)
     m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd)
     if tr.cancelled or ctx.cancel.is_set():
@@ -269,7 +269,7 @@ def _read_json(ctx: Context, path: Path) -> tuple[dict | None, str | None]:
 
 
 def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, budget: float,
-             ck: Path, cpus: tuple[int, ...] = ()) -> Measurement:
+             ck: Path, threads: int = 0) -> Measurement:
     """Evaluate the trained weights; the old metrics file is deleted by the executor before the run."""
     assert m.run_dir is not None
     rd, seed = m.run_dir, m.seed
@@ -282,7 +282,7 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
         EvalJob(checkout=ck, weights=rd / "out" / "weights.pt", metrics_path=metrics_path,
                 log_path=rd / "eval.log", timeout_seconds=limit or max(600.0, 2 * budget),
                 stall_seconds=max(float(ctx.cfg.loop.stall_seconds), (limit or 0.0) + 5.0), device=w.device,
-                cpus=cpus),
+                threads=threads),
         ctx.display.log_line, ctx.cancel)
     m.eval, m.eval_seconds = ev, ev.seconds
     if ev.cancelled or ctx.cancel.is_set():

@@ -11,7 +11,6 @@ Two shapes:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -20,7 +19,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -330,22 +329,6 @@ def _enforce(proc: subprocess.Popen, state: _State, limits: Limits, start: float
     return stopped_by
 
 
-@contextlib.contextmanager
-def pinned(cpus: Sequence[int]) -> Iterator[None]:
-    """The calling thread on ``cpus`` while it starts a child, which inherits the mask (Linux keeps
-    affinity per thread, so two threads each start a run on their own cores; no ``preexec_fn``, which
-    is unsafe beside threads). Nothing given: nothing changes."""
-    if not cpus:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, set(cpus))
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
 def supervise(
     argv: Sequence[str],
     *,
@@ -356,26 +339,23 @@ def supervise(
     on_line: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
     on_start: Callable[[int], None] | None = None,
-    cpus: Sequence[int] = (),
 ) -> Supervised:
-    """Run a child in its own process group, stream its output, enforce limits from outside.
-    ``cpus``: the cores the child and everything it starts may use (none given: the daemon's own)."""
+    """Run a child in its own process group, stream its output, enforce limits from outside."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     state = _State(tail=deque(maxlen=limits.tail_lines))
     start = time.monotonic()
     with open(log_path, "a", encoding="utf-8", errors="replace") as raw_log:
         log = CappedLog(raw_log, limits.log_max_bytes)
-        with pinned(cpus):
-            proc = subprocess.Popen(
-                list(argv),
-                cwd=str(cwd),
-                env=_merged_env(env, True),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=str(cwd),
+            env=_merged_env(env, True),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         trail = _trail_add(proc.pid, argv)
         if on_start:
             on_start(proc.pid)

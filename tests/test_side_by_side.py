@@ -1,59 +1,22 @@
-"""Runs side by side ([loop] seed_jobs, issue 25): a child started under ``proc.pinned`` keeps to its cores
-and the starting thread gets its own back; ``measure.side_by_side`` runs calls at once, in order, and
-stops starting new ones after a result that is not ok; the night's slots come from the config."""
+"""Runs side by side ([loop] seed_jobs, issue 25): ``measure.side_by_side`` runs calls at once, records
+them in order, and starts no new one after a result that is not ok; each run's threads are its share of
+the cores; the key is refused off the local executor."""
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from looper import proc
 from looper.config import config_from_dict
-from looper.context import cpu_slots
+from looper.context import run_threads
 from looper.errors import ConfigError, HarnessError
 from looper.measure import side_by_side
 
 CORES = sorted(os.sched_getaffinity(0))
-SHOW = "import os; print(sorted(os.sched_getaffinity(0)))"
-
-
-def _affinity_of_child(tmp_path: Path, name: str, cpus: tuple[int, ...]) -> str:
-    s = proc.supervise([sys.executable, "-c", SHOW], cwd=tmp_path, env={},
-                       log_path=tmp_path / f"{name}.log", limits=proc.Limits(budget_seconds=30, stall_seconds=30),
-                       cpus=cpus)
-    assert s.exit_code == 0, s.log_tail
-    return s.log_tail.strip()
-
-
-def test_a_child_started_pinned_sees_only_its_cores_and_the_thread_gets_its_own_back(tmp_path):
-    before = os.sched_getaffinity(0)
-    last = (CORES[-1],)
-    assert _affinity_of_child(tmp_path, "one", last) == f"[{last[0]}]"
-    assert os.sched_getaffinity(0) == before  # the daemon's thread is not left on one core
-    assert _affinity_of_child(tmp_path, "all", ()) == f"{CORES}"  # nothing given: the daemon's own
-
-
-@pytest.mark.skipif(len(CORES) < 2, reason="needs two cores: each thread pins its child to another")
-def test_two_threads_pin_their_children_to_different_cores_at_the_same_time(tmp_path):
-    got: dict[int, str] = {}
-    barrier = threading.Barrier(2, timeout=10)
-
-    def start(core: int) -> None:
-        barrier.wait()  # both threads hold their own mask while both children start
-        got[core] = _affinity_of_child(tmp_path, f"c{core}", (core,))
-
-    threads = [threading.Thread(target=start, args=(c,)) for c in CORES[:2]]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert got == {c: f"[{c}]" for c in CORES[:2]}
 
 
 def _ctx(jobs: int) -> SimpleNamespace:
@@ -116,14 +79,14 @@ def test_side_by_side_raises_what_a_call_raised():
         side_by_side(_ctx(2), [lambda: 1, bad], ok=lambda r: True)
 
 
-def test_the_night_s_slots_split_this_process_s_cores_by_seed_jobs_times_workers():
-    cfg = config_from_dict({"loop": {"seed_jobs": 1, "workers": 1}})
-    assert cpu_slots(cfg) == [tuple(CORES)]
+def test_each_run_s_threads_are_its_share_of_this_process_s_cores_by_seed_jobs_times_workers():
+    assert run_threads(config_from_dict({"loop": {"seed_jobs": 1, "workers": 2}})) == 0  # one at a time: unset
+    assert run_threads(config_from_dict({"loop": {"seed_jobs": 2, "workers": 1}})) == len(CORES) // 2
     too_many = len(CORES) + 1
     cfg = config_from_dict({"loop": {"seed_jobs": too_many, "workers": 1}})
     with pytest.raises(HarnessError, match=f"loop.seed_jobs {too_many} x loop.workers 1: {too_many} runs side by "
                                            f"side need a core each, but this process may use {len(CORES)}"):
-        cpu_slots(cfg)
+        run_threads(cfg)
 
 
 def test_seed_jobs_is_refused_off_the_local_executor_naming_the_key():

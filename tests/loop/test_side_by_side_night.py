@@ -1,7 +1,8 @@
 """A night with ``[loop] seed_jobs = 2`` (issue 25): the baseline's seeds, a look's seeds and the confirmation's
-fresh seeds run two at a time, each run on its own core with one thread, and the night settles as it would
-one run at a time. The fixture workspace (tests/fixture_ws) with its command agent, real git, a real Store,
-the local executor and its sandbox; the fixture train.py writes its affinity, thread variable and clock."""
+fresh seeds run two at a time, every run with its share of the cores as its threads, recorded in seed order,
+and the night settles as it would one run at a time. The fixture workspace (tests/fixture_ws) with its
+command agent, real git, a real Store, the local executor and its sandbox; the fixture train.py writes its
+thread variables and its clock."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def overlap(a: dict, b: dict) -> bool:
     return a["started"] < b["ended"] and b["started"] < a["ended"]
 
 
-def test_seeds_run_two_at_a_time_each_on_its_own_core_and_the_night_settles_as_before(ws):
+def test_seeds_run_two_at_a_time_each_with_its_share_of_the_cores_and_the_night_settles_as_before(ws):
     noisy(ws)
     p = ws.root / "train.py"
     p.write_text(p.read_text().replace("SLEEP = 0.0 ", "SLEEP = 2.0 "))  # long enough to see two runs overlap
@@ -47,20 +48,20 @@ def test_seeds_run_two_at_a_time_each_on_its_own_core_and_the_night_settles_as_b
     assert (rows[base]["status"], rows[unsure]["status"], rows[kept]["status"]) == ("keep", "inconclusive", "keep")
 
     every = [r for i in rows for r in runs_of(ws, i)]
-    cores = sorted(os.sched_getaffinity(0))
-    assert every and all(len(r["cpus"]) == 1 and r["cpus"][0] in cores and r["omp_threads"] == "1" for r in every)
+    share = str(len(os.sched_getaffinity(0)) // 2)  # two runs side by side: half the cores each, a lone run too
+    assert len(every) == 4 + 4 + 1 + 2 and all(r["omp_threads"] == r["looper_threads"] == share for r in every)
 
     b = runs_of(ws, base)
     assert [r["seed"] for r in b] == [0, 1, 2, 3]
     for x, y in ((b[0], b[1]), (b[2], b[3])):  # the baseline's four seeds in two rounds of two
-        assert overlap(x, y) and x["cpus"] != y["cpus"], (x, y)
+        assert overlap(x, y), (x, y)
     u = runs_of(ws, unsure)
     assert [r["seed"] for r in u] == [0, 1, 2, 3]
     assert not overlap(u[0], u[1])  # one look after another: the second seed only once the first was judged
-    assert overlap(u[2], u[3]) and u[2]["cpus"] != u[3]["cpus"]  # the third look's two seeds side by side
+    assert overlap(u[2], u[3])  # the third look's two seeds side by side, recorded in seed order
     assert json.loads(rows[unsure]["verdict_json"])["metrics"]["cost"]["seeds"] == [0, 1, 2, 3]
 
     (c,) = confirmations(loop.ctx.store, "t")
     fresh = [r for r in runs_of(ws, kept) if r["seed"] in c.seeds]
     assert (c.status, c.runs, len(fresh)) == ("confirmed", 2, 2)
-    assert overlap(fresh[0], fresh[1]) and fresh[0]["cpus"] != fresh[1]["cpus"]
+    assert overlap(fresh[0], fresh[1])

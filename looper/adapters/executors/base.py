@@ -52,7 +52,7 @@ class TrainJob:
     log_path: Path
     device: str = ""
     max_steps: int = 0  # a step budget (LOOPER_MAX_STEPS); 0: the wall clock alone
-    cpus: tuple[int, ...] = ()  # the cores of its slot ([loop] seed_jobs > 1, local only); (): the daemon's
+    threads: int = 0  # its share of the cores ([loop] seed_jobs > 1, local only): LOOPER_THREADS; 0: unset
 
 
 @dataclass
@@ -64,7 +64,7 @@ class EvalJob:
     timeout_seconds: float
     stall_seconds: float
     device: str = ""
-    cpus: tuple[int, ...] = ()  # as TrainJob.cpus: a run's evaluation stays on its training's cores
+    threads: int = 0  # as TrainJob.threads: a run's evaluation on its training's share of the cores
 
 
 LineSink = Callable[[str], None]

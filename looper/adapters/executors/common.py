@@ -64,6 +64,8 @@ def train_vars(job: TrainJob, data: str, out: str, pretrained: Path | str | None
         env["LOOPER_MAX_STEPS"] = str(int(job.max_steps))
     if pretrained:
         env["LOOPER_PRETRAINED_DIR"] = str(pretrained)
+    if job.threads > 0:  # runs side by side ([loop] seed_jobs): the CPU threads this run may use
+        env["LOOPER_THREADS"] = str(int(job.threads))
     return env
 
 

@@ -25,7 +25,7 @@ from looper.adapters.gpu import NvmlProbe
 from looper.core.verdict import Verdict
 from looper.sandbox import SandboxPolicy
 
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # a pinned run's thread pools: as many as its slot's cores
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # a run side by side: its thread pools, its share of the cores
 
 
 class LocalExecutor(DataFolder):
@@ -45,9 +45,9 @@ class LocalExecutor(DataFolder):
         p = Path(data_dir)
         return p if p.is_absolute() else self.workspace / p
 
-    def _env(self, cpus: tuple[int, ...] = (), **values: str) -> dict[str, str]:
-        threads = {var: str(len(cpus)) for var in THREAD_VARS} if cpus else {}  # OpenMP and MKL: the slot's cores
-        return child_env(str(self.workspace / ".looper" / "ultralytics"), self.extra_env, **threads, **values)
+    def _env(self, threads: int = 0, **values: str) -> dict[str, str]:
+        pools = {var: str(threads) for var in THREAD_VARS} if threads > 0 else {}  # OpenMP and MKL: the run's share
+        return child_env(str(self.workspace / ".looper" / "ultralytics"), self.extra_env, **pools, **values)
 
     # -- the commands (the one place each argv is built) ------------------------------
     def train_argv(self, job: TrainJob) -> list[str]:
@@ -63,7 +63,7 @@ class LocalExecutor(DataFolder):
         evaluation sandbox, writing ``eval/out/METRICS.json``; the plain command when opted out."""
         if not self.sandbox.enabled:
             return self.plain_eval_argv(job)
-        env = self._env(job.cpus, LOOPER_DEVICE=job.device or "cpu")  # no secrets in an argv: the rest is inherited
+        env = self._env(job.threads, LOOPER_DEVICE=job.device or "cpu")  # no secrets in an argv: the rest is inherited
         return sandboxed_eval_argv(self.python, job, self._data_path(self._data_dir), env, self.sandbox)
 
     def plain_train_argv(self, job: TrainJob) -> list[str]:
@@ -77,7 +77,7 @@ class LocalExecutor(DataFolder):
 
     def train_env(self, job: TrainJob) -> dict[str, str]:
         """The train.py interface as environment variables."""
-        return self._env(job.cpus, **train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir),
+        return self._env(job.threads, **train_vars(job, str(self._data_path(self._data_dir)), str(job.out_dir),
                                           pretrained_dir(self.workspace)))
 
     # -- Executor ---------------------------------------------------------------------
@@ -112,7 +112,7 @@ class LocalExecutor(DataFolder):
             sampler = GpuSampler(index).start()
         try:
             s = proc.supervise(self.train_argv(job), cwd=job.checkout, env=self.train_env(job),
-                               log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel, cpus=job.cpus)
+                               log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
         finally:
             gpu = sampler.stop() if sampler else {}
         result = run_result(s)
@@ -129,8 +129,8 @@ class LocalExecutor(DataFolder):
                                  log_tail=f"evaluate.py: weights refused: {refused}")
             sandbox.prepare_evaluator(job.checkout / "evaluate.py", job.metrics_path.parent / "eval")
         s = proc.supervise(self.eval_argv(job), cwd=job.checkout,
-                           env=self._env(job.cpus, LOOPER_DEVICE=job.device or "cpu"),
-                           log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel, cpus=job.cpus)
+                           env=self._env(job.threads, LOOPER_DEVICE=job.device or "cpu"),
+                           log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
         if self.sandbox.enabled:
             sandbox.collect_metrics(job.metrics_path.parent / "eval" / "out", job.metrics_path)
         return run_result(s)
