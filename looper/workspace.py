@@ -32,10 +32,11 @@ PRESETS = {
     # (bench/RESULTS.md, "The demo's regime fixed in steps"). With "auto" a warm-up pinned 80 % of what it fitted
     # in 80 s, and that followed the machine's hour (169 steps in a slow hour, 312 in a fast one here), and
     # with it the regime: at 312 steps the LR0 change the loop should find was worth about 1 seed sd, at
-    # 169 about 1.4 to 2.3. budget_seconds = 180 is only the wall clock's ceiling (169 steps take 54 to 60 s
-    # of training on one core beside another here, 85 s the two-thread cold start). Two runs side by side (seed_jobs = 2), each on its own core with one
-    # thread: the regime the calibration pools were made in (calibration_pool.py --jobs 2), and about 1.5
-    # times the runs an hour of one two-thread run at a time (bench/RESULTS.md, "Seeds side by side").
+    # 169 about 1.4 to 2.3. budget_seconds = 180 is only the wall clock's ceiling (169 steps take 54 to 87 s
+    # of training on one thread beside another run here, by the hour). Two runs side by side (seed_jobs = 2),
+    # one thread each: the regime the calibration pools were made in (calibration_pool.py --jobs 2), and about
+    # 1.3 times the runs an hour of one two-thread run at a time (bench/RESULTS.md, "Seeds side by side, and
+    # a confirmed demo night").
     # Noise is measured, never assumed: the baseline runs 8 seeds (baseline_seeds: its LR0 0.01 spreads its
     # seeds about three times as much as LR0 0.003, and its seeds are what both the gate and the
     # confirmation lean on); the candidate runs 1, 2, then 4 seeds (noise_reruns = 3: a cap of 4) on the
