@@ -341,6 +341,8 @@ def gain_best_seeds(ctx: Context, cand: Candidate, best: ExperimentRecord,
     with ctx.seed_lock:  # one worker at a time extends the best; the others then find the seeds there
         have = {s for s, _ in seeded_runs(ctx, best)}
         todo = [s for s in wanted if s not in have]
+        if not todo:  # another worker ran the best on them meanwhile
+            return 0.0, []
         for seed in todo:
             ctx.event("note", f"#{cand.exp_id} needs seed {seed}, which the current best #{best.id} never ran: "
                               "running the best on it first", cand.exp_id, {"best": best.id, "seed": seed})
