@@ -15,13 +15,8 @@ A night cut short (a signal, a halt) records what it confirmed so far, or that i
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import shutil
-import tempfile
-from pathlib import Path
 
-from looper.adapters.executors.base import FIXED_FILES
 from looper.context import Context, now_iso
 from looper.core import confirmation as core_confirmation
 from looper.core.intensify import fresh_seeds
@@ -68,19 +63,15 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
     ran: list[int] = []
     seconds, problems, error, cut = 0.0, [], None, False
     worker = ctx.main_worker()
-    ck = Path(tempfile.mkdtemp(prefix="looper-confirm-", dir=ctx.root / ".looper"))
-    try:
-        for name in FIXED_FILES:
-            shutil.copy2(worker.wt.path / name, ck / name)
-        (ck / "train.py").write_text(best.source)
-        from looper.measure import Measurement, measure, record_run, side_by_side
+    from looper.measure import Measurement, best_checkout, measure, record_best_run, side_by_side
 
+    with best_checkout(ctx, worker.wt.path, best.source, "looper-confirm-") as ck:
         def one(seed: int) -> Measurement | None:
             return None if ctx.cancel.is_set() else measure(ctx, worker, best.id, "rerun", seed, checkout=ck)
 
-        def keep(m: Measurement | None) -> None:  # in seed order; a run cut short is on record, never a score
+        def keep(m: Measurement | None) -> None:  # in seed order
             if m is not None:
-                record_run(ctx, best.id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
+                record_best_run(ctx, best.id, m)
 
         # side by side with [loop] seed_jobs > 1; a run interrupted or in error starts no further one
         for m in side_by_side(ctx, [functools.partial(one, s) for s in seeds], keep=keep,
@@ -103,8 +94,6 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
                 problems.append(f"seed {seed}: {what}")
                 continue
             scores.append(float(m.metrics[key]))
-    finally:
-        shutil.rmtree(ck, ignore_errors=True)
     why = ("the night was cut short before the first fresh run finished" if cut else
            "; ".join(problems) or (str(error) if error else ""))
     c = core_confirmation.judge(scores, base_scores, key, n, why_nothing=why)

@@ -36,9 +36,11 @@ from looper.errors import HarnessError, LooperError, StuckError, UsageError
 from looper.guard import release_reserve
 from looper.measure import (
     Measurement,
+    best_checkout,
     mean_metrics,
     measure,
     preflight,
+    record_best_run,
     record_run,
     side_by_side,
     weights_sha256,
@@ -346,20 +348,10 @@ def gain_best_seeds(ctx: Context, cand: Candidate, best: ExperimentRecord,
         for seed in todo:
             ctx.event("note", f"#{cand.exp_id} needs seed {seed}, which the current best #{best.id} never ran: "
                               "running the best on it first", cand.exp_id, {"best": best.id, "seed": seed})
-        ck = Path(tempfile.mkdtemp(prefix="looper-best-", dir=ctx.root / ".looper"))
-        try:
-            src = cand.checkout or cand.worker.wt.path
-            for name in FIXED_FILES:
-                shutil.copy2(src / name, ck / name)
-            (ck / "train.py").write_text(best.source)
-            # a run the wall clock cut short is on record but never the best's measurement (no metrics)
+        with best_checkout(ctx, cand.checkout or cand.worker.wt.path, best.source, "looper-best-") as ck:
             ms = side_by_side(
                 ctx, [functools.partial(measure, ctx, cand.worker, best.id, "rerun", s, checkout=ck) for s in todo],
-                ok=lambda m: m.measured and not m.cut_short,
-                keep=lambda m: record_run(ctx, best.id, "rerun", dataclasses.replace(m, metrics=None)
-                                          if m.cut_short else m))
-        finally:
-            shutil.rmtree(ck, ignore_errors=True)
+                ok=lambda m: m.measured and not m.cut_short, keep=lambda m: record_best_run(ctx, best.id, m))
     seconds = 0.0
     for m in ms:
         seed = m.seed

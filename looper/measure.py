@@ -5,12 +5,14 @@ for the gate to judge."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import shutil
 import statistics
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,9 +138,8 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
 
 
 def _cores(ctx: Context) -> Verdict:
-    """With ``[loop] seed_jobs`` > 1: a core for every run side by side (looper.core.cores)."""
-    if ctx.cfg.loop.seed_jobs <= 1:
-        return Verdict.passed()
+    """With ``[loop] seed_jobs`` > 1: a core for every run side by side (looper.core.cores; 0 threads: one
+    run at a time)."""
     try:
         return Verdict.passed({"threads_per_run": run_threads(ctx.cfg)})
     except HarnessError as exc:
@@ -399,6 +400,26 @@ def canary(ctx: Context, w: Worker, exp_id: int) -> bool:
 
 
 # ---------------------------------------------------------------------- the record of a run
+@contextlib.contextmanager
+def best_checkout(ctx: Context, src: Path, source: str, prefix: str) -> Iterator[Path]:
+    """A scratch checkout for re-running a recorded train.py (``source``) beside ``src``'s fixed files,
+    under ``.looper/``, removed afterwards: the best gaining a seed, the morning's confirmation."""
+    ck = Path(tempfile.mkdtemp(prefix=prefix, dir=ctx.root / ".looper"))
+    try:
+        for name in FIXED_FILES:
+            shutil.copy2(src / name, ck / name)
+        (ck / "train.py").write_text(source)
+        yield ck
+    finally:
+        shutil.rmtree(ck, ignore_errors=True)
+
+
+def record_best_run(ctx: Context, best_id: int, m: Measurement) -> None:
+    """Record a re-run of the best as its own run (role rerun); one the wall clock cut short is on record
+    but never a score of the best (no metrics)."""
+    record_run(ctx, best_id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
+
+
 def record_run(ctx: Context, exp_id: int, role: str, m: Measurement) -> None:
     score = m.metrics.get(ctx.cfg.gate.score) if m.metrics is not None else None
     tail = (m.train.log_tail if m.train else "")[-4000:]
