@@ -11,8 +11,9 @@ from looper.core.cores import TooFewCores, threads_per_run
     (2, 1, 2), (2, 2, 1), (3, 2, 1), (4, 2, 2), (16, 3, 5), (1, 1, 1),
 ])
 def test_each_run_gets_an_equal_share_of_the_cores_rounded_down(cores, runs, expected):
-    assert threads_per_run(cores, runs) == expected
-    assert 1 <= expected and expected * runs <= cores  # never oversubscribed, never no thread
+    got = threads_per_run(cores, runs)
+    assert got == expected
+    assert 1 <= got and got * runs <= cores  # never oversubscribed, never no thread
 
 
 @pytest.mark.parametrize("cores, runs", [(2, 3), (0, 1), (1, 2)])
