@@ -65,3 +65,24 @@ def test_seeds_run_two_at_a_time_each_with_its_share_of_the_cores_and_the_night_
     fresh = [r for r in runs_of(ws, kept) if r["seed"] in c.seeds]
     assert (c.status, c.runs, len(fresh)) == ("confirmed", 2, 2)
     assert overlap(fresh[0], fresh[1])
+
+
+def test_the_best_gains_a_look_s_seeds_two_at_a_time_recorded_in_seed_order_before_the_candidate(ws):
+    noisy(ws)
+    p = ws.root / "train.py"
+    p.write_text(p.read_text().replace("SLEEP = 0.0 ", "SLEEP = 2.0 "))
+    ws.git("commit", "-qam", "runs that take 2 s")
+    loop = night(ws, **{"loop.seed_jobs": 2, "loop.baseline_seeds": 2, "loop.noise_reruns": 3,
+                        "loop.max_experiments": 1})
+    ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})  # inside the noise: the third look needs seeds 2 and 3
+    assert loop.run() == 0
+    (base,) = [r["id"] for r in ws.rows("baseline")]
+    (cand,) = ws.rows()
+    cost = json.loads(cand["verdict_json"])["metrics"]["cost"]
+    assert cand["status"] == "inconclusive" and cost["best_seeds_gained"] == [2, 3] and cost["runs"] == 6
+    b = runs_of(ws, base)
+    assert [r["seed"] for r in b] == [0, 1, 2, 3]  # gained in seed order, after the baseline's own two
+    assert overlap(b[2], b[3])  # the two gained seeds ran side by side
+    u = runs_of(ws, cand["id"])
+    assert [r["seed"] for r in u] == [0, 1, 2, 3] and overlap(u[2], u[3])
+    assert max(b[2]["ended"], b[3]["ended"]) <= min(u[2]["started"], u[3]["started"])  # the best ran both first
