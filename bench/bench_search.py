@@ -54,6 +54,9 @@ from typing import Any
 from looper.core.hyperblock import read_knobs, rewrite_knobs
 
 REPO = Path(__file__).resolve().parents[1]
+from looper.workspace import PRESETS  # noqa: E402
+
+DEMO = PRESETS["demo"]["loop"]
 BIN = Path(sys.executable).parent
 LOOPER = str(BIN / "looper")
 ARMS = ("planner", "random", "evolve", "tune")
@@ -90,10 +93,15 @@ def make_workspace(ws: Path, arm: str, seed: int, args: argparse.Namespace) -> N
         raise SystemExit(f"looper init failed: {done.stderr.strip()}")
     p = ws / "looper.toml"
     text = p.read_text()
-    for section, key, value in (("agent", "kind", arm), ("agent", "seed", seed), ("loop", "tag", "bench"),
-                                ("loop", "budget_seconds", args.budget), ("loop", "max_experiments", 0),
-                                ("loop", "noise_reruns", args.noise_reruns),
-                                ("data", "scale", args.scale), ("executor", "require_gpu", args.require_gpu)):
+    settings = [("agent", "kind", arm), ("agent", "seed", seed), ("loop", "tag", "bench"),
+                ("loop", "budget_seconds", args.budget), ("loop", "max_experiments", 0),
+                ("loop", "seed_jobs", 1),  # the arm has one core: its seeds one at a time
+                ("loop", "confirm_seeds", 0),  # every arm's best is re-measured alike, on the bench's fresh seeds
+                ("data", "scale", args.scale), ("executor", "require_gpu", args.require_gpu)]
+    if args.noise_reruns is not None:
+        settings.append(("loop", "noise_reruns", args.noise_reruns))
+    settings.append(("loop", "max_steps", args.remeasure_steps or "auto"))  # the bench's step budget, or measured
+    for section, key, value in settings:
         text = set_toml(text, section, key, value)
     p.write_text(text)
 
@@ -141,7 +149,7 @@ def train_and_score(source: str, data: Path, out: Path, seed: int, args: argpars
     env = {**os.environ, "LOOPER_BUDGET_SECONDS": str(args.budget), "LOOPER_DATA": str(data),
            "LOOPER_OUT": str(out / "run"), "LOOPER_SEED": str(seed), "LOOPER_DEVICE": args.device,
            "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(out / "ultralytics-settings"),
-           "LOOPER_MAX_STEPS": str(args.remeasure_steps or "")}
+           "LOOPER_MAX_STEPS": str(args.remeasure_steps or ""), "LOOPER_PRETRAINED_DIR": str(pretrained_dir(out))}
     t = sh([sys.executable, str(out / "train.py")], cwd=out, env=env, timeout=args.budget + 120)
     if t.returncode != 0:
         return {"seed": seed, "error": f"train.py exit {t.returncode}: {t.stderr.strip()[-300:]}"}
@@ -197,7 +205,47 @@ def yolo_args(knobs: dict[str, Any], data: Path, project: Path, name: str, seed:
             "optimizer": knobs["OPTIMIZER"], **{arg: knobs[knob] for knob, arg in KNOB_TO_ARG.items()},
             "close_mosaic": 0, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0, "device": args.device, "workers": 1,
             "seed": seed, "amp": False, "plots": False, "val": True, "project": str(project), "name": name,
-            "exist_ok": True, "pretrained": False, "verbose": False}
+            "exist_ok": True, "pretrained": str(start_pt(project)) if START else False, "verbose": False}
+
+
+START = read_knobs((REPO / "train.py").read_text()).get("PRETRAINED") or ""  # "" = from scratch
+
+
+def pretrained_dir(near: Path) -> Path:
+    """The folder train.py's PRETRAINED is read from: the starting checkpoint looper ships (what
+    ``looper init`` copies into a workspace), copied once next to the bench's output."""
+    from looper.workspace import shipped_pretrained
+
+    root = next((up for up in (near, *near.parents) if up.name.startswith("repeat")), near)
+    folder = root / "pretrained"
+    if START and not (folder / START).is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / START).write_bytes(shipped_pretrained().read_bytes())
+    return folder
+
+
+def start_pt(near: Path) -> Path:
+    """The same starting checkpoint as an Ultralytics ``.pt`` (a DetectionModel with its tensors and
+    class names), what a YOLO user passes as ``pretrained=`` to ``model.train`` or ``model.tune``: the
+    Tuner's arm starts where train.py starts."""
+    import torch
+    import yaml
+    from safetensors import safe_open
+    from ultralytics.nn.tasks import DetectionModel
+
+    src = pretrained_dir(near) / START
+    pt = src.with_suffix(".pt")
+    if not pt.is_file():
+        with safe_open(str(src), "pt") as f:
+            meta = f.metadata()
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        names = json.loads(meta["names"])
+        net = DetectionModel(yaml.safe_load(meta["model_yaml"]), nc=len(names), verbose=False)
+        net.load_state_dict(tensors)
+        net.names = dict(enumerate(names))
+        torch.save({"model": net, "train_args": {}}, str(pt) + ".tmp")
+        os.replace(str(pt) + ".tmp", pt)
+    return pt
 
 
 # ``YOLO(yaml).<method>(**kwargs)`` in a process of its own: argv[1] = {"yaml", "method", "kwargs"}
@@ -216,7 +264,7 @@ def baseline_model_yaml(ws: Path, data: Path, args: argparse.Namespace) -> Path:
     ws.mkdir(parents=True, exist_ok=True)
     if not (yaml_dir / "model.yaml").is_file():
         env = {**os.environ, "LOOPER_BUDGET_SECONDS": "1", "LOOPER_DATA": str(data), "LOOPER_OUT": str(yaml_dir),
-               "LOOPER_SEED": "0", "LOOPER_DEVICE": args.device,
+               "LOOPER_SEED": "0", "LOOPER_DEVICE": args.device, "LOOPER_PRETRAINED_DIR": str(pretrained_dir(ws)),
                "YOLO_CONFIG_DIR": str(ws / "ultralytics-settings")}
         sh([sys.executable, str(REPO / "train.py")], cwd=ws, env=env, timeout=600)
     if not (yaml_dir / "model.yaml").is_file():
@@ -488,25 +536,27 @@ def run_jobs(jobs: list[tuple[str, Any, tuple]], n: int, tmp: Path):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=45.0, help="wall clock per arm")
-    ap.add_argument("--budget", type=int, default=150, help="training budget per run, s")
+    ap.add_argument("--budget", type=int, default=DEMO["budget_seconds"],
+                    help="training budget per run, s (the demo preset's budget_seconds; the Tuner's time= per iteration)")
     ap.add_argument("--scale", default="demo")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--first-repeat", type=int, default=0,
                     help="number the repeats from here and add them to the results.json already in --out "
                          "(a second repeat on a later day)")
     ap.add_argument("--reseeds", type=int, default=3)
-    ap.add_argument("--remeasure-steps", type=int, default=0,
-                    help="re-measuring runs train exactly this many steps (the wall clock still caps them); 0: "
-                         "wall clock only, and a run's steps then depend on what else the machine is doing")
+    ap.add_argument("--remeasure-steps", type=int, default=DEMO["max_steps"],
+                    help="the looper arms' [loop] max_steps and the re-measuring runs' steps (the wall clock still "
+                         "caps them; default the demo preset's); 0: wall clock only, and a run's steps then depend on "
+                         "what else the machine is doing")
     ap.add_argument("--remeasure-again", type=int, metavar="REPEAT",
                     help="re-measure that repeat's arms and baseline again (e.g. with --remeasure-steps); the "
                          "earlier re-measurement is kept as remeasured_before")
     ap.add_argument("--remeasure-own", type=int, metavar="REPEAT",
                     help="re-train that repeat's Tuner answer with Ultralytics' own training (--reseeds seeds, "
                          "best.pt scored by evaluate.py); a bench run today does it after the tune arm")
-    ap.add_argument("--noise-reruns", type=int, default=2,
-                    help="the looper arms' [loop] noise_reruns: looper.toml's 2 (3 baseline / up to 3 candidate "
-                         "seeds), not the demo preset's 0, whose single candidate seed keeps only a 3-sd jump")
+    ap.add_argument("--noise-reruns", type=int, default=None,
+                    help="the looper arms' [loop] noise_reruns (default: the demo preset's, with its baseline_seeds, "
+                         "pooled score test and confirm cap)")
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--jobs", type=int, default=1,
                     help="arms run this many at a time, each pinned to its own CPU (1 thread): equal compute")
@@ -528,6 +578,7 @@ def main() -> int:
         return remeasure_own_again(args.out, args.remeasure_own, args)
     if args.gpu:
         args.scale, args.budget, args.device, args.require_gpu = "full", 300, "cuda", True
+        args.remeasure_steps = 0  # full scale: the wall clock (the demo's 169 steps are a CPU regime)
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:

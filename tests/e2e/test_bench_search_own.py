@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from looper.core.hyperblock import read_knobs
+from looper.workspace import shipped_pretrained
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +47,9 @@ def test_remeasure_own_trains_and_scores_the_tuners_answer(tiny_data: Path, tmp_
     # the Tuner's answer was trained with its hyperparameters: Ultralytics' args.yaml of the run says so
     trained = (out / "repeat0" / "remeasure-tune-own" / "seed0" / "train" / "args.yaml").read_text()
     assert "lr0: 0.005" in trained
+    # from train.py's starting checkpoint, as an Ultralytics .pt a YOLO user passes as pretrained=
+    assert f"pretrained: {out / 'repeat0' / 'pretrained' / 'start.pt'}" in trained
+    assert (out / "repeat0" / "pretrained" / "start.safetensors").read_bytes() == shipped_pretrained().read_bytes()
     lr0 = read_knobs((REPO / "train.py").read_text())["LR0"]  # the baseline's own settings
     assert f"lr0: {lr0}" in (out / "repeat0" / "remeasure-baseline-own" / "seed0" / "train" / "args.yaml").read_text()
     assert "| 0 | tune: its best hyperparameters, Ultralytics' own training (best.pt) |" in done.stdout
