@@ -1,22 +1,27 @@
 """Benchmark: search strategies at equal compute: looper's planner, random and evolve agents vs
 Ultralytics' own ``model.tune()``, each re-measured with seeds by the same evaluate.py.
 
-    python bench/bench_search.py [--minutes 45] [--budget 150] [--scale demo] [--repeats 1]
-                                 [--arms planner,random,evolve,tune] [--reseeds 3] [--jobs 1]
+    python bench/bench_search.py [--minutes 45] [--budget 180] [--remeasure-steps 169] [--scale demo]
+                                 [--repeats 1] [--arms planner,random,evolve,tune] [--reseeds 3] [--jobs 1]
                                  [--out bench/out/search] [--first-repeat 0]
     python bench/bench_search.py --gpu        # full scale, 5-minute runs, 45 min per arm, require_gpu
 
+Every arm starts from the same pretrained weights: the starting checkpoint looper ships
+(``looper/pretrained/start.safetensors``, train.py's ``PRETRAINED``), and for the Tuner the same
+tensors as an Ultralytics ``.pt`` passed as ``pretrained=`` (what a YOLO user fine-tuning does).
 Per arm and repeat, on the same data and the same wall clock (``--minutes``):
 
-- ``planner``, ``random``, ``evolve``: a fresh workspace (``looper init --preset demo``, the
-  arm's ``[agent] kind``, ``seed`` = the repeat, ``noise_reruns`` = ``--noise-reruns``),
-  ``looper run`` stopped by SIGTERM when the arm's wall clock is spent (the daemon finishes
-  cleanly: the running experiment is marked interrupted). The best is the last kept train.py on ``looper/<tag>``.
-- ``tune``: ``YOLO(<the baseline's model yaml>).tune(...)`` from the baseline train.py's
-  settings (lr0, batch, optimizer, augmentation off as in train.py), each iteration trained for
-  the same ``--budget`` (``time=``), iterations until the arm's wall clock is spent (the
-  tuning process is stopped from outside at the limit). Its best weights are scored by
-  evaluate.py; its best hyperparameters are re-trained like every other arm.
+- ``planner``, ``random``, ``evolve``: a fresh workspace (``looper init --preset demo``: its
+  baseline seeds, candidate cap and score test; the arm's ``[agent] kind``, ``seed`` = the
+  repeat, ``max_steps`` = ``--remeasure-steps``, one seed at a time on the arm's one core, no
+  confirmation of its own), ``looper run`` stopped by SIGTERM when the arm's wall clock is spent
+  (the daemon finishes cleanly: the running experiment is marked interrupted). The best is the
+  last kept train.py on ``looper/<tag>``.
+- ``tune``: ``YOLO(<the baseline's model yaml>).tune(..., pretrained=<start .pt>)`` from the
+  baseline train.py's settings (lr0, batch, optimizer, augmentation off as in train.py), each
+  iteration trained for the same ``--budget`` (``time=``), iterations until the arm's wall clock
+  is spent (the tuning process is stopped from outside at the limit). Its best weights are
+  scored by evaluate.py; its best hyperparameters are re-trained like every other arm.
 
 ``--jobs N`` runs N arms at a time, each in its own process pinned to its own CPU with one compute
 thread (``sched_setaffinity``; training, evaluation and the Tuner's data loader inherit it), so
@@ -24,7 +29,8 @@ arms that run side by side get the same compute and never share a core. Each arm
 re-measurement runs on its arm's CPU right after it; the baseline's is one more job.
 
 Then every arm's final best (and the baseline train.py) is re-trained ``--reseeds`` times with
-fresh seeds at the same budget and scored by evaluate.py: the mean, the seed interval (mean
+fresh seeds (1000 + 100 * repeat + i: no arm decided anything on them) for exactly
+``--remeasure-steps`` steps and scored by evaluate.py: the confirmed score: the mean, the seed interval (mean
 +- t * sd / sqrt(n), 95 %) and the classes with recall > 0. "Beats the baseline beyond the
 noise" means the arm's lower interval end is above the baseline's upper end. A keep the
 re-measurement does not confirm (its re-measured mean not above the baseline's) is counted as a
