@@ -350,10 +350,12 @@ def interval(xs: list[float]) -> tuple[float, float, float]:
     return m, m - half, m + half
 
 
-def remeasure(source: str, data: Path, root: Path, rep: int, args: argparse.Namespace) -> dict[str, Any]:
-    """``--reseeds`` fresh runs of ``source``; seeds 1000 + 100 * repeat + i, so repeats do not share seeds."""
+def remeasure(source: str, data: Path, root: Path, rep: int, args: argparse.Namespace,
+              only: list[int] | None = None) -> dict[str, Any]:
+    """``--reseeds`` fresh runs of ``source`` (or the seed numbers in ``only``); seeds 1000 + 100 *
+    repeat + i, so repeats do not share seeds."""
     runs = [train_and_score(source, data, root / f"seed{s}", 1000 + 100 * rep + s, args)
-            for s in range(args.reseeds)]
+            for s in (range(args.reseeds) if only is None else only)]
     return summarize(runs) | {"remeasure_steps": args.remeasure_steps}
 
 
@@ -560,6 +562,9 @@ def main() -> int:
     ap.add_argument("--remeasure-own", type=int, metavar="REPEAT",
                     help="re-train that repeat's Tuner answer with Ultralytics' own training (--reseeds seeds, "
                          "best.pt scored by evaluate.py); a bench run today does it after the tune arm")
+    ap.add_argument("--add-reseeds", type=int, metavar="REPEAT",
+                    help="re-measure that repeat's baseline and each arm's final best (train.py) on --reseeds more "
+                         "fresh seeds, after the ones it has (the Ultralytics re-trainings keep theirs)")
     ap.add_argument("--noise-reruns", type=int, default=None,
                     help="the looper arms' [loop] noise_reruns (default: the demo preset's, with its baseline_seeds, "
                          "pooled score test and confirm cap)")
@@ -582,6 +587,8 @@ def main() -> int:
         return remeasure_again(args.out, args.remeasure_again, args)
     if args.remeasure_own is not None:
         return remeasure_own_again(args.out, args.remeasure_own, args)
+    if args.add_reseeds is not None:
+        return add_reseeds(args.out, args.add_reseeds, args)
     if args.gpu:
         args.scale, args.budget, args.device, args.require_gpu = "full", 300, "cuda", True
         args.remeasure_steps = 0  # full scale: the wall clock (the demo's 169 steps are a CPU regime)
@@ -660,6 +667,49 @@ def remeasure_again(out: Path, rep: int, args: argparse.Namespace) -> int:
     for name in same[1:]:
         arm = entry["arms"][name]
         arm["remeasured_before"], arm["remeasured"] = arm.get("remeasured"), entry["baseline"] | {"same_as": "baseline"}
+    for e in results["repeats"]:
+        compare(e)
+    return finish(results, out)
+
+
+def add_reseeds(out: Path, rep: int, args: argparse.Namespace) -> int:
+    """``--add-reseeds REPEAT``: ``--reseeds`` more fresh seeds for the baseline and every arm's
+    re-measurement through train.py (seed numbers after the ones each has; an arm whose
+    re-measurement is the baseline's, ``same_as``, takes the baseline's new runs)."""
+    results = json.loads((out / "results.json").read_text())
+    entry = next(e for e in results["repeats"] if e["repeat"] == rep)
+    root, base = out / f"repeat{rep}", (REPO / "train.py").read_text()
+    measured = {"baseline": entry["baseline"], **{a: r["remeasured"] for a, r in entry["arms"].items()
+                                                  if r.get("remeasured") and not r["remeasured"].get("same_as")}}
+    sources = {"baseline": base}
+    for arm in measured:
+        if arm == "tune":
+            sources[arm] = tune_source(base, entry["arms"][arm]["best_hyperparameters"])
+        elif arm != "baseline":
+            sources[arm] = sh(["git", "-C", str(root / arm), "show", "looper/bench:train.py"]).stdout
+    same = [arm for arm, src in sources.items() if arm != "baseline" and src == base]  # kept nothing
+    for arm in same:  # the baseline train.py byte for byte: under the step budget its seeds are the baseline's
+        mine, theirs = measured.pop(arm), entry["baseline"]
+        entry["arms"][arm]["reproduced_baseline"] = ([(r["seed"], r.get("score")) for r in mine.get("runs", [])]
+                                                     == [(r["seed"], r.get("score")) for r in theirs.get("runs", [])])
+        entry["arms"][arm]["remeasured"] = {"same_as": "baseline"}
+    tag = f"steps{args.remeasure_steps}" if args.remeasure_steps else "wallclock"
+    jobs = []
+    for arm, m in measured.items():
+        have = len(m.get("runs", []))
+        if m.get("remeasure_steps") != args.remeasure_steps:
+            raise SystemExit(f"bench_search: {arm} was re-measured at {m.get('remeasure_steps')} steps, not "
+                             f"--remeasure-steps {args.remeasure_steps}: its new seeds would not be comparable")
+        folder = root / (f"remeasure-{arm}" if (root / f"remeasure-{arm}").is_dir() else f"remeasure-{tag}-{arm}")
+        jobs += [(f"{arm}-seed{s}", remeasure, (sources[arm], root / "data", folder, rep, args, [s]))
+                 for s in range(have, have + args.reseeds)]
+    done = dict(run_jobs(jobs, args.jobs, root / "jobs-more"))
+    for arm, m in measured.items():
+        new = [run for name, r in sorted(done.items()) if name.startswith(f"{arm}-seed") for run in r.get("runs", [])]
+        m.update(summarize(sorted(m["runs"] + new, key=lambda run: run["seed"])) | {"remeasure_steps": args.remeasure_steps})
+    for r in entry["arms"].values():
+        if (r.get("remeasured") or {}).get("same_as") == "baseline":
+            r["remeasured"] = entry["baseline"] | {"same_as": "baseline"}
     for e in results["repeats"]:
         compare(e)
     return finish(results, out)
