@@ -46,18 +46,6 @@ def tiny_weights(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return out
 
 
-# -- two workers (make test: pytest -n 2 --dist loadgroup) ----------------------------------------
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """One xdist group per test module, so a module's fixture (a whole tiny night, a built wheel) is
-    made once, on one worker; the SLURM tests in one group, on one worker: the cluster has one node
-    and its tests watch the queue. Without ``-n`` the marks change nothing."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            module = item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group("tests/slurm" if module.startswith("tests/slurm/") else module))
-
-
 # -- tiers the user opted out of (tests/tiers.py) -----------------------------------------------
 
 def pytest_configure(config: pytest.Config) -> None:
