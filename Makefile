@@ -32,13 +32,17 @@ demo: $(STAMP)
 	  $(abspath $(BIN))/looper report --html report.html; \
 	  exit $$code
 
+# Every test on two pytest-xdist workers, a test file on one worker (its module fixture, a whole tiny night,
+# made once); SLURM tests take turns (tests/slurm/conftest.py). TEST_WORKERS=0: all in this one process.
+TEST_WORKERS ?= 2
+
 # The verdict core must stay fully branch-covered by its own tests (issue 3); then every test.
 CORE_COV := $(foreach m,verdict result evidence gate classgate stats scope failure exclusions budget blame bounds intensify confirmation score seeds untrusted startweights cores,--cov=looper.core.$(m))
 
 test: system $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" tests/core $(CORE_COV) --cov-branch \
 	  --cov-fail-under=100 --cov-report=term-missing:skip-covered
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The fast tier: budget 30 s on an idle 2-core machine; the run ends with its duration and, over the
 # budget, its slowest tests (scripts/pytest_clock.py, tests/tiers.py). Bytecode caches are written

@@ -10,7 +10,7 @@ loaded; the test proves it (``import looper`` fails before the wheel is installe
 into the fresh venv after).
 
 The night runs once (module fixture). As in test_real_loop.py, one test checks what holds
-whatever the 20 s baseline learned, and one test per outcome checks that outcome (exit 0 and a
+whatever the tiny baseline (26 steps) learned, and one test per outcome checks that outcome (exit 0 and a
 judged candidate, or exit 3: a baseline that found nothing cannot gate), the other skipping."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 SITE = Path("lib") / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 BUILD_TIMEOUT = 300
-RUN_TIMEOUT = 1500  # the tiny preset: 3 baseline seeds and 3 to 5 candidate runs of 20 s, on a busy machine
+RUN_TIMEOUT = 1500  # the tiny preset: 3 baseline seeds and 3 to 5 candidate runs of 26 steps (180 s at most each), on a busy machine
 
 
 @dataclass
@@ -197,7 +197,7 @@ def night(installed: Installed) -> Night:
 
 
 def test_installed_looper_inits_and_measures_a_baseline(installed: Installed, night: Night) -> None:
-    """Whatever the 20 s model learned: the workspace is the root's files, the baseline was trained
+    """Whatever the tiny model (26 steps) learned: the workspace is the root's files, the baseline was trained
     and evaluated (in the sandbox) from the installed package, and one candidate was tried."""
     for name in WORKSPACE_FILES:
         if name != "looper.toml":  # the preset's copy
@@ -213,7 +213,7 @@ def test_installed_looper_inits_and_measures_a_baseline(installed: Installed, ni
 
 def test_installed_night_with_a_baseline_that_found_something_exits_0(night: Night) -> None:
     if night.predictions == 0:
-        pytest.skip("outcome condition: the 20 s baseline predicted nothing on this machine; "
+        pytest.skip("outcome condition: the tiny baseline (26 steps) predicted nothing on this machine; "
                     "test_installed_night_with_a_baseline_that_found_nothing_halts checked that outcome")
     assert night.run.returncode == 0, night.said
     cand = night.candidates[0]
@@ -223,7 +223,7 @@ def test_installed_night_with_a_baseline_that_found_something_exits_0(night: Nig
 
 def test_installed_night_with_a_baseline_that_found_nothing_halts(night: Night) -> None:
     if night.predictions > 0:
-        pytest.skip(f"outcome condition: the 20 s baseline predicted {night.predictions} boxes on this machine; "
+        pytest.skip(f"outcome condition: the tiny baseline (26 steps) predicted {night.predictions} boxes on this machine; "
                     "test_installed_night_with_a_baseline_that_found_something_exits_0 checked that outcome")
     # as tests/e2e/test_real_loop.py: a baseline that found nothing cannot gate; the loop says so (exit 3)
     assert night.run.returncode == 3, night.said

@@ -1,7 +1,7 @@
 """The real thing through the loop: looper init, the real prepare.py (tiny scale), the real
 train.py under the loop's budget, the real evaluate.py, the built-in planner with the real
 program.md. The night runs once (module fixture); one test checks what holds whatever the
-model learned, and one test per outcome of the 20-second baseline checks that outcome, the
+model learned, and one test per outcome of the tiny baseline (26 steps) checks that outcome, the
 other skipping with the reason: a baseline that found something gates the planner's
 candidate; a baseline that found nothing cannot gate, and the loop says so and halts. Never a
 harness error about the data (Ultralytics writes label caches into the data folder)."""
@@ -65,7 +65,7 @@ def test_real_night_on_tiny_data(night: Night) -> None:
 
 def test_real_night_baseline_that_found_something_gates_the_candidate(night: Night) -> None:
     if night.metrics.get("predictions", 0) == 0:
-        pytest.skip("outcome condition: the 20 s baseline predicted nothing on this machine; "
+        pytest.skip("outcome condition: the tiny baseline (26 steps) predicted nothing on this machine; "
                     "test_real_night_baseline_that_found_nothing_cannot_gate checked that outcome")
     assert night.run.returncode == 0, night.run.stdout + night.run.stderr
     assert len(night.candidates) == 1, night.candidates
@@ -81,7 +81,7 @@ def test_real_night_baseline_that_found_something_gates_the_candidate(night: Nig
 
 def test_real_night_baseline_that_found_nothing_cannot_gate(night: Night) -> None:
     if night.metrics.get("predictions", 0) > 0:
-        pytest.skip(f"outcome condition: the 20 s baseline predicted {night.metrics['predictions']} boxes on "
+        pytest.skip(f"outcome condition: the tiny baseline (26 steps) predicted {night.metrics['predictions']} boxes on "
                     "this machine; test_real_night_baseline_that_found_something_gates_the_candidate "
                     "checked that outcome")
     assert night.run.returncode == 3, night.run.stdout + night.run.stderr

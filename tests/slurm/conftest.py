@@ -82,6 +82,17 @@ def start_cluster() -> None:
         _fail_or_skip(f"scripts/slurm_up.sh failed (exit {got.returncode}): {got.stderr.strip()[-800:]}")
 
 
+@pytest.fixture(autouse=True)
+def one_slurm_test_at_a_time() -> Iterator[None]:
+    """``make test`` runs two pytest-xdist workers: the cluster has one node and its tests watch
+    its queue, so a SLURM test waits for the other worker's to end (a lock file both take)."""
+    import fcntl
+
+    with open(Path(os.environ.get("TMPDIR", "/tmp")) / "looper-slurm-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> str:
     """The cluster is up; returns the node's partition name."""
