@@ -636,18 +636,26 @@ def main() -> int:
     return finish(results, args.out)
 
 
+def best_sources(entry: dict[str, Any], root: Path, base: str, arms: list[str] | None = None) -> dict[str, str]:
+    """The baseline's and each arm's final best as train.py source: the looper arms' last keep
+    (``looper/bench:train.py`` in the arm's workspace), the Tuner's best hyperparameters written
+    into the baseline train.py (:func:`tune_source`)."""
+    sources = {"baseline": base}
+    for arm in entry["arms"] if arms is None else arms:
+        if arm == "tune":
+            sources[arm] = tune_source(base, entry["arms"][arm]["best_hyperparameters"])
+        elif arm != "baseline":
+            sources[arm] = sh(["git", "-C", str(root / arm), "show", "looper/bench:train.py"]).stdout
+    return sources
+
+
 def remeasure_again(out: Path, rep: int, args: argparse.Namespace) -> int:
     """``--remeasure-again REPEAT``: each arm's final best (the looper arms' ``looper/bench:train.py``,
     the Tuner's best hyperparameters written into train.py) and the baseline re-measured anew."""
     results = json.loads((out / "results.json").read_text())
     entry = next(e for e in results["repeats"] if e["repeat"] == rep)
     root, base = out / f"repeat{rep}", (REPO / "train.py").read_text()
-    sources = {"baseline": base}
-    for arm, r in entry["arms"].items():
-        if arm == "tune":
-            sources[arm] = tune_source(base, r["best_hyperparameters"])
-        else:
-            sources[arm] = sh(["git", "-C", str(root / arm), "show", "looper/bench:train.py"]).stdout
+    sources = best_sources(entry, root, base)
     # Arms whose best is the baseline train.py byte for byte (they kept nothing): the first is
     # re-measured anyway (the bench's own A/A: under a step budget it must reproduce the
     # baseline's scores), the others take the baseline's re-measurement.
@@ -681,12 +689,7 @@ def add_reseeds(out: Path, rep: int, args: argparse.Namespace) -> int:
     root, base = out / f"repeat{rep}", (REPO / "train.py").read_text()
     measured = {"baseline": entry["baseline"], **{a: r["remeasured"] for a, r in entry["arms"].items()
                                                   if r.get("remeasured") and not r["remeasured"].get("same_as")}}
-    sources = {"baseline": base}
-    for arm in measured:
-        if arm == "tune":
-            sources[arm] = tune_source(base, entry["arms"][arm]["best_hyperparameters"])
-        elif arm != "baseline":
-            sources[arm] = sh(["git", "-C", str(root / arm), "show", "looper/bench:train.py"]).stdout
+    sources = best_sources(entry, root, base, list(measured))
     same = [arm for arm, src in sources.items() if arm != "baseline" and src == base]  # kept nothing
     for arm in same:  # the baseline train.py byte for byte: under the step budget its seeds are the baseline's
         mine, theirs = measured.pop(arm), entry["baseline"]

@@ -84,13 +84,12 @@ def test_a_tiny_night_fine_tunes_from_the_shipped_checkpoint_in_the_sandbox(tmp_
         text = log.read_text()
         assert "LOOPER_START weights=start.safetensors" in text, text[-2000:]
         assert "looper sandbox" not in text or "exited 0" in text
-    for tj in jsons:
-        assert json.loads(tj.read_text())["pretrained"] == "start.safetensors"
-    # the fine-tuned baseline detects after the tiny preset's 26 steps (the first full-LR AdamW steps
-    # perturb every weight of the checkpoint before they improve it), and every seed trained all of them
-    for tj in jsons:
+    for tj in jsons:  # every seed fine-tuned the checkpoint for all of the tiny preset's 26 steps
         trained = json.loads(tj.read_text())
+        assert trained["pretrained"] == "start.safetensors", trained
         assert trained["steps"] == 26 and trained["stopped_by"] == "steps", trained
+    # the fine-tuned baseline detects (the first full-LR AdamW steps perturb every weight of the
+    # checkpoint before they improve it)
     metrics = json.loads(base[2])
     assert base[1] > 0 and metrics["predictions"] > 0, (base[1], metrics)
 

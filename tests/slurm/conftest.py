@@ -87,8 +87,9 @@ def one_slurm_test_at_a_time() -> Iterator[None]:
     """``make test`` runs two pytest-xdist workers: the cluster has one node and its tests watch
     its queue, so a SLURM test waits for the other worker's to end (a lock file both take)."""
     import fcntl
+    import tempfile
 
-    with open(Path(os.environ.get("TMPDIR", "/tmp")) / "looper-slurm-tests.lock", "w") as lock:
+    with open(Path(tempfile.gettempdir()) / "looper-slurm-tests.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
