@@ -693,8 +693,10 @@ def add_reseeds(out: Path, rep: int, args: argparse.Namespace) -> int:
     same = [arm for arm, src in sources.items() if arm != "baseline" and src == base]  # kept nothing
     for arm in same:  # the baseline train.py byte for byte: under the step budget its seeds are the baseline's
         mine, theirs = measured.pop(arm), entry["baseline"]
-        entry["arms"][arm]["reproduced_baseline"] = ([(r["seed"], r.get("score")) for r in mine.get("runs", [])]
-                                                     == [(r["seed"], r.get("score")) for r in theirs.get("runs", [])])
+        pairs = [(r["seed"], r.get("score")) for r in mine.get("runs", [])]
+        entry["arms"][arm]["reproduced_baseline"] = (  # two failed runs (no score) reproduce nothing
+            bool(pairs) and all(score is not None for _, score in pairs)
+            and pairs == [(r["seed"], r.get("score")) for r in theirs.get("runs", [])])
         entry["arms"][arm]["remeasured"] = {"same_as": "baseline"}
     tag = f"steps{args.remeasure_steps}" if args.remeasure_steps else "wallclock"
     jobs = []
