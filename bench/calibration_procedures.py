@@ -66,30 +66,27 @@ def judge_paired(cfg: core_gate.GateConfig, n_base: int, cap: int, best_at: Call
     best_seeds = list(range(first_seed, first_seed + n_base))
     best = [best_at(s)["metrics"] for s in best_seeds]
     reference = mean_metrics(best)  # the baseline experiment's metrics: its own seeds, as measured at the start
-    looks = intensify.looks(cap)
+    race = intensify.Race(cap, first_seed)
     runs: list[dict[str, Any]] = []
-    seeds: list[int] = []
     gained = 0
-    target = intensify.schedule(cap)[0]
     while True:
-        for seed in intensify.candidate_seeds(best_seeds, target, first_seed)[len(seeds):]:
-            if seed not in best_seeds:  # the best gains the seed first (recorded as the best's own run)
-                best_seeds.append(seed)
-                best.append(best_at(seed)["metrics"])
-                gained += 1
+        batch = race.batch(best_seeds)
+        for seed in batch.best:  # the best gains the seed first (recorded as the best's own run)
+            best_seeds.append(seed)
+            best.append(best_at(seed)["metrics"])
+            gained += 1
+        for seed in batch.candidate:
             runs.append(cand_at(seed)["metrics"])
-            seeds.append(seed)
+            race.ran(seed)
         inp = core_gate.GateInput(candidate=list(runs), best=list(best), baseline=reference,
                                   baseline_source="tag-start", baseline_runs=list(best),
-                                  candidate_seeds=list(seeds), best_seeds=list(best_seeds),
+                                  candidate_seeds=list(race.seeds), best_seeds=list(best_seeds),
                                   baseline_seeds=list(best_seeds))
-        d = core_gate.decide(inp, cfg, cap - len(runs), looks=looks, share=intensify.alpha_share(len(runs), cap))
-        st = intensify.step(d.outcome.value, d.needs_reruns > 0, len(runs), cap)
-        if st.stops:
+        d = core_gate.decide(inp, cfg, race.reruns_left, looks=race.looks, share=race.share)
+        if race.look(d.outcome.value, d.needs_reruns > 0).stops:
             if decided is not None:
                 decided(d)
             return d.outcome.value, len(runs), gained
-        target = len(runs) + st.add
 
 
 def positions(n_base: int, cap: int) -> int:

@@ -77,21 +77,21 @@ def judge(rng: random.Random, draw: Callable[[], float], rho: float, effect: flo
 
     base = {k: score(k, 0.0) for k in range(n_base)}
     cand: dict[int, float] = {}
-    looks, target = intensify.looks(cap), intensify.schedule(cap)[0]
+    race = intensify.Race(cap, 0, discard_seeds=discard_seeds)
     while True:
-        for k in intensify.candidate_seeds(list(base), target, 0)[len(cand):]:
-            if k not in base:
+        batch = race.batch(list(base))
+        for k in batch.candidate:
+            if k in batch.best:  # the best gains the seed first
                 base[k] = score(k, 0.0)
             cand[k] = score(k, effect)
+            race.ran(k)
         ks, bs = list(cand), list(base)
         inp = GateInput([metrics(cand[k]) for k in ks], [], metrics(0.5), "tag-start",
                         baseline_runs=[metrics(base[k]) for k in bs],
                         candidate_seeds=ks if paired else [], baseline_seeds=bs if paired else [])
-        d = decide(inp, GateConfig(), cap - len(ks), looks=looks, share=intensify.alpha_share(len(ks), cap))
-        step = intensify.step(d.outcome.value, d.needs_reruns > 0, len(ks), cap, discard_seeds=discard_seeds)
-        if step.stops:
+        d = decide(inp, GateConfig(), race.reruns_left, looks=race.looks, share=race.share)
+        if race.look(d.outcome.value, d.needs_reruns > 0).stops:
             return d.outcome.value, len(ks) + len(base) - n_base
-        target = len(ks) + step.add
 
 
 def row(rng: random.Random, draw: Callable[[], float], rho: float, effect: float, cap: int, n_base: int,

@@ -279,35 +279,31 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     """Measure and gate with intensification (looper.core.intensify): 1, then 2, then 4 ... seeds
     of the best's own seeds, up to ``1 + noise_reruns``, stopping early when the gate keeps or
     discards; a seed the best never ran is run on the best first (it gains that seed)."""
-    cap = 1 + max(0, cand.reruns)
-    looks = intensify.looks(cap)
-    first = ctx.cfg.data.seed
+    race = intensify.Race(cap=1 + max(0, cand.reruns), first_seed=ctx.cfg.data.seed)
+    cap, looks, seeds = race.cap, race.looks, race.seeds
     measured: list[Measurement] = []
     runs: list[dict] = []
-    seeds: list[int] = []
     simpler = core_scope.code_lines(cand.source) < core_scope.code_lines(cand.parent_source)
-    target, gained, best_seconds, why = intensify.schedule(cap)[0], [], 0.0, ""
+    gained: list[int] = []
+    best_seconds = 0.0
     while True:
-        best_seeds = [s for s, _ in seeded_runs(ctx, against) if s is not None]
-        new = intensify.candidate_seeds(best_seeds, target, first)[len(seeds):]
-        got = gain_best_seeds(ctx, cand, against, intensify.best_needs(best_seeds, new))
+        batch = race.batch([s for s, _ in seeded_runs(ctx, against) if s is not None])
+        got = gain_best_seeds(ctx, cand, against, batch.best)
         if isinstance(got, Result):
             return got
         best_seconds, gained = best_seconds + got[0], gained + got[1]
-        roles = {s: role if not runs and i == 0 else "rerun" for i, s in enumerate(new)}
+        roles = {s: role if not runs and i == 0 else "rerun" for i, s in enumerate(batch.candidate)}
         for m in measure_seeds(ctx, cand, roles, ok=lambda m: m.measured):  # a look's seeds side by side
             if not m.measured:
                 return ended(m, roles[m.seed])
             measured.append(m)
             runs.append(m.metrics)
-            seeds.append(m.seed)
-        d = gate(ctx, runs, simpler, against, cap - len(runs), seeds=seeds, looks=looks,
-                 share=intensify.alpha_share(len(runs), cap))
-        st = intensify.step(d.outcome.value, d.needs_reruns > 0, len(runs), cap)
+            race.ran(m.seed)
+        d = gate(ctx, runs, simpler, against, race.reruns_left, seeds=seeds, looks=looks, share=race.share)
+        st = race.look(d.outcome.value, d.needs_reruns > 0)
         why = st.why
         if st.stops:
             break
-        target = len(runs) + st.add
     if d.outcome is Outcome.ERROR:
         baseline_cannot_gate = any(b.startswith("the baseline cannot gate") for b in d.verdict.blocking)
         return Result(Outcome.ERROR, d.verdict, halt="gate: " + "; ".join(d.verdict.blocking),

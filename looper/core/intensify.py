@@ -23,6 +23,10 @@ After SMAC3's intensifier and irace's races, with a significance test at every l
   bench/RESULTS.md, "Calibration at 300 steps"); INCONCLUSIVE asking
   for more seeds goes on to the next batch while the cap allows; anything else ends the decision
   where it stands.
+- **One race** (:class:`Race`): the rules above as one state machine, driven alike by the loop
+  (looper.experiment.measure_and_gate, which runs the seeds) and by the benches that calibrate it
+  (bench/calibration_procedures.py on real runs, bench/sim_paired.py on simulated ones), so the
+  error rates the benches state are those of the loop's own sequence of looks.
 - **Fresh seeds** for the morning's confirmation (:func:`fresh_seeds`): above every seed the
   tag used, so no decision of the night saw them.
 """
@@ -30,7 +34,7 @@ After SMAC3's intensifier and irace's races, with a significance test at every l
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 KEEP, DISCARD, INCONCLUSIVE = "keep", "discard", "inconclusive"
 DISCARD_SEEDS = 2  # a discard stands on at least this many challenger seeds when the cap allows them
@@ -120,6 +124,59 @@ def step(outcome: str, wants_more: bool, done: int, cap: int, discard_seeds: int
     if not wants_more or nxt is None:
         return Step(0, f"inconclusive after {done} seed(s)" + (" (the cap)" if nxt is None else ""))
     return Step(nxt - done, f"inconclusive after {done} seed(s): {nxt - done} more (to {nxt} of at most {cap})")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The seeds of one batch: ``best`` to run on the best first (seeds it never ran: it gains them),
+    then ``candidate`` to run on the challenger, in this order."""
+
+    best: list[int]
+    candidate: list[int]
+
+
+@dataclass
+class Race:
+    """One challenger's intensification against the best: :meth:`batch` names the next batch's
+    seeds, :meth:`ran` records each candidate seed as it is measured, and :meth:`look` applies
+    :func:`step` to the gate's decision on the seeds run so far (at :attr:`share` of alpha, with
+    :attr:`reruns_left` more allowed). The seeds come from the best's seeds at each batch, so a best
+    that gained seeds meanwhile (another worker's race) is followed."""
+
+    cap: int
+    first_seed: int
+    discard_seeds: int = DISCARD_SEEDS
+    seeds: list[int] = field(default_factory=list)  # the candidate's seeds run so far, in order
+    target: int = 0  # candidate seeds in all once the current batch is run
+
+    def __post_init__(self) -> None:
+        self.target = self.target or schedule(self.cap)[0]  # refuses a cap below 1
+
+    @property
+    def looks(self) -> int:
+        return looks(self.cap)
+
+    @property
+    def share(self) -> float:
+        """The alpha share of the look after the seeds run so far."""
+        return alpha_share(len(self.seeds), self.cap)
+
+    @property
+    def reruns_left(self) -> int:
+        return self.cap - len(self.seeds)
+
+    def batch(self, best_seeds: Sequence[int]) -> Batch:
+        new = candidate_seeds(best_seeds, self.target, self.first_seed)[len(self.seeds):]
+        return Batch(best_needs(best_seeds, new), new)
+
+    def ran(self, seed: int) -> None:
+        self.seeds.append(seed)
+
+    def look(self, outcome: str, wants_more: bool) -> Step:
+        """The rule after the gate's look at the seeds run so far; a step that goes on sets the next batch."""
+        st = step(outcome, wants_more, len(self.seeds), self.cap, self.discard_seeds)
+        self.target = len(self.seeds) + st.add
+        return st
 
 
 def fresh_seeds(used: Sequence[int], count: int, first_seed: int) -> list[int]:

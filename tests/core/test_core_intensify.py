@@ -109,6 +109,56 @@ def test_fresh_seeds_are_above_every_used_seed(used: list[int], count: int, expe
     assert intensify.fresh_seeds(used, count, 5) == expected
 
 
+# -- one race: the rules as the loop and the benches drive them ---------------------------------
+
+KEEP, DISCARD, INC = intensify.KEEP, intensify.DISCARD, intensify.INCONCLUSIVE
+
+
+@pytest.mark.parametrize(("cap", "discard_seeds", "looks", "batches", "stops_with"), [
+    # the best ran seeds 0-2; a challenger inconclusive at every look runs 1, 2, then 4 seeds, and the
+    # best gains seed 3 in the last batch, before the challenger runs it
+    (4, 2, [([0, 1, 2], INC, True), ([0, 1, 2], INC, True), ([0, 1, 2], INC, True)],
+     [([], [0]), ([], [1]), ([3], [2, 3])], "inconclusive after 4 seed(s) (the cap)"),
+    # a keep stops early for success
+    (4, 2, [([0, 1, 2], INC, True), ([0, 1, 2], KEEP, False)], [([], [0]), ([], [1])],
+     "stopped early for success after 2 seed(s)"),
+    # a discard on one seed goes on to the next batch; on two it stops for futility
+    (4, 2, [([0, 1, 2], DISCARD, False), ([0, 1, 2], DISCARD, False)], [([], [0]), ([], [1])],
+     "stopped early for futility after 2 seed(s)"),
+    # with discard_seeds = 1, one seed is enough to discard
+    (4, 1, [([0, 1, 2], DISCARD, False)], [([], [0])], "stopped early for futility after 1 seed(s)"),
+    # an inconclusive that more seeds cannot settle ends where it stands
+    (4, 2, [([0, 1, 2], INC, False)], [([], [0])], "inconclusive after 1 seed(s)"),
+    # a best that gained seeds 3 and 4 meanwhile (another worker's race) is followed: nothing to gain
+    (5, 2, [([0, 1, 2], INC, True), ([0, 1, 2, 3, 4], INC, True), ([0, 1, 2, 3, 4], INC, True),
+            ([0, 1, 2, 3, 4], INC, True)],
+     [([], [0]), ([], [1]), ([], [2, 3]), ([], [4])], "inconclusive after 5 seed(s) (the cap)"),
+    # a best with no seeds yet: the challenger's seeds start at first_seed, each gained by the best first
+    (2, 2, [([], INC, True), ([7], INC, True)], [([7], [7]), ([8], [8])], "inconclusive after 2 seed(s) (the cap)"),
+])
+def test_a_race_runs_the_schedule_on_the_bests_seeds_and_stops_by_the_step_rule(
+        cap: int, discard_seeds: int, looks: list[tuple[list[int], str, bool]],
+        batches: list[tuple[list[int], list[int]]], stops_with: str) -> None:
+    race = intensify.Race(cap, first_seed=7, discard_seeds=discard_seeds)
+    assert race.looks == intensify.looks(cap)
+    for i, ((best_seeds, outcome, more), (gain, run)) in enumerate(zip(looks, batches, strict=True)):
+        batch = race.batch(best_seeds)
+        assert (batch.best, batch.candidate) == (gain, run), i
+        for seed in batch.candidate:
+            race.ran(seed)
+        assert race.share == intensify.alpha_share(len(race.seeds), cap)
+        assert race.reruns_left == cap - len(race.seeds)
+        st = race.look(outcome, more)
+        assert st.stops == (i == len(looks) - 1), (i, st)
+    assert st.why == stops_with
+    assert race.seeds == [s for _, run in batches for s in run]
+
+
+def test_a_race_refuses_a_cap_below_one_seed() -> None:
+    with pytest.raises(ValueError, match="at least 1 seed"):
+        intensify.Race(0, first_seed=0)
+
+
 # -- the confirmation ------------------------------------------------------------------------
 
 
