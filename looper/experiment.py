@@ -279,6 +279,7 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     """Measure and gate with intensification (looper.core.intensify): 1, then 2, then 4 ... seeds
     of the best's own seeds, up to ``1 + noise_reruns``, stopping early when the gate keeps or
     discards; a seed the best never ran is run on the best first (it gains that seed)."""
+    started = time.monotonic()
     race = intensify.Race(cap=1 + max(0, cand.reruns), first_seed=ctx.cfg.data.seed)
     cap, looks, seeds = race.cap, race.looks, race.seeds
     measured: list[Measurement] = []
@@ -312,7 +313,8 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     cost = {"candidate_runs": len(runs), "best_runs": len(gained), "runs": len(runs) + len(gained),
             "best_seeds_gained": gained, "seeds": seeds, "cap": cap, "looks": looks, "stopped": why,
             "seconds": round(cand_seconds + best_seconds, 3),
-            "minutes": round((cand_seconds + best_seconds) / 60.0, 3)}
+            "minutes": round((cand_seconds + best_seconds) / 60.0, 3),
+            "wall_minutes": round((time.monotonic() - started) / 60.0, 3)}
     d = dataclasses.replace(d, verdict=d.verdict.model_copy(
         update={"metrics": {**d.verdict.metrics, "cost": cost,
                             "notes": [*(d.verdict.metrics.get("notes") or []), f"intensification: {why}"]}}))

@@ -57,13 +57,15 @@ def morning(store: Store, tag: str | None, since: str | None = None) -> Morning:
         decisions.append({"id": i, "status": row.status.value if row else "?",
                           "runs": int(cost.get("runs") or 0), "candidate_runs": int(cost.get("candidate_runs") or 0),
                           "best_runs": int(cost.get("best_runs") or 0),
-                          "minutes": float(cost.get("minutes") or 0.0), "stopped": str(cost.get("stopped") or "")})
+                          "minutes": float(cost.get("minutes") or 0.0),
+                          "wall_minutes": None if cost.get("wall_minutes") is None else float(cost["wall_minutes"]),
+                          "stopped": str(cost.get("stopped") or "")})
     return Morning(tag, every[-1] if every else None, decisions, window)
 
 
 def _confirmation_words(c: ConfirmationRecord) -> str:
     who = f"#{c.experiment_id}" if c.experiment_id is not None else "-"
-    return f"{clean(c.headline)} (best {who}, {c.runs} run(s), {c.seconds / 60:.1f} min, {c.trigger.replace('_', ' ')})"
+    return f"{clean(c.headline)} (best {who}, {c.runs} run(s), {c.seconds / 60:.1f} min of runs, {c.trigger.replace('_', ' ')})"
 
 
 def _selection_words(c: ConfirmationRecord) -> str | None:
@@ -73,23 +75,33 @@ def _selection_words(c: ConfirmationRecord) -> str | None:
             "while choosing it among the night's candidates: biased upwards by that choice)")
 
 
+def _wall(minutes: float | None) -> str:
+    return "" if minutes is None else f", {minutes:.1f} min wall"
+
+
 def cost_lines(m: Morning) -> list[str]:
-    """Runs and minutes per decision and per confirmation, in words."""
+    """Runs and minutes per decision and per confirmation, in words. "min of runs": the runs' own
+    training and evaluation time added up (compute); "min wall": the decision's clock time from its
+    first run to its last look (less than the runs' sum when seeds run side by side, ``[loop]
+    seed_jobs``; absent for decisions recorded before it was kept)."""
     out = []
     if m.decisions:
         runs = [d["runs"] for d in m.decisions]
         minutes = [d["minutes"] for d in m.decisions]
+        walls = [d["wall_minutes"] for d in m.decisions if d["wall_minutes"] is not None]
+        wall = _wall(sum(walls)) if len(walls) == len(runs) else ""
         best = sum(d["best_runs"] for d in m.decisions)
         early = sum(1 for d in m.decisions if "early" in d["stopped"])
         out.append(f"decisions: {len(runs)}, {sum(runs)} run(s) ({best} of them the best gaining a seed), "
-                   f"{sum(minutes):.1f} min; per decision {statistics.fmean(runs):.1f} run(s), "
-                   f"{statistics.fmean(minutes):.1f} min; {early} stopped early")
+                   f"{sum(minutes):.1f} min of runs{wall}; per decision {statistics.fmean(runs):.1f} run(s), "
+                   f"{statistics.fmean(minutes):.1f} min of runs; {early} stopped early")
     for d in m.decisions[-_LAST:]:
         gained = f" + {d['best_runs']} of the best" if d["best_runs"] else ""
-        out.append(f"  #{d['id']} {d['status']}: {d['candidate_runs']} run(s){gained}, {d['minutes']:.1f} min; "
-                   f"{clean(d['stopped'])}")
+        out.append(f"  #{d['id']} {d['status']}: {d['candidate_runs']} run(s){gained}, {d['minutes']:.1f} min of runs"
+                   f"{_wall(d['wall_minutes'])}; {clean(d['stopped'])}")
     for c in m.confirmations:
-        out.append(f"confirmation #{c.id}: {c.runs} run(s), {c.seconds / 60:.1f} min ({c.status.replace('_', ' ')})")
+        out.append(f"confirmation #{c.id}: {c.runs} run(s), {c.seconds / 60:.1f} min of runs "
+                   f"({c.status.replace('_', ' ')})")
     return out
 
 
@@ -127,9 +139,11 @@ def morning_html(m: Morning) -> str:
     costs = "".join(f"<li>{html.escape(x)}</li>" for x in cost_lines(m) if not x.startswith("  #"))
     rows = "".join(
         f"<tr><td>#{d['id']}</td><td>{html.escape(d['status'])}</td><td>{d['candidate_runs']}</td>"
-        f"<td>{d['best_runs']}</td><td>{d['minutes']:.1f}</td><td>{html.escape(clean(d['stopped']))}</td></tr>"
+        f"<td>{d['best_runs']}</td><td>{d['minutes']:.1f}</td>"
+        f"<td>{'' if d['wall_minutes'] is None else format(d['wall_minutes'], '.1f')}</td>"
+        f"<td>{html.escape(clean(d['stopped']))}</td></tr>"
         for d in m.decisions[-60:])
     table = ("<table><tr><th>decision</th><th>outcome</th><th>candidate runs</th><th>best gained</th>"
-             f"<th>minutes</th><th>stopped</th></tr>{rows}</table>") if rows else ""
+             f"<th>minutes of runs</th><th>minutes wall</th><th>stopped</th></tr>{rows}</table>") if rows else ""
     return (f'<section id="confirmed" class="{cls}"><h2>{head}</h2>{body}'
             f"{'<ul>' + costs + '</ul>' if costs else ''}{table}</section>")

@@ -49,6 +49,7 @@ def test_a_clear_win_stops_early_for_success_on_the_best_s_first_seed(ws):
     assert run_seeds(ws, r.exp_id) == [0] and cost["seeds"] == [0]
     assert (cost["candidate_runs"], cost["best_runs"], cost["cap"], cost["looks"]) == (1, 0, 4, 3)
     assert cost["stopped"] == "stopped early for success after 1 seed(s)" and cost["minutes"] > 0
+    assert 0 < cost["wall_minutes"] < 60, cost  # the decision's own clock, from its first run to its last look
 
 
 def test_a_clear_loss_stops_early_for_futility_on_its_second_seed(ws):

@@ -16,7 +16,8 @@ from looper.store.queries import confirmations, used_seeds
 
 NOW = "2026-12-02T06:00:00+00:00"
 COST = {"candidate_runs": 2, "best_runs": 1, "best_seeds_gained": [3], "runs": 3, "seeds": [0, 1], "cap": 4,
-        "looks": 3, "stopped": "stopped early for success after 2 seed(s)", "seconds": 300.0, "minutes": 5.0}
+        "looks": 3, "stopped": "stopped early for success after 2 seed(s)", "seconds": 300.0, "minutes": 5.0,
+        "wall_minutes": 3.1}
 
 
 def _exp(store: Store, kind: str, outcome: Outcome, score: float, seeds: list[int], cost: dict | None = None) -> int:
@@ -52,14 +53,26 @@ def test_the_headline_is_the_confirmed_difference_beside_the_selection_figure(ni
     assert c.id == cid and c.seeds == (5, 6, 7) and c.flagged is False and used_seeds(store, "t") == [0, 1, 2]
     lines = morning_lines(morning(store, "t"))
     assert lines[0] == (f"Confirmed: weighted F1 +0.050 [+0.020, +0.080] over the baseline on 3 fresh seeds "
-                        f"(best #{kept}, 3 run(s), 5.5 min, night end)")
+                        f"(best #{kept}, 3 run(s), 5.5 min of runs, night end)")
     assert lines[1].startswith("  at selection: +0.070 over the baseline")
-    assert "  decisions: 1, 3 run(s) (1 of them the best gaining a seed), 5.0 min; per decision 3.0 run(s), " \
-           "5.0 min; 1 stopped early" in lines
-    assert f"    #{kept} keep: 2 run(s) + 1 of the best, 5.0 min; stopped early for success after 2 seed(s)" in lines
+    assert "  decisions: 1, 3 run(s) (1 of them the best gaining a seed), 5.0 min of runs, 3.1 min wall; " \
+           "per decision 3.0 run(s), 5.0 min of runs; 1 stopped early" in lines
+    assert (f"    #{kept} keep: 2 run(s) + 1 of the best, 5.0 min of runs, 3.1 min wall; "
+            "stopped early for success after 2 seed(s)") in lines
     assert not any(x.startswith("!!") for x in lines)
     page = morning_html(morning(store, "t"))
-    assert 'class="attn ok"' in page and "<td>2</td><td>1</td><td>5.0</td>" in page
+    assert 'class="attn ok"' in page and "<td>2</td><td>1</td><td>5.0</td><td>3.1</td>" in page
+
+
+def test_a_decision_recorded_without_its_wall_clock_shows_only_the_minutes_of_its_runs(tmp_path: Path) -> None:
+    store = Store(tmp_path / "experiments.db")
+    _exp(store, "baseline", Outcome.KEEP, 0.40, [0, 1, 2])
+    old = _exp(store, "candidate", Outcome.DISCARD, 0.35, [0, 1], {k: v for k, v in COST.items() if k != "wall_minutes"})
+    lines = morning_lines(morning(store, "t"))
+    assert f"    #{old} discard: 2 run(s) + 1 of the best, 5.0 min of runs; stopped early for success after 2 seed(s)" \
+        in lines
+    assert not [x for x in lines if "wall" in x], lines  # no sum of walls it does not have
+    assert "<td>5.0</td><td></td>" in morning_html(morning(store, "t"))
 
 
 def test_a_gain_that_did_not_confirm_is_flagged(night) -> None:
