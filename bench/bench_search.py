@@ -686,6 +686,14 @@ def remeasure_again(out: Path, rep: int, args: argparse.Namespace) -> int:
     return finish(results, out)
 
 
+def reproduced(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> bool:
+    """Whether re-measuring runs gave another's scores exactly, seed for seed, in the same order:
+    every run scored (two failed runs reproduce nothing), the same seeds, the same scores."""
+    pairs = [(r["seed"], r.get("score")) for r in mine]
+    return (bool(pairs) and all(score is not None for _, score in pairs)
+            and pairs == [(r["seed"], r.get("score")) for r in theirs])
+
+
 def add_reseeds(out: Path, rep: int, args: argparse.Namespace) -> int:
     """``--add-reseeds REPEAT``: ``--reseeds`` more fresh seeds for the baseline and every arm's
     re-measurement through train.py (seed numbers after the ones each has; an arm whose
@@ -699,10 +707,7 @@ def add_reseeds(out: Path, rep: int, args: argparse.Namespace) -> int:
     same = [arm for arm, src in sources.items() if arm != "baseline" and src == base]  # kept nothing
     for arm in same:  # the baseline train.py byte for byte: under the step budget its seeds are the baseline's
         mine, theirs = measured.pop(arm), entry["baseline"]
-        pairs = [(r["seed"], r.get("score")) for r in mine.get("runs", [])]
-        entry["arms"][arm]["reproduced_baseline"] = (  # two failed runs (no score) reproduce nothing
-            bool(pairs) and all(score is not None for _, score in pairs)
-            and pairs == [(r["seed"], r.get("score")) for r in theirs.get("runs", [])])
+        entry["arms"][arm]["reproduced_baseline"] = reproduced(mine.get("runs", []), theirs.get("runs", []))
         entry["arms"][arm]["remeasured"] = {"same_as": "baseline"}
     tag = f"steps{args.remeasure_steps}" if args.remeasure_steps else "wallclock"
     jobs = []

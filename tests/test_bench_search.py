@@ -142,3 +142,17 @@ def test_finish_on_a_saved_bench_with_a_relative_out(bench, tmp_path, monkeypatc
     table = capsys.readouterr().out
     assert "| 0 | planner | 5 | 1 | 0.3000 | 0.300 / 0.310 / 0.320 | 0.31 [" in table
     assert "316 / 316 / 316 (at most 316)" in table
+
+
+@pytest.mark.parametrize(("mine", "theirs", "same"), [
+    ([{"seed": 1000, "score": 0.88}, {"seed": 1001, "score": 0.9}],
+     [{"seed": 1000, "score": 0.88}, {"seed": 1001, "score": 0.9}], True),
+    ([{"seed": 1000, "score": 0.88}], [{"seed": 1000, "score": 0.881}], False),  # another score
+    ([{"seed": 1000, "score": 0.88}], [{"seed": 1001, "score": 0.88}], False),   # another seed
+    ([{"seed": 1000, "score": 0.88}], [{"seed": 1000, "score": 0.88}, {"seed": 1001, "score": 0.9}], False),
+    ([{"seed": 1000}], [{"seed": 1000}], False),  # both failed: nothing reproduced
+    ([], [], False),
+])
+def test_a_re_measurement_reproduces_another_only_seed_for_seed_with_every_run_scored(
+        mine: list[dict], theirs: list[dict], same: bool) -> None:
+    assert BENCH.reproduced(mine, theirs) is same
