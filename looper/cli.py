@@ -287,7 +287,7 @@ def confirm(tag: str | None = typer.Option(None, "--tag")) -> None:
         lock.release()
     record = next(c for c in queries.confirmations(store, cfg.loop.tag) if c.id == cid)
     typer.echo(record.headline)
-    typer.echo(f"{record.runs} run(s), {record.seconds / 60:.1f} min of runs")
+    typer.echo(f"{record.runs} run(s), {record.seconds / 60:.1f} min of runs, {record.wall_seconds / 60:.1f} min wall")
     raise typer.Exit(0 if record.status == "confirmed" else 1)
 
 

@@ -100,8 +100,8 @@ def cost_lines(m: Morning) -> list[str]:
         out.append(f"  #{d['id']} {d['status']}: {d['candidate_runs']} run(s){gained}, {d['minutes']:.1f} min of runs"
                    f"{_wall(d['wall_minutes'])}; {clean(d['stopped'])}")
     for c in m.confirmations:
-        out.append(f"confirmation #{c.id}: {c.runs} run(s), {c.seconds / 60:.1f} min of runs "
-                   f"({c.status.replace('_', ' ')})")
+        out.append(f"confirmation #{c.id}: {c.runs} run(s), {c.seconds / 60:.1f} min of runs"
+                   f"{_wall(c.wall_seconds / 60)} ({c.status.replace('_', ' ')})")
     return out
 
 

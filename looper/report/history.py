@@ -42,6 +42,7 @@ def history_rows(store: Store, tag: str | None = None, status: str | Iterable[st
         if c.experiment_id is not None:
             d = c.to_dict()
             d["headline"] = clean(d["headline"])
+            d["wall_seconds"] = round(c.wall_seconds, 3)  # its clock time; "seconds": its runs' time added up
             confirmed.setdefault(c.experiment_id, []).append(d)
     for e in lean_experiments(store, tag=tag, status=wanted, since=since, until=until, figures=False, clean=clean):
         row = {k: getattr(e, k) for k in HISTORY_KEYS if k not in ("cost", "confirmations")}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import Any
 
 from looper.core.verdict import Outcome
@@ -258,6 +259,13 @@ class ConfirmationRecord(_Record):
     seconds: float
     started_at: str
     finished_at: str
+
+    @property
+    def wall_seconds(self) -> float:
+        """Its clock time, from its start (before the first fresh run) to its record (``seconds`` is the
+        runs' own time added up: more than this when seeds run side by side)."""
+        took = datetime.fromisoformat(self.finished_at) - datetime.fromisoformat(self.started_at)
+        return max(0.0, took.total_seconds())
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ConfirmationRecord:

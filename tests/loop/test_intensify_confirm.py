@@ -168,7 +168,8 @@ def test_looper_confirm_runs_the_best_on_fresh_seeds(ws):
     assert done.returncode == 0, done.stdout + done.stderr
     (c,) = confirmations(Store(ws.root / "experiments.db"), "t")
     assert c.trigger == "command" and c.status == "confirmed" and c.experiment_id == kept.exp_id
-    assert "over the baseline on 2 fresh seeds" in done.stdout and "2 run(s)" in done.stdout
+    assert "over the baseline on 2 fresh seeds" in done.stdout
+    assert f"2 run(s), {c.seconds / 60:.1f} min of runs, {c.wall_seconds / 60:.1f} min wall" in done.stdout
 
 
 def test_a_kept_gain_that_does_not_confirm_is_flagged(ws, monkeypatch):

@@ -3,6 +3,7 @@ Store (no training: the rows are written through the store's own API)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -98,4 +99,22 @@ def test_history_json_carries_cost_and_confirmations(night) -> None:
     (c,) = rows[kept]["confirmations"]
     assert (c["status"], c["diff"], c["low"], c["selection_diff"], c["runs"], c["seconds"]) == (
         "confirmed", 0.05, 0.02, 0.07, 3, 330.0)
+    took = dt.datetime.fromisoformat(c["finished_at"]) - dt.datetime.fromisoformat(c["started_at"])
+    assert c["wall_seconds"] == pytest.approx(took.total_seconds(), abs=1e-3) and c["wall_seconds"] > 0
     assert rows[base]["cost"] is None and rows[base]["confirmations"] == []
+
+
+def test_a_confirmation_shows_the_minutes_of_its_runs_and_its_wall_clock(night) -> None:
+    """``seconds`` is the fresh runs' own time added up; the wall clock runs from the confirmation's
+    start to its record (less than the runs' sum when seeds run side by side)."""
+    store, base, kept = night
+    started = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=150)).isoformat()
+    cid = store.add_confirmation(
+        tag="t", experiment_id=kept, baseline_id=base, trigger="command", status="confirmed", score_key="weighted_f1",
+        planned=3, seeds=[5, 6, 7], scores=[0.45, 0.44, 0.46], baseline_scores=[0.40, 0.41, 0.39],
+        headline="weighted F1 +0.050 [+0.020, +0.080] over the baseline on 3 fresh seeds", runs=3, seconds=270.0,
+        started_at=started, diff=0.05, low=0.02, high=0.08, selection_diff=0.07)
+    (c,) = confirmations(store, "t")
+    assert 150.0 <= c.wall_seconds < 160.0, c.wall_seconds
+    assert f"  confirmation #{cid}: 3 run(s), 4.5 min of runs, 2.5 min wall (confirmed)" in \
+        morning_lines(morning(store, "t"))
