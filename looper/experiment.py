@@ -281,7 +281,7 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     discards; a seed the best never ran is run on the best first (it gains that seed)."""
     started = time.monotonic()
     race = intensify.Race(cap=1 + max(0, cand.reruns), first_seed=ctx.cfg.data.seed)
-    cap, looks, seeds = race.cap, race.looks, race.seeds
+    cap, looks = race.cap, race.looks
     measured: list[Measurement] = []
     runs: list[dict] = []
     simpler = core_scope.code_lines(cand.source) < core_scope.code_lines(cand.parent_source)
@@ -300,7 +300,8 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
             measured.append(m)
             runs.append(m.metrics)
             race.ran(m.seed)
-        d = gate(ctx, runs, simpler, against, race.reruns_left, seeds=seeds, looks=looks, share=race.share)
+        d = gate(ctx, runs, simpler, against, race.reruns_left, seeds=list(race.seeds), looks=looks,
+                 share=race.share)
         st = race.look(d.outcome.value, d.needs_reruns > 0)
         why = st.why
         if st.stops:
@@ -311,18 +312,18 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
                       advice=GATE_ADVICE if baseline_cannot_gate else None)
     cand_seconds = sum(x.train_seconds + x.eval_seconds for x in measured)
     cost = {"candidate_runs": len(runs), "best_runs": len(gained), "runs": len(runs) + len(gained),
-            "best_seeds_gained": gained, "seeds": seeds, "cap": cap, "looks": looks, "stopped": why,
+            "best_seeds_gained": gained, "seeds": list(race.seeds), "cap": cap, "looks": looks, "stopped": why,
             "seconds": round(cand_seconds + best_seconds, 3),
             "minutes": round((cand_seconds + best_seconds) / 60.0, 3),
             "wall_minutes": round((time.monotonic() - started) / 60.0, 3)}
     d = dataclasses.replace(d, verdict=d.verdict.model_copy(
         update={"metrics": {**d.verdict.metrics, "cost": cost,
                             "notes": [*(d.verdict.metrics.get("notes") or []), f"intensification: {why}"]}}))
-    seeds = core_seeds.check([(x.seed, weights_sha256(x)) for x in measured])
-    if seeds.ignores_seed:  # the same weights on two seeds: seed engineering cannot pass as a gain
-        return Result(Outcome.CRASH, Verdict.failed(seeds.reason, metrics={"seed_check": seeds.as_metrics()}),
+    seed_check = core_seeds.check([(x.seed, weights_sha256(x)) for x in measured])
+    if seed_check.ignores_seed:  # the same weights on two seeds: seed engineering cannot pass as a gain
+        return Result(Outcome.CRASH, Verdict.failed(seed_check.reason, metrics={"seed_check": seed_check.as_metrics()}),
                       signature=core_failure.signature_of(core_seeds.SIGNATURE))
-    outcome, verdict = d.outcome, d.verdict.with_metrics(seed_check=seeds.as_metrics())
+    outcome, verdict = d.outcome, d.verdict.with_metrics(seed_check=seed_check.as_metrics())
     cut = [f"seed {x.seed}: {x.cut_short}" for x in measured if x.cut_short]
     if cut:  # it did not train the tag's step budget: a keep stands (it won with fewer steps), a loss may be the clock's
         outcome, verdict = not_comparable(d, cut, ctx.max_steps())

@@ -147,10 +147,10 @@ class Race:
     first_seed: int
     discard_seeds: int = DISCARD_SEEDS
     seeds: list[int] = field(default_factory=list)  # the candidate's seeds run so far, in order
-    target: int = 0  # candidate seeds in all once the current batch is run
+    target: int = field(init=False)  # candidate seeds in all once the current batch is run
 
     def __post_init__(self) -> None:
-        self.target = self.target or schedule(self.cap)[0]  # refuses a cap below 1
+        self.target = schedule(self.cap)[0]  # refuses a cap below 1
 
     @property
     def looks(self) -> int:
