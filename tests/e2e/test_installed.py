@@ -243,6 +243,7 @@ def test_the_night_fine_tunes_the_shipped_checkpoint_for_the_presets_steps(insta
     for run in night.baseline_runs:
         text = (run / "train.log").read_text()
         assert "LOOPER_START weights=start.safetensors" in text, text[-2000:]
+        assert "looper sandbox" not in text or "exited 0" in text, text[-2000:]
         trained = json.loads((run / "out" / "train.json").read_text())
         assert trained["pretrained"] == "start.safetensors", trained
         assert trained["steps"] == 26 and trained["stopped_by"] == "steps", trained
