@@ -162,7 +162,7 @@ def test_train_py_steps_on_the_cores_it_may_use(tmp_path: Path, tiny_data: Path)
 
 @tiers.NEEDS_NO_GPU
 def test_make_calibrate_gpu_refuses_a_machine_without_a_gpu_before_it_builds_anything(tmp_path: Path) -> None:
-    # the one command for a lent GPU (README, "Full scale"): on this CPU it must stop at once, say why,
+    # the one command for a lent GPU (`make calibrate-gpu`, docs/CONTRIBUTING.md): on this CPU it must stop at once, say why,
     # and leave no pool and no result behind (a CPU "calibration" at full scale would run for days)
     pool = tmp_path / "pool"
     result = ROOT / "bench" / "calibration" / "gpu-full.json"
