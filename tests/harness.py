@@ -144,30 +144,33 @@ def write_config(root: Path, notify_url: str, agent_cmd: str, **over: object) ->
     executor = {"kind": "local"}
     executor.update({k[5:]: v for k, v in over.items() if k.startswith("exec_")})
     text += "\n[executor]\n" + "".join(f"{k} = {val(v)}\n" for k, v in executor.items())
-    text += f"\n[notify]\nurls = [{json.dumps(notify_url)}]\n"
+    text += f"\n[notify]\nurls = [{json.dumps(notify_url) if notify_url else ''}]\n"
     (root / "looper.toml").write_text(text)
+
+
+def build_ws(root: Path, queue: Path, notify_url: str, **over: object) -> WS:
+    """A committed fixture workspace in ``root`` (new), its agent's queue in ``queue`` (new)."""
+    from looper.workspace import init_workspace
+
+    init_workspace(root)
+    for name in ("train.py", "evaluate.py", "prepare.py"):
+        shutil.copy(FIXTURE / name, root / name)
+    queue.mkdir()
+    agent_cmd = f"{sys.executable} {FIXTURE / 'agent.py'}"
+    write_config(root, notify_url, agent_cmd, **over)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fixtures"],
+                   cwd=root, check=True)
+    return WS(root, queue, notify_url)
 
 
 @pytest.fixture
 def make_ws(tmp_path: Path, pages: PageSink):
     """make_ws(**config_overrides) -> WS: a committed fixture workspace."""
-    from looper.workspace import init_workspace
-
     made: list[WS] = []
 
     def make(**over: object) -> WS:
-        root = tmp_path / f"ws{len(made)}"
-        init_workspace(root)
-        for name in ("train.py", "evaluate.py", "prepare.py"):
-            shutil.copy(FIXTURE / name, root / name)
-        queue = tmp_path / f"queue{len(made)}"
-        queue.mkdir()
-        agent_cmd = f"{sys.executable} {FIXTURE / 'agent.py'}"
-        write_config(root, pages.url, agent_cmd, **over)
-        subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fixtures"],
-                       cwd=root, check=True)
-        ws = WS(root, queue, pages.url)
+        ws = build_ws(tmp_path / f"ws{len(made)}", tmp_path / f"queue{len(made)}", pages.url, **over)
         made.append(ws)
         return ws
 

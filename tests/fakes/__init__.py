@@ -1,0 +1,1 @@
+"""Fakes of looper's adapters for fast tests of the night's orchestration (no subprocess, no sandbox)."""
