@@ -62,9 +62,9 @@ def _calibration_noop() -> int:  # dead code: never called (an A/A change for be
 
 def mean_metrics(runs: list[dict]) -> dict:
     try:
-        from looper.measure import mean_metrics as mm
+        from looper.night.measure import mean_metrics as mm
     except ImportError:
-        from looper.loop import mean_metrics as mm
+        from looper.night.loop import mean_metrics as mm
     return mm(runs)
 
 

@@ -7,7 +7,7 @@
 
 With ``--procedures pooled,paired`` (a pool made with calibration_pool.py ``--variant``) every row is judged
 by both the last wave's pooled procedure and this wave's paired intensification (the real
-looper.core.intensify and gate.decide, as looper.experiment.measure_and_gate calls them; the draws and who
+looper.core.intensify and gate.decide, as looper.night.experiment.measure_and_gate calls them; the draws and who
 plays what: bench/calibration_procedures.py). What follows describes the last wave's table (no --procedures).
 
 The pool (bench/calibration_pool.py) holds real train.py + evaluate.py runs under one step budget:
@@ -49,7 +49,7 @@ from scipy import stats as st  # noqa: E402
 from looper.core import gate as core_gate  # noqa: E402
 from looper.core import score as core_score  # noqa: E402
 from looper.core.verdict import Outcome  # noqa: E402
-from looper.measure import mean_metrics  # noqa: E402
+from looper.night.measure import mean_metrics  # noqa: E402
 
 
 def load_pool(root: Path, score: str) -> dict[str, list[dict[str, Any]]]:

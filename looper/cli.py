@@ -83,7 +83,7 @@ def _secrets(cfg: Any) -> list[str]:
 
 
 def _program(root: Path) -> tuple[str, Any]:
-    from looper.program import parse_program
+    from looper.agents.program import parse_program
 
     p = root / "program.md"
     if not p.is_file():
@@ -108,7 +108,7 @@ def init(directory: Path = typer.Argument(Path("."), help="Folder for the new wo
 
 def _require_sandbox(cfg: Any) -> None:
     """`looper run` refuses to start when training here would run unconfined without an explicit opt-out."""
-    from looper.sandbox import INSTALL_COMMAND, SandboxPolicy, find_bwrap
+    from looper.executors.sandbox import INSTALL_COMMAND, SandboxPolicy, find_bwrap
 
     policy = SandboxPolicy.from_section(cfg.executor)
     if cfg.executor.kind == "local" and policy.enabled and find_bwrap(policy) is None:
@@ -122,13 +122,13 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
         until: str | None = typer.Option(None, "--until", help="HH:MM: start no experiment after this."),
         tag: str | None = typer.Option(None, "--tag")) -> None:
     """Run the loop until a stop rule, a signal, a harness error (exit 3) or a stuck loop (exit 4)."""
-    from looper.adapters.agents import make_agent
-    from looper.adapters.executors import make_executor
-    from looper.adapters.notify import AppriseNotifier
+    from looper.agents import make_agent
     from looper.config import notify_urls
-    from looper.display import make_display
-    from looper.lock import DaemonLock
-    from looper.loop import Loop
+    from looper.executors import make_executor
+    from looper.night.display import make_display
+    from looper.night.loop import Loop
+    from looper.night.notify import AppriseNotifier
+    from looper.workspace.lock import DaemonLock
 
     root = _root()
     _require_workspace(root)
@@ -158,8 +158,8 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
 @_errors
 def status() -> None:
     """What the daemon is doing now (read from the database; works while it runs)."""
-    from looper.lock import DaemonLock
-    from looper.statusview import status_text
+    from looper.report.status import status_text
+    from looper.workspace.lock import DaemonLock
 
     root = _root()
     lock = DaemonLock(root / ".looper" / "daemon.lock")
@@ -189,7 +189,7 @@ def history(as_json: bool = typer.Option(False, "--json", help="Machine-readable
 @_errors
 def suggest(as_json: bool = typer.Option(False, "--json")) -> None:
     """The next experiment the planner would run, its phase, and why (from the history alone)."""
-    from looper.suggest import suggest as do_suggest
+    from looper.agents.suggest import suggest as do_suggest
 
     root = _root()
     cfg = _config(root)
@@ -228,11 +228,11 @@ def verify(as_json: bool = typer.Option(False, "--json", help="Print exactly one
     from looper.core.verdict import Status, Verdict
 
     try:
-        from looper.adapters.executors import make_executor
-        from looper.adapters.notify import AppriseNotifier
-        from looper.display import Display
-        from looper.lock import DaemonLock
-        from looper.loop import Loop
+        from looper.executors import make_executor
+        from looper.night.display import Display
+        from looper.night.loop import Loop
+        from looper.night.notify import AppriseNotifier
+        from looper.workspace.lock import DaemonLock
 
         root = _root()
         _require_workspace(root)
@@ -264,12 +264,12 @@ def verify(as_json: bool = typer.Option(False, "--json", help="Print exactly one
 @_errors
 def confirm(tag: str | None = typer.Option(None, "--tag")) -> None:
     """Re-run the tag's best on fresh seeds and compare it with the tag's baseline (the confirmed figure)."""
-    from looper.adapters.executors import make_executor
-    from looper.adapters.notify import AppriseNotifier
-    from looper.display import Display
-    from looper.lock import DaemonLock
-    from looper.loop import Loop
+    from looper.executors import make_executor
+    from looper.night.display import Display
+    from looper.night.loop import Loop
+    from looper.night.notify import AppriseNotifier
     from looper.store import queries
+    from looper.workspace.lock import DaemonLock
 
     root = _root()
     _require_workspace(root)
@@ -295,7 +295,7 @@ def confirm(tag: str | None = typer.Option(None, "--tag")) -> None:
 @_errors
 def baseline_approve(experiment_id: int = typer.Argument(..., help="A finished, measured experiment.")) -> None:
     """Write the next dated baseline file from experiment ID (never overwrites)."""
-    from looper.baselines import approve
+    from looper.workspace.baselines import approve
 
     root = _root()
     path = approve(_store(root), root / "baselines", experiment_id)

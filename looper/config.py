@@ -203,7 +203,7 @@ class ExecutorConfig(_Section):
     require_gpu: bool = False
     ssh_options: list[str] = Field(default_factory=list)
     gpu_index: int = Field(default=0, ge=0)
-    sandbox: Literal["bwrap", "none"] = "bwrap"  # looper/sandbox.py; "none" is an explicit opt-out
+    sandbox: Literal["bwrap", "none"] = "bwrap"  # looper/executors/sandbox.py; "none" is an explicit opt-out
     sandbox_network: bool = False  # let train.py reach the network inside its sandbox
     # kind = "slurm" (docs/SLURM.md)
     partition: str = ""

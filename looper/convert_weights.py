@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from looper.datahash import file_sha256
 from looper.pretrain import canonical_header
+from looper.workspace.hashes import file_sha256
 
 
 def normalized_yaml(cfg: dict[str, Any], nc: int) -> dict[str, Any]:

@@ -21,7 +21,7 @@ Commands:
   folder and prune old ones (never one whose run.pid is still there) in the same round trip.
 - ``run-dir DIR [--keep N] [--cached PATH]``: create and prune as above; whether PATH exists.
 - ``data DIR [--prepare prepare.py --scale S --seed N]``: the data set's manifest hash
-  (:func:`looper.datahash.tree_hash`), after building it with prepare.py when asked and missing
+  (:func:`looper.workspace.hashes.tree_hash`), after building it with prepare.py when asked and missing
   (the test pages' secret seed kept in ``remote_dir/.looper/test_seed``, which no sandbox shows).
 - ``run DIR [--env K=V]... [--gpu-index N] [--budget S] -- ARGV...``: run ARGV in a process
   group of its own, its id written to ``DIR/run.pid`` before it starts, its output streamed
@@ -47,8 +47,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from looper import proc, sandbox
-from looper.datahash import TEST_SEED_ENV, file_sha256, secret_seed_file, tree_hash
+import looper.executors.sandbox as sandbox
+from looper import proc
+from looper.workspace.hashes import TEST_SEED_ENV, file_sha256, secret_seed_file, tree_hash
 
 
 def _say(payload: dict[str, Any]) -> int:
@@ -118,7 +119,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
     facts: dict[str, object] = {"free_bytes": shutil.disk_usage(root).free, "python": platform.python_version(),
                                 "rsync": shutil.which("rsync") is not None}
     if args.sandbox:  # can this host build the sandbox train.py will run in? (a real `bwrap ... true`)
-        from looper.sandbox import SandboxPolicy, preflight
+        from looper.executors.sandbox import SandboxPolicy, preflight
 
         v = preflight(SandboxPolicy(mode="bwrap", network=args.sandbox == "network"))
         facts["sandbox"] = {"ok": v.ok, "why": "; ".join(v.blocking)}
@@ -169,7 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     argv, after = sandbox.wrap_on_host(args.argv, run, env)  # LOOPER_SANDBOX=train|eval: this host's sandbox
     sampler = None
     if args.gpu_index is not None:
-        from looper.adapters.gpu import GpuSampler
+        from looper.executors.gpu import GpuSampler
 
         gpu_json = run / "gpu.json"
         sampler = GpuSampler(args.gpu_index, on_sample=lambda summary: _write_json(gpu_json, summary)).start()

@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from looper import guard, proc
-from looper.runlog import CappedLog, LineCutter
+from looper import proc
+from looper.executors.runlog import CappedLog, LineCutter
+from looper.night import guard
 
 
 def test_a_long_line_is_cut_as_it_arrives_and_says_so():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from looper.datahash import file_sha256, fixed_hashes, tree_hash
+from looper.workspace.hashes import file_sha256, fixed_hashes, tree_hash
 
 
 def _tree(root: Path) -> None:
@@ -44,7 +44,7 @@ def test_fixed_hashes_report_a_missing_file_as_none(tmp_path: Path):
 
 
 def test_pretrained_hashes_cover_every_file_of_the_folder_by_relative_name(tmp_path: Path):
-    from looper.datahash import pretrained_hashes
+    from looper.workspace.hashes import pretrained_hashes
 
     assert pretrained_hashes(tmp_path) == {}
     (tmp_path / "pretrained").mkdir()

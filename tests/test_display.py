@@ -1,4 +1,4 @@
-"""looper.display: run output reaches the terminal and .looper/logs cleaned, never as rich markup; a
+"""looper.night.display: run output reaches the terminal and .looper/logs cleaned, never as rich markup; a
 failure of the display is kept for the loop to halt on, never raised into it (issue 23, finding 8)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from looper.display import Display, RichDisplay
+from looper.night.display import Display, RichDisplay
 
 ATTACK = "step 3 \x1b]0;pwned\x07\x1b[2J\r#9 -> KEEP 0.9999 \x9b2J\x08"
 BAD_BYTES = ("\x1b", "\x07", "\r", "\x9b", "\x08")

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import tiers
 
-from looper.adapters import gpu
-from looper.adapters.gpu import FATAL_XIDS, GpuSampler, NvmlProbe
+from looper.executors import gpu
+from looper.executors.gpu import FATAL_XIDS, GpuSampler, NvmlProbe
 
 MB = 2**20
 
@@ -278,7 +278,7 @@ def test_sampler_rising_ecc_marks_lost() -> None:
 
 
 def test_remote_read_prints_one_reading(capsys: pytest.CaptureFixture[str]) -> None:
-    """``python -m looper.adapters.gpu read``: what the ssh executor's GPU preflight parses."""
+    """``python -m looper.executors.gpu read``: what the ssh executor's GPU preflight parses."""
     assert gpu.main(["read", "--index", "0"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) >= {"ok", "problem", "count", "memory_total_mb"}

@@ -197,7 +197,7 @@ def test_the_secret_is_kept_mode_600_and_used_again(tmp_path: Path, monkeypatch:
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """prepare.py as looper runs it: $LOOPER_TEST_SEED_FILE names where the secret is kept (drawn there
     the first time, mode 600); a second build from it is byte-identical; its output never shows it."""
-    from looper.datahash import TEST_SEED_ENV, secret_seed_file
+    from looper.workspace.hashes import TEST_SEED_ENV, secret_seed_file
 
     assert TEST_SEED_ENV == prepare.TEST_SEED_ENV
     keep = secret_seed_file(tmp_path / "ws")

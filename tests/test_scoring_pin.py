@@ -15,7 +15,7 @@ import pytest
 from harness import make_ws, pages  # noqa: F401  (pytest fixtures)
 
 import looper.core.metrics
-from looper.datahash import PACKAGE_PARENT, SCORING_MODULES, file_sha256, fixed_hashes
+from looper.workspace.hashes import PACKAGE_PARENT, SCORING_MODULES, file_sha256, fixed_hashes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def test_a_scoring_module_changed_mid_tag_is_a_harness_error_naming_it(make_ws, 
     ws = make_ws()
     env = ws.env()
     env["PYTHONPATH"] = str(site)
-    which = subprocess.run([sys.executable, "-c", "import looper.datahash as d; print(d.PACKAGE_PARENT)"],
+    which = subprocess.run([sys.executable, "-c", "import looper.workspace.hashes as d; print(d.PACKAGE_PARENT)"],
                            env=env, cwd=ws.root, capture_output=True, text=True, check=True)
     assert Path(which.stdout.strip()) == site.resolve(), "the daemon would not run from the copy"
     if time.localtime().tm_sec >= 50:  # `--until HH:MM` a minute ago would mean tomorrow

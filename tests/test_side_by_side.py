@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from looper.config import config_from_dict
-from looper.context import run_threads
 from looper.errors import ConfigError, HarnessError
-from looper.measure import side_by_side
+from looper.night.context import run_threads
+from looper.night.measure import side_by_side
 
 CORES = sorted(os.sched_getaffinity(0))
 

@@ -8,7 +8,7 @@ what a failed run left behind, in this order:
 2. a path the harness needs is missing (``missing_paths``) -> error;
 3. the run was stopped from outside: over budget or hung (log silent) -> crash, unless the
    log shows a harness cause (below), which makes it an error;
-4. the training sandbox's own lines (looper/sandbox.py) -> crash: train.py tried what the
+4. the training sandbox's own lines (looper/executors/sandbox.py) -> crash: train.py tried what the
    sandbox forbids: a write outside ``$LOOPER_OUT`` (read-only file system), a read of the
    test pages (not mounted), processes left running after it exited;
 5. a Python exception in the log:
@@ -246,7 +246,7 @@ def _harness_cause(text: str, *, in_exception: bool = False) -> str | None:
     return None
 
 
-# The training sandbox's own lines (looper/sandbox.py WATCH): a write outside $LOOPER_OUT, a
+# The training sandbox's own lines (looper/executors/sandbox.py WATCH): a write outside $LOOPER_OUT, a
 # read of the test pages and a process left running are the change's doing there, never the harness's.
 _SANDBOX_EXIT = re.compile(r"^looper sandbox: train\.py exited -?\d+; writable were only (?P<out>\S+) and",
                            re.MULTILINE)

@@ -8,7 +8,7 @@ the candidate ignores the seed, and that is a crash of the change that names it.
 
 The check is decidable only when at least two seeds of the candidate left weights: with one
 seed it has not run, and says so (it never answers "pass" for a check it could not make).
-Pure: seeds and hashes in (the hashing is :func:`looper.measure.weights_sha256`), an answer out.
+Pure: seeds and hashes in (the hashing is :func:`looper.night.measure.weights_sha256`), an answer out.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ such text uses them:
   ``\\n`` and ``\\t`` stay when the text is meant to have several lines (``multiline=True``).
   A carriage return is removed, never turned into a line break: ``"ok\\r#9 -> KEEP"`` cannot
   start a line of its own. The terminal (the daemon's display), ``.looper/logs``, the database
-  (through :func:`looper.adapters.notify.redact`), pages and the report only ever see cleaned text.
+  (through :func:`looper.night.notify.redact`), pages and the report only ever see cleaned text.
 - :func:`one_line`: cleaned, whitespace collapsed to single spaces, cut to a length.
 - :func:`fence`: cleaned and fenced for an agent's prompt under a label that says it is data,
   not instructions; the fence (:func:`code_block`) is longer than any run of backticks inside,

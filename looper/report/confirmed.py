@@ -1,6 +1,6 @@
 """The confirmed morning in the report: the headline and what the decisions and confirmations cost.
 
-The headline is the latest confirmation of the tag (looper.confirm): the night's best on fresh
+The headline is the latest confirmation of the tag (looper.night.confirm): the night's best on fresh
 seeds against the baseline, with its 95 % interval, beside the selection-time figure (the best's
 score as the gate measured it while selecting it, biased upwards by that selection). A kept change
 whose gain did not confirm is flagged for a person. Costs: runs and minutes per decision (the
@@ -38,7 +38,7 @@ class Morning:
 
 
 def costs_by_experiment(store: Store, tag: str | None = None, since: str | None = None) -> dict[int, dict]:
-    """``{experiment id: verdict cost}`` of every decision that recorded one (looper.experiment)."""
+    """``{experiment id: verdict cost}`` of every decision that recorded one (looper.night.experiment)."""
     got = queries.json_fields(store, {"cost": ("verdict", "$.metrics.cost")}, tag=tag, since=since,
                               kind=("candidate", "verify"))
     return {i: v["cost"] for i, v in got.items() if isinstance(v.get("cost"), dict)}

@@ -160,7 +160,7 @@ def _max_class_drop(exp: ExperimentRecord | None) -> float:
 
 def _reference(store: Store, root: Path, baseline: ExperimentRecord | None, score_name: str) -> Reference:
     """The baseline the gates compare against: the newest approved file, else the tag start."""
-    from looper.baselines import newest_baseline
+    from looper.workspace.baselines import newest_baseline
 
     approved = newest_baseline(root / "baselines")
     if approved is not None:

@@ -10,8 +10,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from looper.adapters.notify import redact
 from looper.core.untrusted import clean as untrusted_clean
+from looper.night.notify import redact
 
 __all__ = [
     "MAX_ATTENTION", "MAX_TEXT_ROWS", "OUTCOME_ORDER", "TRIGGERS", "TRIGGERS_FOR", "clean", "console", "fmt",
@@ -27,7 +27,7 @@ MAX_ATTENTION = 5
 MAX_TEXT_ROWS = 15
 
 #: Lower-case substrings at least one of which every match of the pager's redaction patterns
-#: (``looper.adapters.notify._SECRET_PATTERNS``) contains. Text holding none of them cannot be
+#: (``looper.night.notify._SECRET_PATTERNS``) contains. Text holding none of them cannot be
 #: changed by ``redact``, so it skips the regexes: redacting 10,000 rows stays cheap. A test
 #: pins the pager's patterns: change them, and it says to revisit this list.
 TRIGGERS: tuple[str, ...] = ("://", "bearer", "api", "token", "secret", "passw", "sk-", "pk-", "rk-", "xox")

@@ -669,7 +669,7 @@ class Store:
                          started_at: str, diff: float | None = None, low: float | None = None,
                          high: float | None = None, selection_diff: float | None = None,
                          flagged: bool = False) -> int:
-        """Record one confirmation of a tag's best on fresh seeds (looper.confirm); returns its id."""
+        """Record one confirmation of a tag's best on fresh seeds (looper.night.confirm); returns its id."""
         values = {"tag": tag, "experiment_id": experiment_id, "baseline_id": baseline_id, "trigger": trigger,
                   "status": status, "score_key": score_key, "planned": planned,
                   "seeds_json": _dumps(list(seeds), "seeds"), "scores_json": _dumps(list(scores), "scores"),

@@ -22,8 +22,8 @@ import pytest
 from faults.faultkit import assert_nothing_lost
 from harness import make_ws, pages  # noqa: F401  (pytest fixtures)
 
+from looper.agents.program import load_program
 from looper.config import config_from_dict
-from looper.program import load_program
 from looper.workspace import init_workspace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from looper.adapters.agents import make_agent
-from looper.adapters.agents.base import AgentContext, HistoryView, ProposalRejected
-from looper.adapters.agents.command import CommandAgent
+from looper.agents import make_agent
+from looper.agents.base import AgentContext, HistoryView, ProposalRejected
+from looper.agents.command import CommandAgent
 from looper.errors import ConfigError, HarnessError
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from looper.adapters.agents import make_agent
-from looper.adapters.agents.base import AgentContext, HistoryView, ProposalRejected
-from looper.adapters.agents.openai import OpenAIAgent
+from looper.agents import make_agent
+from looper.agents.base import AgentContext, HistoryView, ProposalRejected
+from looper.agents.openai import OpenAIAgent
 from looper.errors import ConfigError, HarnessError
 
 KEY = "sk-test-0123456789abcdefghij"

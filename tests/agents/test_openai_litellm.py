@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 from harness import FIXTURE, make_ws, pages  # noqa: F401  (pytest fixtures)
 
-from looper.adapters.agents.base import AgentContext, HistoryView
-from looper.adapters.agents.openai import OpenAIAgent
+from looper.agents.base import AgentContext, HistoryView
+from looper.agents.openai import OpenAIAgent
 from looper.errors import HarnessError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from looper.adapters.agents import make_agent
-from looper.adapters.agents.base import AgentContext, ExperimentView, HistoryView
-from looper.adapters.agents.planner import PlannerAgent
+from looper.agents import make_agent
+from looper.agents.base import AgentContext, ExperimentView, HistoryView
+from looper.agents.planner import PlannerAgent
 from looper.core.hyperblock import read_knobs
 from looper.errors import HarnessError
 

@@ -4,8 +4,8 @@ import datetime as dt
 import re
 from pathlib import Path
 
+from looper.agents.program import REQUIRED_SECTIONS, load_program, parse_program, problems_against_train
 from looper.core.hyperblock import read_knobs
-from looper.program import REQUIRED_SECTIONS, load_program, parse_program, problems_against_train
 
 ROOT = Path(__file__).resolve().parents[2]
 

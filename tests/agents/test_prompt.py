@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from harness import outside_labelled_fences
 
-from looper.adapters.agents.base import ClassScore, ExperimentView, HistoryView
-from looper.prompt import UNTRUSTED, PromptTooLarge, build_prompt, redact
+from looper.agents.base import ClassScore, ExperimentView, HistoryView
+from looper.agents.prompt import UNTRUSTED, PromptTooLarge, build_prompt, redact
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = (ROOT / "program.md").read_text()
@@ -138,7 +138,7 @@ def test_every_section_fences_and_labels_run_text(train_py: str) -> None:
 def test_the_shipped_program_and_train_py_leave_the_default_prompt_room_for_history():
     """The workspace's own program.md and train.py (what `looper init` writes) fit the default bound
     with at least 10,000 characters left for the history: a command or openai agent can start."""
-    from looper.prompt import MAX_PROMPT_CHARS
+    from looper.agents.prompt import MAX_PROMPT_CHARS
 
     root = Path(__file__).resolve().parents[2]
     program_md, train_py = (root / "program.md").read_text(), (root / "train.py").read_text()

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looper.adapters.agents import make_agent
-from looper.adapters.agents.base import AgentContext, ClassScore, ExperimentView, HistoryView
+from looper.agents import make_agent
+from looper.agents.base import AgentContext, ClassScore, ExperimentView, HistoryView
 from looper.core.plan import Exhausted, Knob, PastExperiment, PlanProposal, next_proposal
 from looper.core.search import evolve_proposal, fitness, random_proposal
 
@@ -173,7 +173,7 @@ def test_planner_puts_rare_class_knobs_first_while_classes_score_zero() -> None:
 
 
 def test_program_md_marks_rare_class_knobs_by_their_comment() -> None:
-    from looper.program import parse_program
+    from looper.agents.program import parse_program
 
     text = (Path(__file__).resolve().parents[2] / "program.md").read_text()
     rare = [k.name for k in parse_program(text).knobs if k.targets_rare_classes]

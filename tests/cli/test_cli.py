@@ -138,7 +138,7 @@ def test_suggest_follows_phase_1_of_the_real_program(ws: Path):
     r = runner.invoke(app, ["suggest", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    from looper.program import parse_program
+    from looper.agents.program import parse_program
 
     first = parse_program((ws / "program.md").read_text()).knobs[0]
     assert out["phase"] == 1 and list(out["changes"]) == [first.name]

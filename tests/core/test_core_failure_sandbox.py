@@ -1,4 +1,4 @@
-"""Failures inside the training sandbox (looper/sandbox.py): what it forbids is the change's doing."""
+"""Failures inside the training sandbox (looper/executors/sandbox.py): what it forbids is the change's doing."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.program import load_program
+from looper.agents.program import load_program
 from looper.workspace import WORKSPACE_FILES, shipped_pretrained
 
 pytestmark = pytest.mark.e2e
@@ -130,12 +130,12 @@ def test_wheel_carries_the_workspace_files(installed: Installed) -> None:
     assert Path(where["template"]).resolve() == (installed.site / "looper" / "workspace_template").resolve(), where
 
 
-# Run by the fresh venv's python: the installed package's sandbox argv (looper/sandbox.py) around a
+# Run by the fresh venv's python: the installed package's sandbox argv (looper/executors/sandbox.py) around a
 # python that imports looper and the dependencies, for training and for evaluation; prints the result.
 SANDBOXED = r"""
 import json, subprocess, sys
 from pathlib import Path
-from looper.sandbox import eval_argv, prepare_evaluator, train_argv
+from looper.executors.sandbox import eval_argv, prepare_evaluator, train_argv
 
 here = Path(sys.argv[1])
 for d in ("ws", "data", "out"):
@@ -224,7 +224,7 @@ def test_installed_looper_inits_and_measures_a_baseline(installed: Installed, ni
     assert (night.ws / "data" / "manifest.json").is_file()  # the real prepare.py built the data
     assert len(night.candidates) == 1, (night.rows, night.said)
     assert list((night.ws / "runs" / "tiny").glob("*/*/out/weights.pt")), night.said
-    # evaluated in the sandbox: from the harness's read-only copy of evaluate.py (looper/sandbox.py)
+    # evaluated in the sandbox: from the harness's read-only copy of evaluate.py (looper/executors/sandbox.py)
     assert list((night.ws / "runs" / "tiny").glob("*/*/eval/evaluate.py")), night.said
     # never a harness error about the data (Ultralytics writes label caches into the data folder)
     assert not [c for c in night.candidates if "data" in json.dumps(c.get("blocking") or "").lower()], night.candidates

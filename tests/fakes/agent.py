@@ -1,4 +1,4 @@
-"""A scripted agent: the :class:`looper.adapters.agents.base.Agent` Protocol, in-process.
+"""A scripted agent: the :class:`looper.agents.base.Agent` Protocol, in-process.
 
 Each proposal sets knobs of the fixture train.py (``{"QUALITY": 0.7}``); when the script is used up the
 agent is exhausted (the night's stop rule)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from looper.adapters.agents.base import AgentContext, Proposal
+from looper.agents.base import AgentContext, Proposal
 
 
 class ScriptedAgent:

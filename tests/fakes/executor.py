@@ -1,4 +1,4 @@
-"""A fake executor: the :class:`looper.adapters.executors.Executor` Protocol, in-process.
+"""A fake executor: the :class:`looper.executors.Executor` Protocol, in-process.
 
 It runs nothing. A run's outcome is decided by the fixture train.py's knobs (tests/fixture_ws/train.py:
 SCENARIO, QUALITY, NOISE, BONUS, WEAK_CLASS, WEAK_RECALL, STEPS_FIT), read from the checkout's train.py,
@@ -16,8 +16,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from looper.adapters.executors.base import EvalJob, LineSink, RunResult, TrainJob
 from looper.core.verdict import Verdict
+from looper.executors.base import EvalJob, LineSink, RunResult, TrainJob
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixture_ws"
 DATA_HASH = "fake-data-0001"

@@ -1,4 +1,4 @@
-"""One experiment driven in-process through looper.experiment.run_candidate: real git, a real
+"""One experiment driven in-process through looper.night.experiment.run_candidate: real git, a real
 Store in a temp dir, the fixture workspace (tests/fixture_ws) and its command agent, the local
 executor. Each test asserts what settle() did: the one outcome row, the branch, the checkout."""
 
@@ -12,17 +12,17 @@ import subprocess
 
 import pytest
 
-from looper.adapters.agents import make_agent
-from looper.adapters.executors import make_executor
-from looper.adapters.notify import AppriseNotifier
+from looper.agents import make_agent
+from looper.agents.program import parse_program
 from looper.config import config_from_dict, load_config
-from looper.context import baseline_drift
 from looper.core.verdict import Outcome, Status
-from looper.display import Display
 from looper.errors import HarnessError
-from looper.experiment import run_candidate
-from looper.loop import Loop
-from looper.program import parse_program
+from looper.executors import make_executor
+from looper.night.context import baseline_drift
+from looper.night.display import Display
+from looper.night.experiment import run_candidate
+from looper.night.loop import Loop
+from looper.night.notify import AppriseNotifier
 from looper.report import report_text, write_html
 from looper.store import Store
 

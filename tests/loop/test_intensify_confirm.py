@@ -12,10 +12,10 @@ import pytest
 from test_experiment_inprocess import night, ready  # noqa: F401 (fixtures below)
 from test_experiment_inprocess import ws as ws  # noqa: F401,PLC0414
 
-from looper.confirm import confirm
 from looper.core.gate import PAIRED_TEST
 from looper.core.verdict import Outcome
-from looper.experiment import run_candidate
+from looper.night.confirm import confirm
+from looper.night.experiment import run_candidate
 from looper.report import history_rows, report_text, write_html
 from looper.store import Store
 from looper.store.queries import confirmations
@@ -194,7 +194,7 @@ def test_a_kept_gain_that_does_not_confirm_is_flagged(ws, monkeypatch):
 
 
 def test_a_night_cut_short_records_what_it_confirmed_so_far(ws, monkeypatch):
-    import looper.measure as measure_mod
+    import looper.night.measure as measure_mod
 
     loop = ready(ws, **{"loop.confirm_seeds": 3})
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from looper.measure import mean_metrics
+from looper.night.measure import mean_metrics
 from looper.store import Store
 
 

@@ -12,13 +12,13 @@ import pytest
 from fakes.agent import ScriptedAgent
 from fakes.executor import FakeExecutor
 
-from looper.adapters.notify import AppriseNotifier
 from looper.config import load_config
 from looper.core.verdict import Outcome
-from looper.display import Display
 from looper.errors import HarnessError
-from looper.experiment import run_candidate
-from looper.loop import Loop
+from looper.night.display import Display
+from looper.night.experiment import run_candidate
+from looper.night.loop import Loop
+from looper.night.notify import AppriseNotifier
 from looper.store import Store
 
 

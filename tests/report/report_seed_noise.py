@@ -59,7 +59,7 @@ def run_metrics(score: float, lose: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def mean_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    from looper.measure import mean_metrics
+    from looper.night.measure import mean_metrics
 
     return mean_metrics(runs)
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from report_pictures import PAGES, add_pictures
 from report_seed import TAG, Seeded
 
-from looper.agentctx import build_history
+from looper.agents.context import build_history
+from looper.agents.prompt import build_prompt
+from looper.agents.suggest import suggest
 from looper.config import Config
-from looper.prompt import build_prompt
 from looper.report import history_json, history_rows, history_text, write_html
-from looper.suggest import suggest
 
 REPO = Path(__file__).resolve().parents[2]
 #: What a page or a crop would look like in text: its file name, a data URL, a PNG's base64 start.

@@ -9,8 +9,8 @@ from datetime import date
 import pytest
 from report_seed import Seeded
 
-from looper.baselines import approve, baseline_files, newest_baseline, next_name
 from looper.errors import UsageError
+from looper.workspace.baselines import approve, baseline_files, newest_baseline, next_name
 
 DAY = date(2025, 3, 14)
 
@@ -35,7 +35,7 @@ def test_never_overwrites_even_when_the_name_is_taken_behind_its_back(seeded: Se
     folder.mkdir()
     (folder / "2025-03-14.json").write_text('{"metrics": {}, "mine": true}')
     # a racing approval that computed the same name must fail, not overwrite
-    import looper.baselines as b
+    import looper.workspace.baselines as b
 
     monkeypatch.setattr(b, "next_name", lambda _folder, _today: "2025-03-14.json")
     with pytest.raises(FileExistsError):

@@ -147,7 +147,7 @@ def test_no_secret_ever_appears(seeded: Seeded, tmp_path: Path) -> None:
 
 
 def test_approved_baseline_is_what_the_best_is_compared_with(seeded: Seeded) -> None:
-    from looper.baselines import approve
+    from looper.workspace.baselines import approve
 
     nm = seeded.ids["near_miss"]
     approve(seeded.store, seeded.root / "baselines", nm)

@@ -26,6 +26,7 @@ LAYERS: dict[str, set[str]] = {
     "pictures_html": {"pictures"},
     "html_page": {"fmt", "facts", "svg", "pictures", "pictures_html", "confirmed"},
     "json_report": {"facts", "pictures"},
+    "status": {"fmt"},
     "__init__": {"facts", "history", "html_page", "text"},
 }
 STORE_PUBLIC = {"looper.store", "looper.store.queries"}

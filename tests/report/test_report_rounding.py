@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from report_seed import TAG, Seeded
 
+from looper.agents.suggest import suggest
 from looper.config import Config
 from looper.report import report_text, write_html
 from looper.report.fmt import digits_for, shown
-from looper.statusview import status_text
-from looper.suggest import suggest
+from looper.report.status import status_text
 
 REPO = Path(__file__).resolve().parents[2]
 RAW = 0.10392233333333334

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 from report_seed import TAG, Seeded
 
-from looper.lock import DaemonLock
-from looper.statusview import status_text
+from looper.report.status import status_text
+from looper.workspace.lock import DaemonLock
 
 
 def _status(s: Seeded) -> str:

@@ -1,5 +1,5 @@
 """Issue 13's attack table: one malicious train.py per row, each training a tiny model first and
-then cheating, run inside the real training sandbox (looper/sandbox.py + looper/proc.py, the
+then cheating, run inside the real training sandbox (looper/executors/sandbox.py + looper/proc.py, the
 argv and choke point the executors use) and, for the pickle row, the real evaluation sandbox.
 
 Each run must end as a crash (non-zero exit) whose log names what was attempted, with the
@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from looper import proc, sandbox
+from looper import proc
 from looper.core.failure import FailureEvidence, classify_failure
 from looper.core.verdict import Outcome
+from looper.executors import sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [

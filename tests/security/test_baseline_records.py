@@ -13,8 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))  # the report tests' seeded store
 from report_seed import Seeded, build  # noqa: E402
 
-from looper.baselines import approve, newest_baseline, recorded_approvals  # noqa: E402
 from looper.errors import UsageError  # noqa: E402
+from looper.workspace.baselines import approve, newest_baseline, recorded_approvals  # noqa: E402
 
 DAY = date(2025, 3, 14)
 

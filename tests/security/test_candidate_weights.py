@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from looper import proc, sandbox
-from looper.sandbox import WEIGHTS_REFUSED_EXIT
+from looper import proc
+from looper.executors import sandbox
+from looper.executors.sandbox import WEIGHTS_REFUSED_EXIT
 from security.test_attacks import HONEST, train_in_sandbox, workspace  # noqa: F401  (the fixture)
 
 pytestmark = [

@@ -2,7 +2,7 @@
 
 ``git commit --no-verify`` skips only pre-commit and commit-msg; post-commit,
 prepare-commit-msg, reference-transaction and post-checkout still run in the daemon's process
-tree unless ``core.hooksPath`` points at an empty folder (looper/adapters/gitops.py).
+tree unless ``core.hooksPath`` points at an empty folder (looper/workspace/gitops.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.adapters.gitops import Workspace, no_hooks_dir
+from looper.workspace.gitops import Workspace, no_hooks_dir
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: real git
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from looper import sandbox
+from looper.executors import sandbox
 
 
 def _out(tmp_path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""looper/sandbox.py with the real bwrap: what a command inside the sandbox can and cannot do.
+"""looper/executors/sandbox.py with the real bwrap: what a command inside the sandbox can and cannot do.
 
 Each test runs a real command inside the argv the executors use and checks the effect on
 the real filesystem, network and process table (no mocks).
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from looper import proc, sandbox
-from looper.sandbox import SandboxPolicy
+from looper import proc
+from looper.executors import sandbox
+from looper.executors.sandbox import SandboxPolicy
 
 # The end-to-end tier (a real sandbox). bubblewrap is in the base set scripts/setup_system.sh installs:
 # a machine without it fails these tests (the sandbox's own error names the install), never skips them.

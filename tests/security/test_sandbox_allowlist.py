@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from looper import proc, sandbox
+from looper import proc
+from looper.executors import sandbox
 
 pytestmark = pytest.mark.e2e
 

@@ -9,11 +9,11 @@ import os
 import sys
 from pathlib import Path
 
-from looper import sandbox
-from looper.adapters.executors.base import TrainJob
-from looper.adapters.executors.common import prepare_local_data
-from looper.adapters.executors.local import LocalExecutor
-from looper.datahash import TEST_SEED_ENV, secret_seed_file
+from looper.executors import sandbox
+from looper.executors.base import TrainJob
+from looper.executors.common import prepare_local_data
+from looper.executors.local import LocalExecutor
+from looper.workspace.hashes import TEST_SEED_ENV, secret_seed_file
 
 
 def _binds(argv: list[str]) -> dict[str, str]:

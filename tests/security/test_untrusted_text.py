@@ -181,13 +181,13 @@ def test_a_last_line_of_rich_markup_closes_the_night_normally_on_a_terminal(make
 def test_a_display_that_fails_at_close_halts_the_night_with_a_page(make_ws, pages, monkeypatch) -> None:  # noqa: F811
     """An internal error of the display takes the loop's internal-error path: exit 3, a halt event,
     one page (before: it raised out of the loop at close, exit 3 with no page and no halt event)."""
-    from looper.adapters.agents import make_agent
-    from looper.adapters.executors import make_executor
-    from looper.adapters.notify import AppriseNotifier
+    from looper.agents import make_agent
+    from looper.agents.program import parse_program
     from looper.config import load_config
-    from looper.display import Display
-    from looper.loop import Loop
-    from looper.program import parse_program
+    from looper.executors import make_executor
+    from looper.night.display import Display
+    from looper.night.loop import Loop
+    from looper.night.notify import AppriseNotifier
     from looper.store import Store
 
     class PanelFailsAtClose(Display):

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from looper.adapters.executors.base import EvalJob, RunResult, TrainJob
-from looper.adapters.executors.slurm import SlurmExecutor
 from looper.core.failure import FailureEvidence, classify_failure
 from looper.core.verdict import Outcome, Status
+from looper.executors.base import EvalJob, RunResult, TrainJob
+from looper.executors.slurm import SlurmExecutor
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

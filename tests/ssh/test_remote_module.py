@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from looper import remote
-from looper.datahash import tree_hash
 from looper.proc import group_gone
+from looper.workspace.hashes import tree_hash
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: real processes and process groups
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import tiers
 
-from looper.adapters.executors.base import EvalJob, RunResult, TrainJob
-from looper.adapters.executors.ssh import NO_TOOL_CODE, SshExecutor
 from looper.core.verdict import Status
-from looper.datahash import tree_hash
+from looper.executors.base import EvalJob, RunResult, TrainJob
+from looper.executors.ssh import NO_TOOL_CODE, SshExecutor
 from looper.proc import group_gone
+from looper.workspace.hashes import tree_hash
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -363,8 +363,8 @@ def test_reap_ends_a_run_a_dead_daemon_left_behind(make_executor: Make, checkout
     remote = (tmp_path / "remote").resolve()
     daemon = (
         "import sys\nfrom pathlib import Path\n"
-        "from looper.adapters.executors.ssh import SshExecutor\n"
-        "from looper.adapters.executors.base import TrainJob\n"
+        "from looper.executors.ssh import SshExecutor\n"
+        "from looper.executors.base import TrainJob\n"
         f"ex = SshExecutor(Path({str(tmp_path / 'ws')!r}), {{'sandbox': 'none', 'host': 'looper-test', 'remote_dir': {str(remote)!r},"
         f" 'python': sys.executable, 'ssh_options': ['-F {sshd.ssh_config}']}})\n"
         f"ex.train(TrainJob(Path({str(checkout)!r}), Path({str(tmp_path / 'd' / 'out')!r}), 0, 120, 5, 120,"

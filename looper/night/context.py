@@ -13,15 +13,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from looper.adapters.executors import Executor
-from looper.adapters.gitops import Workspace, Worktree
-from looper.adapters.notify import redact
 from looper.config import Config
 from looper.core import cores as core_cores
 from looper.core.verdict import Outcome
-from looper.display import Display
 from looper.errors import HarnessError
+from looper.executors import Executor
+from looper.night.display import Display
+from looper.night.notify import redact
 from looper.store import ExperimentRecord, Store, TagRecord
+from looper.workspace.gitops import Workspace, Worktree
 
 
 def usable_cores() -> list[int]:
@@ -130,7 +130,7 @@ class Context:
         self._threads: int | None = None  # [loop] seed_jobs > 1: each run's share of the cores
         self._threads_lock = threading.Lock()
         from looper import proc
-        from looper.guard import release_reserve
+        from looper.night.guard import release_reserve
 
         proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)  # every run's log and lines
         release_reserve(self.root, cfg.limits.reserve_bytes)  # a daemon killed on a full disk: room to start

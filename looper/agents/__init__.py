@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from looper.adapters.agents.base import (
+from looper.agents.base import (
     Agent,
     AgentContext,
     ClassScore,
@@ -22,8 +22,8 @@ from looper.adapters.agents.base import (
     Proposal,
     ProposalRejected,
 )
+from looper.agents.program import Program
 from looper.errors import ConfigError, HarnessError
-from looper.program import Program
 
 KINDS = ("planner", "random", "evolve", "command", "openai")
 
@@ -38,19 +38,19 @@ def make_agent(agent_cfg: Any, program: Program | None = None, **overrides: Any)
     max_failures = getattr(agent_cfg, "max_failures", 2) or 2
     try:
         if kind in ("planner", "random", "evolve"):
-            from looper.adapters.agents.planner import EvolveAgent, PlannerAgent, RandomAgent
+            from looper.agents.planner import EvolveAgent, PlannerAgent, RandomAgent
 
             cls = {"planner": PlannerAgent, "random": RandomAgent, "evolve": EvolveAgent}[kind]
             return cls(program, seed=int(getattr(agent_cfg, "seed", 0) or 0), **overrides)
         if kind == "command":
-            from looper.adapters.agents.command import CommandAgent
+            from looper.agents.command import CommandAgent
 
             if not (getattr(agent_cfg, "command", "") or "").strip():
                 raise ConfigError("agent.command is empty: kind = \"command\" needs a command to run")
             return CommandAgent(agent_cfg.command, timeout_seconds=timeout, max_failures=max_failures,
                                 **overrides)
         if kind == "openai":
-            from looper.adapters.agents.openai import OpenAIAgent
+            from looper.agents.openai import OpenAIAgent
 
             for key in ("base_url", "model"):
                 if not (getattr(agent_cfg, key, "") or "").strip():

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from looper import proc
-from looper.adapters.executors.base import EvalJob, RunResult, TrainJob
 from looper.core.verdict import Verdict
-from looper.datahash import PRETRAINED_DIR, TEST_SEED_ENV, secret_seed_file, tree_hash
+from looper.executors.base import EvalJob, RunResult, TrainJob
+from looper.workspace.hashes import PRETRAINED_DIR, TEST_SEED_ENV, secret_seed_file, tree_hash
 
 MIN_FREE_BYTES = 1 << 30  # 1 GiB: less than this where runs write is a preflight error
 NO_TOOL_CODE = -1  # transport_exit_code when the fault is not a tool's own exit status
@@ -138,7 +138,7 @@ def sandboxed_eval_argv(python: str, job: EvalJob, data_dir: Path, env: dict[str
                         **node: Any) -> list[str]:
     """``python -I`` on the harness's copy of evaluate.py (``eval/`` next to METRICS.json) in the
     evaluation sandbox, writing ``eval/out/METRICS.json``; ``node``: a compute node's device list and bwrap."""
-    from looper import sandbox
+    import looper.executors.sandbox as sandbox
 
     eval_dir = job.metrics_path.parent / "eval"
     return sandbox.eval_argv(python, eval_dir / "evaluate.py", weights=job.weights, data_dir=data_dir,

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from looper import proc
-from looper.adapters.executors.common import NO_TOOL_CODE, last_lines
+from looper.executors.common import NO_TOOL_CODE, last_lines
 from looper.retry import retry_call
 
 CONNECT_TIMEOUT = 10  # seconds, unless the ssh config sets ConnectTimeout

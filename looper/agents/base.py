@@ -89,7 +89,7 @@ class AgentContext:
     checkout: Path
     train_py: str  # the current best train.py (also at checkout / "train.py")
     program_md: str
-    prompt: str  # looper.prompt.build_prompt(...) output
+    prompt: str  # looper.agents.prompt.build_prompt(...) output
     history: HistoryView = field(default_factory=HistoryView)
 
 

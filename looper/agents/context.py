@@ -2,7 +2,7 @@
 
 No image, no data path, no page name, no secret: only numbers, descriptions and reasons.
 Reasons and signatures may quote run output: the store holds them cleaned of control characters
-(:func:`looper.adapters.notify.redact`), and the prompt builder redacts again and shows every such
+(:func:`looper.night.notify.redact`), and the prompt builder redacts again and shows every such
 text only inside a fence labelled as untrusted data (:mod:`looper.core.untrusted`).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from looper.adapters.agents.base import AgentContext, ClassScore, ExperimentView, HistoryView
+from looper.agents.base import AgentContext, ClassScore, ExperimentView, HistoryView
 from looper.core import exclusions as core_excl
 from looper.core.hyperblock import HyperblockError, knob_changes, read_knobs
 from looper.core.search import STRATEGIES
@@ -89,7 +89,7 @@ def build_history(store: Store, tag: str, score_name: str, max_experiments: int 
 
 def build_context(store: Store, tag: str, checkout: Path, train_py: str, program_md: str, cfg: Any,
                   in_flight: tuple[dict[str, Any], ...] = ()) -> AgentContext:
-    from looper.prompt import build_prompt
+    from looper.agents.prompt import build_prompt
 
     history = build_history(store, tag, cfg.gate.score, in_flight=in_flight)
     if cfg.agent.kind in STRATEGIES:

@@ -323,11 +323,11 @@ def _is_gpu_lost(nv: Any, exc: BaseException) -> bool:
     return (isinstance(lost, type) and isinstance(exc, lost)) or "lost" in str(exc).lower()
 
 
-# -- remote reading: ``python -m looper.adapters.gpu read --index N`` (looper.remote samples itself) --
+# -- remote reading: ``python -m looper.executors.gpu read --index N`` (looper.remote samples itself) --
 
 def main(argv: list[str] | None = None) -> int:
     """Print one NvmlProbe reading as JSON (the ssh executor's GPU preflight on the host)."""
-    parser = argparse.ArgumentParser(prog="python -m looper.adapters.gpu")
+    parser = argparse.ArgumentParser(prog="python -m looper.executors.gpu")
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("read", help="print one NvmlProbe reading as JSON")
     r.add_argument("--index", type=int, default=0)

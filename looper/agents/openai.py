@@ -26,8 +26,8 @@ from typing import Any
 import openai
 from openai._types import Omit
 
-from looper.adapters.agents.base import AgentContext, Proposal, ProposalRejected
-from looper.adapters.agents.command import changes_or_empty, check_source
+from looper.agents.base import AgentContext, Proposal, ProposalRejected
+from looper.agents.command import changes_or_empty, check_source
 from looper.errors import HarnessError
 from looper.retry import retry_call
 

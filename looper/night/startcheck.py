@@ -18,7 +18,7 @@ from looper.core.classes import CLASSES
 from looper.core.hyperblock import HyperblockError, read_knobs
 from looper.core.startweights import read_header, start_problems
 from looper.core.verdict import Verdict
-from looper.datahash import PRETRAINED_DIR
+from looper.workspace.hashes import PRETRAINED_DIR
 
 
 def family_yaml(model: str) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """Proof before a halt (issue 23): a candidate's failure halts the night as a harness error only
 when a canary fails too. The decisions are pure (looper.core.blame); this module runs the canaries:
 
-- training: :func:`looper.measure.canary` re-runs the last kept train.py briefly;
+- training: :func:`looper.night.measure.canary` re-runs the last kept train.py briefly;
 - evaluation: :func:`eval_canary` evaluates the best's own weights with the same evaluator.
 
 A baseline's failures have no canary (nothing was kept yet): they keep the classifier's answer.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from looper.adapters.executors import EvalJob
-from looper.context import Context, Worker
 from looper.core import blame
+from looper.executors import EvalJob
+from looper.night.context import Context, Worker
 
 TRAIN_CANARY = "the last kept train.py"
 EVAL_CANARY = "the best's weights through the same evaluator"

@@ -18,18 +18,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from looper.adapters.executors import EvalJob, Executor, RunResult, TrainJob
-from looper.adapters.executors.base import FIXED_FILES
-from looper.canary import EVAL_CANARY, TRAIN_CANARY, best_eval_seconds, eval_canary, eval_limit, is_candidate
-from looper.context import Context, Worker, now_iso, run_threads
 from looper.core import blame as core_blame
 from looper.core import budget as core_budget
 from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
 from looper.core.verdict import Outcome, Verdict
-from looper.datahash import file_sha256, fixed_hashes, pretrained_hashes
 from looper.errors import HarnessError
-from looper.sandbox import WEIGHTS_REFUSED_EXIT
+from looper.executors import EvalJob, Executor, RunResult, TrainJob
+from looper.executors.base import FIXED_FILES
+from looper.executors.sandbox import WEIGHTS_REFUSED_EXIT
+from looper.night.canary import (
+    EVAL_CANARY,
+    TRAIN_CANARY,
+    best_eval_seconds,
+    eval_canary,
+    eval_limit,
+    is_candidate,
+)
+from looper.night.context import Context, Worker, now_iso, run_threads
+from looper.workspace.hashes import file_sha256, fixed_hashes, pretrained_hashes
 
 T = TypeVar("T")
 
@@ -120,8 +127,8 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
     """The executor answers, the fixed files and data are as pinned, train.py's starting checkpoint
     fits it, every approved baseline file is one the database recorded (with its hash), the checkout
     is clean."""
-    from looper.baselines import unrecorded
-    from looper.startcheck import check_pretrained
+    from looper.night.startcheck import check_pretrained
+    from looper.workspace.baselines import unrecorded
 
     planted = unrecorded(ctx.root / "baselines", ctx.store)
     parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu),
@@ -147,8 +154,8 @@ def _cores(ctx: Context) -> Verdict:
 
 
 def _disk(ctx: Context) -> Verdict:
-    """Free disk for the run and its outcome ([limits] min_free_bytes, reserve_bytes: looper.guard)."""
-    from looper.guard import disk_problem
+    """Free disk for the run and its outcome ([limits] min_free_bytes, reserve_bytes: looper.night.guard)."""
+    from looper.night.guard import disk_problem
 
     problem = disk_problem(ctx.root, ctx.cfg.limits.min_free_bytes, ctx.cfg.limits.reserve_bytes)
     return Verdict.errored(problem) if problem else Verdict.passed()
@@ -260,7 +267,7 @@ def weights_sha256(m: Measurement) -> str | None:
 
 def _read_json(ctx: Context, path: Path) -> tuple[dict | None, str | None]:
     """(the parsed file or None when missing/unreadable, why it was refused over a [limits] bound)."""
-    from looper.guard import read_json
+    from looper.night.guard import read_json
 
     lim = ctx.cfg.limits
     value, problem = read_json(path, lim.json_max_bytes, lim.json_max_depth)

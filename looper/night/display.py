@@ -6,7 +6,7 @@ rich panel shows it as ``Text``, never parsed as markup (a line ``[/x]`` is just
 
 The display never raises into the loop: its first failure is kept in :attr:`Display.broken`,
 the display carries on as plain lines where it can, and the loop halts the night on it as an
-internal error, with a page (:meth:`looper.loop.Loop.claim`, :meth:`looper.loop.Loop.run`).
+internal error, with a page (:meth:`looper.night.loop.Loop.claim`, :meth:`looper.night.loop.Loop.run`).
 """
 
 from __future__ import annotations

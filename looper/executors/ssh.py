@@ -1,10 +1,10 @@
 """Run training and evaluation on an SSH host, with the local supervisor in charge.
 
-Layers: :mod:`looper.adapters.executors.transport` (the ssh command line, connection sharing,
+Layers: :mod:`looper.executors.transport` (the ssh command line, connection sharing,
 retries, faults in words); :mod:`looper.remote` (what runs on the host, as
 ``python -m looper.remote ...`` from the synced package); :class:`RemoteHost` here (remote_dir
 on the host as calls of that module: layout, sync and hash checks, run folders, data); and
-:class:`SshExecutor`, the :class:`~looper.adapters.executors.base.Executor` protocol on top.
+:class:`SshExecutor`, the :class:`~looper.executors.base.Executor` protocol on top.
 
 A run is ``ssh host 'cd checkout && exec python -m looper.remote run RUN ... -- ARGV'`` under
 :func:`looper.proc.supervise` here: the budget, grace and stall limits are enforced here, and
@@ -35,8 +35,10 @@ from typing import Any
 
 import looper
 from looper import proc
-from looper.adapters.executors.base import FIXED_FILES, EvalJob, LineSink, RunResult, TrainJob
-from looper.adapters.executors.common import (
+from looper.core.verdict import Verdict
+from looper.errors import ConfigError
+from looper.executors.base import FIXED_FILES, EvalJob, LineSink, RunResult, TrainJob
+from looper.executors.common import (
     MIN_FREE_BYTES,
     NO_TOOL_CODE,
     DataFolder,
@@ -48,11 +50,9 @@ from looper.adapters.executors.common import (
     run_result,
     train_vars,
 )
-from looper.adapters.executors.transport import SshTransport, TransportFault
-from looper.core.verdict import Verdict
-from looper.datahash import PRETRAINED_DIR, SCORING_MODULES, file_sha256
-from looper.errors import ConfigError
-from looper.sandbox import SandboxPolicy
+from looper.executors.sandbox import SandboxPolicy
+from looper.executors.transport import SshTransport, TransportFault
+from looper.workspace.hashes import PRETRAINED_DIR, SCORING_MODULES, file_sha256
 
 KEEP_RUNS = 6  # remote run folders kept (older ones are deleted, never a live one)
 REMOTE_BUDGET_MARGIN = 60.0  # the host ends a run on its own this long after the local limit
@@ -203,7 +203,7 @@ class RemoteHost:
 
 
 class SshExecutor(DataFolder):
-    """The :class:`~looper.adapters.executors.base.Executor` for ``[executor] kind = "ssh"``."""
+    """The :class:`~looper.executors.base.Executor` for ``[executor] kind = "ssh"``."""
 
     name = "ssh"
 
@@ -251,7 +251,7 @@ class SshExecutor(DataFolder):
 
     def sandbox_request(self, kind: str) -> dict[str, str]:
         """Environment entries asking ``looper.remote run`` to wrap the command in the host's sandbox
-        (``kind``: train | eval; looper/sandbox.py ``wrap_on_host``); none when opted out."""
+        (``kind``: train | eval; looper/executors/sandbox.py ``wrap_on_host``); none when opted out."""
         if not self.sandbox.enabled:
             return {}
         return {"LOOPER_SANDBOX": kind, **({"LOOPER_SANDBOX_NETWORK": "1"} if self.sandbox.network else {})}
@@ -320,7 +320,7 @@ class SshExecutor(DataFolder):
     def _remote_gpu(self) -> tuple[dict, str]:
         """One NVML reading on the host, through the synced looper package and pynvml there."""
         try:
-            reading = self.remote.ask("read", "--index", str(self.gpu_index), module="looper.adapters.gpu",
+            reading = self.remote.ask("read", "--index", str(self.gpu_index), module="looper.executors.gpu",
                                       what="the NVML check", timeout=120)
         except TransportFault as fault:
             return {}, f"require_gpu is set but the GPU on {self.host} could not be checked: {fault}"
@@ -355,7 +355,7 @@ class SshExecutor(DataFolder):
         return _data_verdict(found, data, self.host)
 
     def data_hash(self, data_dir: str) -> Verdict:
-        """The same hash as :func:`looper.datahash.tree_hash`, computed on the host."""
+        """The same hash as :func:`looper.workspace.hashes.tree_hash`, computed on the host."""
         try:
             data = self.remote.data_path(data_dir)
             found = self.remote.data(data)

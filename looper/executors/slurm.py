@@ -45,9 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper import proc, sandbox
-from looper.adapters.executors.base import EvalJob, LineSink, RunResult, TrainJob
-from looper.adapters.executors.common import (
+import looper.executors.sandbox as sandbox
+from looper import proc
+from looper.core.verdict import Verdict
+from looper.errors import ConfigError
+from looper.executors.base import EvalJob, LineSink, RunResult, TrainJob
+from looper.executors.common import (
     NO_TOOL_CODE,
     DataFolder,
     child_env,
@@ -61,9 +64,7 @@ from looper.adapters.executors.common import (
     sandboxed_eval_argv,
     train_vars,
 )
-from looper.core.verdict import Verdict
-from looper.errors import ConfigError
-from looper.sandbox import NODE_GPU_DEVICES, SandboxPolicy
+from looper.executors.sandbox import NODE_GPU_DEVICES, SandboxPolicy
 
 TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo")
 
@@ -308,10 +309,10 @@ class SlurmClient:
 
 
 class SlurmExecutor(DataFolder):
-    """The :class:`~looper.adapters.executors.base.Executor` for ``[executor] kind = "slurm"``.
+    """The :class:`~looper.executors.base.Executor` for ``[executor] kind = "slurm"``.
 
     Data preparation and hashing run here, on the shared filesystem (the same helpers as
-    :class:`~looper.adapters.executors.local.LocalExecutor`); training and evaluation are batch jobs.
+    :class:`~looper.executors.local.LocalExecutor`); training and evaluation are batch jobs.
     """
 
     name = "slurm"
@@ -360,7 +361,7 @@ class SlurmExecutor(DataFolder):
 
     # -- the commands (the one place each argv is built; the batch script execs them) -----------
     def train_argv(self, job: TrainJob) -> list[str]:
-        """The training command inside the training sandbox on the node (looper/sandbox.py): bwrap from
+        """The training command inside the training sandbox on the node (looper/executors/sandbox.py): bwrap from
         the node's PATH, its NVIDIA nodes bound where they exist; the plain command when opted out."""
         if not self.sandbox.enabled:
             return self.plain_train_argv(job)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import git
 
-from looper.adapters.gitops import IDENTITY
 from looper.errors import WorkspaceError
+from looper.workspace.gitops import IDENTITY
 
 WORKSPACE_FILES = ("program.md", "train.py", "prepare.py", "evaluate.py", "looper.toml")
 
@@ -68,7 +68,7 @@ def template_root() -> Traversable:
     (setup.py copies the root's files there at build time), else the source tree that holds the
     package (an editable install)."""
     packaged = resources.files("looper") / "workspace_template"
-    source = Path(__file__).resolve().parent.parent
+    source = Path(__file__).resolve().parents[2]  # looper/workspace/__init__.py -> the source tree
     for root in (packaged, source):
         if all((root / n).is_file() for n in WORKSPACE_FILES):
             return root

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from looper import proc
-from looper.adapters.agents.base import AgentContext, Proposal, ProposalRejected
+from looper.agents.base import AgentContext, Proposal, ProposalRejected
 from looper.core.hyperblock import HyperblockError, knob_changes
 from looper.errors import HarnessError
 

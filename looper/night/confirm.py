@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import functools
 
-from looper.context import Context, now_iso
 from looper.core import confirmation as core_confirmation
 from looper.core.intensify import fresh_seeds
 from looper.core.verdict import Outcome
 from looper.errors import HarnessError, UsageError
+from looper.night.context import Context, now_iso
 from looper.store import queries
 
 
@@ -63,7 +63,7 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
     ran: list[int] = []
     seconds, problems, error, cut = 0.0, [], None, False
     worker = ctx.main_worker()
-    from looper.measure import Measurement, best_checkout, measure, record_best_run, side_by_side
+    from looper.night.measure import Measurement, best_checkout, measure, record_best_run, side_by_side
 
     with best_checkout(ctx, worker.wt.path, best.source, "looper-confirm-") as ck:
         def one(seed: int) -> Measurement | None:
@@ -114,7 +114,7 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
 
 def run_confirm(ctx: Context) -> int:
     """``looper confirm``: the tag's best on fresh seeds now. Returns the confirmation id."""
-    from looper.measure import preflight
+    from looper.night.measure import preflight
 
     ctx.wt = ctx.ws.ensure_worktree(ctx.tag)
     ctx.pinned = ctx.store.tag_record(ctx.tag)

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from looper.adapters.executors.base import EvalJob, Executor, RunResult, TrainJob
 from looper.errors import ConfigError
+from looper.executors.base import EvalJob, Executor, RunResult, TrainJob
 
 _REGISTRY: dict[str, Callable[..., Executor]] = {}
 
@@ -22,8 +22,8 @@ def register(kind: str) -> Callable[[Callable[..., Executor]], Callable[..., Exe
 
 @register("local")
 def _local(workspace: Path, section: Any) -> Executor:
-    from looper.adapters.executors.local import LocalExecutor
-    from looper.sandbox import SandboxPolicy
+    from looper.executors.local import LocalExecutor
+    from looper.executors.sandbox import SandboxPolicy
 
     return LocalExecutor(workspace, python=section.python, gpu_index=getattr(section, "gpu_index", 0),
                          sandbox=SandboxPolicy.from_section(section))
@@ -31,14 +31,14 @@ def _local(workspace: Path, section: Any) -> Executor:
 
 @register("ssh")
 def _ssh(workspace: Path, section: Any) -> Executor:
-    from looper.adapters.executors.ssh import SshExecutor
+    from looper.executors.ssh import SshExecutor
 
     return SshExecutor(workspace, section)
 
 
 @register("slurm")
 def _slurm(workspace: Path, section: Any) -> Executor:
-    from looper.adapters.executors.slurm import SlurmExecutor
+    from looper.executors.slurm import SlurmExecutor
 
     return SlurmExecutor(workspace, section)
 

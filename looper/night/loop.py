@@ -1,5 +1,5 @@
 """The night: set the tag up, recover what a stopped daemon left, claim experiments for the
-workers, halt and page. One experiment is :func:`looper.experiment.run_candidate`:
+workers, halt and page. One experiment is :func:`looper.night.experiment.run_candidate`:
 
 preflight -> agent proposes -> scope check -> commit on looper/<tag> -> train under the
 budget -> integrity check -> evaluate (old metrics deleted first) -> gate -> keep or reset
@@ -19,19 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from looper import proc
-from looper.adapters.executors import Executor
-from looper.adapters.executors.base import FIXED_FILES
-from looper.adapters.notify import Notifier
 from looper.config import Config
-from looper.confirm import confirm, record_nothing, run_confirm
-from looper.context import Context, Worker, baseline_drift, now_iso
 from looper.core.verdict import Outcome, Verdict
-from looper.datahash import fixed_hashes, pretrained_hashes
-from looper.display import Display
 from looper.errors import HarnessError, LooperError, StuckError
-from looper.experiment import measure_baseline, run_candidate, verify
-from looper.measure import preflight
+from looper.executors import Executor
+from looper.executors.base import FIXED_FILES
+from looper.night.confirm import confirm, record_nothing, run_confirm
+from looper.night.context import Context, Worker, baseline_drift, now_iso
+from looper.night.display import Display
+from looper.night.experiment import measure_baseline, run_candidate, verify
+from looper.night.measure import preflight
+from looper.night.notify import Notifier
 from looper.store import Store
+from looper.workspace.hashes import fixed_hashes, pretrained_hashes
 
 ADVICE = {
     "halt": "Fix the harness problem named above (GPU, data, host, fixed files, database), then start "
@@ -336,7 +336,7 @@ class Loop:
 
     # ------------------------------------------------------------------ looper confirm
     def confirm(self) -> int:
-        """The tag's best on fresh seeds, compared with its baseline (looper.confirm); the confirmation id."""
+        """The tag's best on fresh seeds, compared with its baseline (looper.night.confirm); the confirmation id."""
         return run_confirm(self.ctx)
 
     # ------------------------------------------------------------------ looper verify

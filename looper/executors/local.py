@@ -7,9 +7,11 @@ import sys
 import threading
 from pathlib import Path
 
-from looper import proc, sandbox
-from looper.adapters.executors.base import EvalJob, LineSink, RunResult, TrainJob
-from looper.adapters.executors.common import (
+import looper.executors.sandbox as sandbox
+from looper import proc
+from looper.core.verdict import Verdict
+from looper.executors.base import EvalJob, LineSink, RunResult, TrainJob
+from looper.executors.common import (
     DataFolder,
     child_env,
     eval_command,
@@ -21,9 +23,8 @@ from looper.adapters.executors.common import (
     sandboxed_eval_argv,
     train_vars,
 )
-from looper.adapters.gpu import NvmlProbe
-from looper.core.verdict import Verdict
-from looper.sandbox import SandboxPolicy
+from looper.executors.gpu import NvmlProbe
+from looper.executors.sandbox import SandboxPolicy
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # a run side by side: its thread pools, its share of the cores
 
@@ -51,7 +52,7 @@ class LocalExecutor(DataFolder):
 
     # -- the commands (the one place each argv is built) ------------------------------
     def train_argv(self, job: TrainJob) -> list[str]:
-        """The training command inside the training sandbox (looper/sandbox.py) unless opted out."""
+        """The training command inside the training sandbox (looper/executors/sandbox.py) unless opted out."""
         if not self.sandbox.enabled:
             return self.plain_train_argv(job)
         return sandbox.train_argv(self.plain_train_argv(job), checkout=job.checkout, out_dir=job.out_dir,
@@ -106,7 +107,7 @@ class LocalExecutor(DataFolder):
                              stall_seconds=job.stall_seconds)
         sampler = None
         if job.device and job.device != "cpu":  # GPU figures and loss detection through NVML
-            from looper.adapters.gpu import GpuSampler
+            from looper.executors.gpu import GpuSampler
 
             index = int(job.device.split(":")[-1]) if job.device.split(":")[-1].isdigit() else self.gpu_index
             sampler = GpuSampler(index).start()

@@ -59,7 +59,7 @@ def tree_hash(root: Path, ignore: tuple[str, ...] = IGNORED) -> tuple[str, int]:
 # installed ``looper`` package; the ONE list of what, besides the fixed files, decides a score.
 SCORING_MODULES = ("looper/__init__.py", "looper/core/__init__.py", "looper/core/metrics.py",
                    "looper/core/classes.py")
-PACKAGE_PARENT = Path(__file__).resolve().parent.parent  # the folder that holds this ``looper`` package
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the folder that holds this ``looper`` package
 
 
 def fixed_hashes(folder: Path, names: tuple[str, ...], modules: tuple[str, ...] = SCORING_MODULES,

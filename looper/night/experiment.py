@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from looper import proc
-from looper.adapters.executors.base import FIXED_FILES
-from looper.context import Context, Worker, fault_pause, now_iso
 from looper.core import failure as core_failure
 from looper.core import gate as core_gate
 from looper.core import intensify
@@ -33,8 +31,10 @@ from looper.core import seeds as core_seeds
 from looper.core.untrusted import one_line
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, LooperError, StuckError, UsageError
-from looper.guard import release_reserve
-from looper.measure import (
+from looper.executors.base import FIXED_FILES
+from looper.night.context import Context, Worker, fault_pause, now_iso
+from looper.night.guard import release_reserve
+from looper.night.measure import (
     Measurement,
     best_checkout,
     mean_metrics,
@@ -163,8 +163,8 @@ def start_from_tip(ctx: Context, w: Worker) -> tuple[str, str, ExperimentRecord,
 
 def propose(ctx: Context, w: Worker, parent_source: str) -> Proposed:
     """Ask the agent (one at a time for the planner or a single worker)."""
-    from looper.adapters.agents.base import ProposalRejected
-    from looper.agentctx import build_context
+    from looper.agents.base import ProposalRejected
+    from looper.agents.context import build_context
     from looper.core.hyperblock import HyperblockError, read_knobs
 
     ctx.display.set_phase(None, f"{ctx.wlabel(w)}agent ({getattr(ctx.agent, 'name', 'agent')}) proposes")
@@ -387,7 +387,7 @@ def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
          reruns_left: int, seeds: list[int] | None = None, looks: int | None = None,
          share: float | None = None) -> core_gate.GateDecision:
     """The one place the gate's input is built and the gate is asked."""
-    from looper.baselines import newest_baseline
+    from looper.workspace.baselines import newest_baseline
 
     try:
         approved = newest_baseline(ctx.root / "baselines", store=ctx.store)
@@ -511,7 +511,7 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
 
 def sandbox_opt_out(ctx: Context) -> str | None:
     """The line a verdict carries when ``[executor] sandbox = "none"`` (None when sandboxed)."""
-    from looper.sandbox import SandboxPolicy, opt_out_line
+    from looper.executors.sandbox import SandboxPolicy, opt_out_line
 
     return opt_out_line(SandboxPolicy.from_section(ctx.cfg.executor))
 
@@ -597,7 +597,7 @@ def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
     the tag's cold start) and pin the tag's step budget from the steps it fitted (core.budget). Returns
     what is pinned, or the Result that ends the baseline when the warm-up could not train."""
     from looper.core.budget import HEADROOM, step_budget
-    from looper.measure import train
+    from looper.night.measure import train
 
     ctx.store.set_tag_noise(ctx.tag, {})  # a new baseline forgets the old budget: the warm-up runs unbudgeted
     ctx.pinned = ctx.store.tag_record(ctx.tag)
@@ -629,7 +629,7 @@ def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
 
 def verify(ctx: Context) -> Verdict:
     """The pipeline on the workspace's current train.py, gated against the best, committed nowhere."""
-    from looper.measure import integrity
+    from looper.night.measure import integrity
 
     ctx.wt = ctx.ws.ensure_worktree(ctx.tag)
     tag_row = ctx.store.tag_record(ctx.tag)

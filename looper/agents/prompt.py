@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from looper.adapters.agents.base import ExperimentView, HistoryView
+from looper.agents.base import ExperimentView, HistoryView
 from looper.core import untrusted
 from looper.errors import HarnessError
 

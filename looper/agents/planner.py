@@ -12,12 +12,12 @@ returns ``Proposal(exhausted=True)``: a stop rule, not a crash.
 
 from __future__ import annotations
 
-from looper.adapters.agents.base import AgentContext, HistoryView, Proposal
+from looper.agents.base import AgentContext, HistoryView, Proposal
+from looper.agents.program import Program, parse_program
 from looper.core.hyperblock import HyperblockError, read_knobs, rewrite_knobs
 from looper.core.plan import Exhausted, PastExperiment, PlanError, PlanProposal, next_proposal
 from looper.core.search import evolve_proposal, random_proposal
 from looper.errors import HarnessError
-from looper.program import Program, parse_program
 
 
 def past_experiments(history: HistoryView) -> list[PastExperiment]:

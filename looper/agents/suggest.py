@@ -12,9 +12,9 @@ from looper.store import Store
 
 
 def suggest(root: Path, cfg: Any, store: Store) -> dict[str, Any]:
-    from looper.adapters.agents.planner import PlannerAgent
-    from looper.agentctx import build_context
-    from looper.program import parse_program
+    from looper.agents.context import build_context
+    from looper.agents.planner import PlannerAgent
+    from looper.agents.program import parse_program
 
     program_path = Path(root) / "program.md"
     if not program_path.is_file():
@@ -47,7 +47,7 @@ def suggest(root: Path, cfg: Any, store: Store) -> dict[str, Any]:
 
 def _strategies(program: Any, ctx: Any, seed: int) -> dict[str, str]:
     """One line per knob-search strategy: what it would run next and why."""
-    from looper.adapters.agents.planner import EvolveAgent, PlannerAgent, RandomAgent
+    from looper.agents.planner import EvolveAgent, PlannerAgent, RandomAgent
 
     out: dict[str, str] = {}
     for cls in (PlannerAgent, RandomAgent, EvolveAgent):
