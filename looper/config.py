@@ -270,7 +270,7 @@ class NotifyConfig(_Section):
 
 
 class LimitsConfig(_Section):
-    """Bounds on what a run may cost the daemon (issue 23): the evidence it stores, the disk it needs,
+    """Bounds on what a run may cost the daemon : the evidence it stores, the disk it needs,
     how long a candidate's evaluation may take."""
 
     log_max_bytes: int = Field(default=67_108_864, ge=4096)  # train.log / eval.log on disk: head and tail kept

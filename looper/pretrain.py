@@ -36,7 +36,7 @@ DATA_SEED = 1000  # the pages the checkpoint learns from: a seed no preset uses 
 SCALE = "demo"
 STEPS = 2000
 SEED = 0
-# The knobs the checkpoint is trained with: train.py's from-scratch baseline of issue 24's probe,
+# The knobs the checkpoint is trained with: train.py's from-scratch baseline knobs,
 # pinned here so that re-tuning the workspace's train.py for fine-tuning does not change the recipe.
 RECIPE: dict[str, Any] = {
     "PRETRAINED": "", "MODEL": "yolov8", "WIDTH": 0.125, "DEPTH": 0.33, "IMGSZ": 256, "BATCH": 8,

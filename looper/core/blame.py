@@ -3,7 +3,7 @@
 A candidate's failure halts the night as a harness error only when the harness proves that it
 is the one that broke: a canary (the last kept train.py re-run briefly, or a known-good
 evaluation of the best's weights) must fail too. Words in train.py's own output never decide
-it alone (issue 23: a printed ``CUDA error`` or ``NVMLError`` halted the night).
+it alone: a printed ``CUDA error`` or ``NVMLError`` is text the candidate wrote.
 
 - :func:`needs_canary`: does this failure need a canary before it may halt?
 - :func:`decide`: the outcome once the canary answered (or could not run).

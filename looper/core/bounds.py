@@ -1,8 +1,8 @@
 """Bounded evidence: what a run wrote is read only within stated limits. Pure, no I/O.
 
 train.py writes train.json and (through the evaluator) its weights decide METRICS.json; both
-are untrusted text. A 100 MB train.json grew the database by 200 MB; one nested 100,000 deep
-raised RecursionError inside the daemon (issue 23). :func:`loads_bounded` refuses a text over a
+are untrusted text. Unbounded, a 100 MB train.json would grow the database by 200 MB and one nested 100,000
+deep would raise RecursionError inside the daemon. :func:`loads_bounded` refuses a text over a
 size limit or nested deeper than a depth limit *before* parsing it, with a reason that names the
 limit, so no RecursionError can reach the daemon.
 """

@@ -1,4 +1,4 @@
-"""Bounded run output (issue 23): a run's log on disk and every line it prints cost the daemon a
+"""Bounded run output: a run's log on disk and every line it prints cost the daemon a
 bounded amount of disk, memory and time, however much train.py prints.
 
 - :class:`LineCutter` splits a byte stream into lines and cuts each to ``line_max_bytes`` as it

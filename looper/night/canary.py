@@ -1,4 +1,4 @@
-"""Proof before a halt (issue 23): a candidate's failure halts the night as a harness error only
+"""Proof before a halt: a candidate's failure halts the night as a harness error only
 when a canary fails too. The decisions are pure (looper.core.blame); this module runs the canaries:
 
 - training: :func:`looper.night.measure.canary` re-runs the last kept train.py briefly;

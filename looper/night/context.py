@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
+from looper.agents.base import Agent
 from looper.config import Config
 from looper.core import cores as core_cores
 from looper.core.verdict import Outcome
@@ -103,7 +103,7 @@ def baseline_drift(then: dict | None, now: dict) -> list[str]:
 class Context:
     """The night's shared parts, handed to every step of an experiment."""
 
-    def __init__(self, root: Path, cfg: Config, store: Store, executor: Executor, agent: Any,
+    def __init__(self, root: Path, cfg: Config, store: Store, executor: Executor, agent: Agent,
                  display: Display, secrets: list[str], program_md: str = "") -> None:
         self.root = Path(root)
         self.cfg = cfg

@@ -167,9 +167,9 @@ def propose(ctx: Context, w: Worker, parent_source: str) -> Proposed:
     from looper.agents.context import build_context
     from looper.core.hyperblock import HyperblockError, read_knobs
 
-    ctx.display.set_phase(None, f"{ctx.wlabel(w)}agent ({getattr(ctx.agent, 'name', 'agent')}) proposes")
+    ctx.display.set_phase(None, f"{ctx.wlabel(w)}agent ({ctx.agent.name}) proposes")
     t0 = time.monotonic()
-    serial = getattr(ctx.agent, "name", "") == "planner" or len(ctx.workers) == 1
+    serial = ctx.agent.name == "planner" or len(ctx.workers) == 1
     with ctx.agent_lock if serial else threading.Lock():
         others = tuple(dict(k) for wid, k in sorted(ctx.in_flight.items()) if wid != w.id)
         try:
@@ -230,13 +230,6 @@ def commit(ctx: Context, cand: Candidate) -> None:
 
 
 # ====================================================================== measurements -> a decision
-def measure_once(ctx: Context, cand: Candidate, role: str, seed: int, record_as: str | None = None) -> Measurement:
-    """Train + evaluate the candidate once and record the run."""
-    m = measure(ctx, cand.worker, cand.exp_id, role, seed, checkout=cand.checkout)
-    account(ctx, cand, role, m, record_as)
-    return m
-
-
 def measure_seeds(ctx: Context, cand: Candidate, roles: dict[int, str], ok: Callable[[Measurement], bool],
                   record_as: str | None = None) -> list[Measurement]:
     """The candidate on the seeds of ``roles`` (seed -> role, in order), side by side with ``[loop]

@@ -1,4 +1,4 @@
-"""The daemon's own resources against what a run leaves (issue 23): evidence read within limits,
+"""The daemon's own resources against what a run leaves: evidence read within limits,
 free disk checked before a run, space reserved so an outcome can always be written.
 
 - :func:`read_json` reads train.json / METRICS.json only under ``[limits] json_max_bytes`` and

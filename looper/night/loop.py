@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from looper import proc
+from looper.agents.base import Agent
 from looper.config import Config
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, LooperError, StuckError
@@ -53,7 +54,7 @@ class Halted:
 class Loop:
     """One daemon's night on one workspace and tag."""
 
-    def __init__(self, root: Path, cfg: Config, store: Store, executor: Executor, agent: Any,
+    def __init__(self, root: Path, cfg: Config, store: Store, executor: Executor, agent: Agent,
                  notifier: Notifier, display: Display | None = None, secrets: list[str] | None = None,
                  program_md: str = "") -> None:
         self.ctx = Context(root, cfg, store, executor, agent, display or Display(), list(secrets or []), program_md)

@@ -22,7 +22,7 @@ __all__ = [
 DEFAULT_SCORE = "weighted_f1"
 DEFAULT_MAX_CLASS_DROP = 0.05
 DEFAULT_ALPHA = 0.05
-#: What a person is told when the noise could not be measured (issue 15's wording).
+#: What a person is told when the noise could not be measured.
 UNMEASURED = "noise unmeasured: no keep or discard on the score alone"
 
 
