@@ -28,10 +28,10 @@ def is_candidate(role: str) -> bool:
 def best_weights(ctx: Context) -> Path | None:
     """A weights.pt the best experiment's own run left in runs/, if one is still there."""
     try:
-        best = ctx.best()
+        best = ctx.tag.best()
     except Exception:  # noqa: BLE001 - no best yet: no canary
         return None
-    folder = ctx.root / "runs" / ctx.tag / f"{best.id:05d}"
+    folder = ctx.root / "runs" / ctx.tag.name / f"{best.id:05d}"
     for weights in sorted(folder.glob("*/out/weights.pt")) if folder.is_dir() else []:
         if not weights.parent.parent.name.startswith("canary"):
             return weights
@@ -41,7 +41,7 @@ def best_weights(ctx: Context) -> Path | None:
 def best_eval_seconds(ctx: Context) -> float | None:
     """The best's measured evaluation seconds per run (None when unknown)."""
     try:
-        best = ctx.best()
+        best = ctx.tag.best()
     except Exception:  # noqa: BLE001
         return None
     runs = [r for r in ctx.store.run_records(best.id) if r.metrics]
@@ -64,15 +64,15 @@ def eval_canary(ctx: Context, w: Worker, exp_id: int, checkout: Path, seed: int)
     weights = best_weights(ctx)
     if weights is None:
         return None
-    rd = ctx.runs_dir(exp_id, "canary-eval", seed)
+    rd = ctx.tag.runs_dir(exp_id, "canary-eval", seed)
     ctx.display.set_phase(exp_id, "canary (evaluate the best's weights)")
     ev = w.executor.evaluate(
         EvalJob(checkout=checkout, weights=weights, metrics_path=rd / "METRICS.json", log_path=rd / "eval.log",
                 timeout_seconds=max(600.0, 2.0 * ctx.cfg.loop.budget_seconds),
                 stall_seconds=ctx.cfg.loop.stall_seconds, device=w.device),
-        ctx.display.log_line, ctx.cancel)
+        ctx.display.log_line, ctx.night.cancel)
     failed = not ev.clean_exit or not (rd / "METRICS.json").is_file()
-    if ev.cancelled or ctx.cancel.is_set():
+    if ev.cancelled or ctx.night.cancel.is_set():
         return None
-    ctx.event("note", f"canary evaluation of the best's weights: {'FAILED' if failed else 'ok'}", exp_id)
+    ctx.journal.event("note", f"canary evaluation of the best's weights: {'FAILED' if failed else 'ok'}", exp_id)
     return failed

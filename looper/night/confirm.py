@@ -30,13 +30,13 @@ def record_nothing(ctx: Context, why: str, trigger: str = "cut_short") -> int | 
     if ctx.cfg.loop.confirm_seeds <= 0:
         return None
     try:
-        best = ctx.store.best(ctx.tag)
-        base = queries.tag_baseline(ctx.store, ctx.tag)
+        best = ctx.store.best(ctx.tag.name)
+        base = queries.tag_baseline(ctx.store, ctx.tag.name)
         c = core_confirmation.judge([], [], ctx.cfg.gate.score, ctx.cfg.loop.confirm_seeds, why_nothing=why)
         return ctx.store.add_confirmation(
-            tag=ctx.tag, experiment_id=best.id if best else None, baseline_id=base.id if base else None,
+            tag=ctx.tag.name, experiment_id=best.id if best else None, baseline_id=base.id if base else None,
             trigger=trigger, status=c.status, score_key=ctx.cfg.gate.score, planned=ctx.cfg.loop.confirm_seeds,
-            seeds=[], scores=[], baseline_scores=[], headline=ctx.redact(c.headline), runs=0, seconds=0.0,
+            seeds=[], scores=[], baseline_scores=[], headline=ctx.journal.redact(c.headline), runs=0, seconds=0.0,
             started_at=now_iso())  # the reason may quote a run log: no secret reaches the database
     except Exception as exc:  # the database may be what broke
         ctx.display.note(f"could not record that the night confirmed nothing: {type(exc).__name__}: {exc}")
@@ -50,14 +50,14 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
     if n <= 0:
         return None, None
     key, started = ctx.cfg.gate.score, now_iso()
-    best, base = ctx.store.best(ctx.tag), queries.tag_baseline(ctx.store, ctx.tag)
+    best, base = ctx.store.best(ctx.tag.name), queries.tag_baseline(ctx.store, ctx.tag.name)
     if best is None or base is None:
-        return record_nothing(ctx, f"tag {ctx.tag} has no measured baseline", trigger), None
+        return record_nothing(ctx, f"tag {ctx.tag.name} has no measured baseline", trigger), None
     if best.id == base.id or best.kind == "baseline":
         return record_nothing(ctx, "the night's best is the baseline: no kept change to confirm", trigger), None
     base_scores = [float(r.score) for r in ctx.store.run_records(base.id) if r.metrics and r.score is not None]
-    seeds = fresh_seeds(queries.used_seeds(ctx.store, ctx.tag), n, ctx.cfg.data.seed)
-    ctx.event("note", f"confirming #{best.id} on fresh seeds {seeds} against baseline #{base.id}", best.id)
+    seeds = fresh_seeds(queries.used_seeds(ctx.store, ctx.tag.name), n, ctx.cfg.data.seed)
+    ctx.journal.event("note", f"confirming #{best.id} on fresh seeds {seeds} against baseline #{base.id}", best.id)
     ctx.display.note(f"confirming the night's best #{best.id} on {n} fresh seed(s) {seeds}")
     scores: list[float] = []
     ran: list[int] = []
@@ -67,7 +67,7 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
 
     with best_checkout(ctx, worker.wt.path, best.source, "looper-confirm-") as ck:
         def one(seed: int) -> Measurement | None:
-            return None if ctx.cancel.is_set() else measure(ctx, worker, best.id, "rerun", seed, checkout=ck)
+            return None if ctx.night.cancel.is_set() else measure(ctx, worker, best.id, "rerun", seed, checkout=ck)
 
         def keep(m: Measurement | None) -> None:  # in seed order
             if m is not None:
@@ -101,12 +101,12 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
                              else "")
     selection = (best.score - base.score) if best.score is not None and base.score is not None else None
     cid = ctx.store.add_confirmation(
-        tag=ctx.tag, experiment_id=best.id, baseline_id=base.id, trigger="cut_short" if cut else trigger,
+        tag=ctx.tag.name, experiment_id=best.id, baseline_id=base.id, trigger="cut_short" if cut else trigger,
         status=c.status, score_key=key, planned=n, seeds=[s for s in ran], scores=scores,
-        baseline_scores=base_scores, headline=ctx.redact(headline), runs=len(ran), seconds=seconds,
+        baseline_scores=base_scores, headline=ctx.journal.redact(headline), runs=len(ran), seconds=seconds,
         started_at=started, diff=c.diff, low=c.low, high=c.high, selection_diff=selection,
         flagged=c.flagged or (bool(problems) and c.status != core_confirmation.CONFIRMED))
-    ctx.event("note", f"confirmation of #{best.id}: {ctx.redact(headline)}", best.id,
+    ctx.journal.event("note", f"confirmation of #{best.id}: {ctx.journal.redact(headline)}", best.id,
               {"confirmation": cid, "status": c.status})
     ctx.display.note(f"confirmation: {headline}")
     return cid, error
@@ -116,10 +116,9 @@ def run_confirm(ctx: Context) -> int:
     """``looper confirm``: the tag's best on fresh seeds now. Returns the confirmation id."""
     from looper.night.measure import preflight
 
-    ctx.wt = ctx.ws.ensure_worktree(ctx.tag)
-    ctx.pinned = ctx.store.tag_record(ctx.tag)
-    if ctx.pinned is None or ctx.store.best(ctx.tag) is None:
-        raise UsageError(f"tag {ctx.tag} has no measured baseline yet: run `looper run` first")
+    ctx.tag.open()
+    if ctx.tag.pinned is None or ctx.store.best(ctx.tag.name) is None:
+        raise UsageError(f"tag {ctx.tag.name} has no measured baseline yet: run `looper run` first")
     if ctx.cfg.loop.confirm_seeds <= 0:
         raise UsageError("[loop] confirm_seeds is 0 (confirmation off): set it to the fresh seeds to run, e.g. 3")
     pre = preflight(ctx, ctx.main_worker())

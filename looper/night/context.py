@@ -1,10 +1,10 @@
-"""What one experiment needs from the night: the worker, the store, the config, the executor,
-the display, the pinned tag and the journal. No decisions are made here."""
+"""What one experiment needs from the night: the services (config, store, executor, agent, display,
+journal), the tag's state (:mod:`looper.night.tag`) and the night's concurrency state (workers, locks,
+the cancel flag, the counts). No decisions are made here."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
 import time
@@ -20,8 +20,9 @@ from looper.errors import HarnessError
 from looper.executors import Executor
 from looper.night.display import Display
 from looper.night.notify import redact
-from looper.store import ExperimentRecord, Store, TagRecord
-from looper.workspace.gitops import Workspace, Worktree
+from looper.night.tag import TagState
+from looper.store import Store
+from looper.workspace.gitops import Worktree
 
 
 def usable_cores() -> list[int]:
@@ -100,24 +101,37 @@ def baseline_drift(then: dict | None, now: dict) -> list[str]:
     return changed
 
 
-class Context:
-    """The night's shared parts, handed to every step of an experiment."""
+@dataclass(frozen=True)
+class Journal:
+    """The night's journal in the store (events of the tag), every message redacted of the secrets."""
 
-    def __init__(self, root: Path, cfg: Config, store: Store, executor: Executor, agent: Agent,
-                 display: Display, secrets: list[str], program_md: str = "") -> None:
-        self.root = Path(root)
-        self.cfg = cfg
-        self.store = store
-        self.executor = executor
-        self.agent = agent
-        self.display = display
-        self.secrets = secrets
-        self.program_md = program_md
-        self.tag = cfg.loop.tag
-        self.ws = Workspace(self.root)
-        self.wt: Worktree | None = None  # the branch's own checkout, once the tag is set up
-        self.pinned: TagRecord | None = None  # the store's record of the tag: what it pinned
-        self.device = "cuda" if cfg.executor.require_gpu else "cpu"
+    store: Store
+    tag: str
+    secrets: tuple[str, ...] = ()
+
+    def event(self, kind: str, message: str, experiment_id: int | None = None, data: dict | None = None) -> None:
+        self.store.add_event(self.tag, kind, redact(message, list(self.secrets)), experiment_id=experiment_id,
+                             data=data)
+
+    def safe(self, kind: str, message: str, exp_id: int | None = None, data: dict | None = None) -> None:
+        """A journal entry that must never hide what it reports (a halt, a failed page): a store that
+        cannot take it is told on stderr instead."""
+        try:
+            self.event(kind, message, exp_id, data)
+        except Exception as exc:
+            print(f"looper: could not write the journal entry ({kind}: {self.redact(message)}): "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+    def redact(self, text: str) -> str:
+        return redact(text, list(self.secrets))
+
+
+class NightState:
+    """The night's concurrency state: its workers, the cancel flag, the counts, the locks that order
+    keeps and proposals, what each worker runs, and each run's share of the cores."""
+
+    def __init__(self, cfg: Config, program_md: str = "") -> None:
+        self.program_md = program_md  # the program the agent reads, as read when the night began
         self.workers: list[Worker] = []
         self.cancel = threading.Event()
         self.stats = NightStats()
@@ -127,80 +141,61 @@ class Context:
         self.count_lock = threading.Lock()
         self.seed_lock = threading.Lock()  # the best gains a seed one worker at a time (experiment.gain_best_seeds)
         self.in_flight: dict[int, dict] = {}  # worker id -> knobs of the candidate it runs
+        self._cfg = cfg
         self._threads: int | None = None  # [loop] seed_jobs > 1: each run's share of the cores
         self._threads_lock = threading.Lock()
-        from looper import proc
-        from looper.night.guard import release_reserve
-
-        proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)  # every run's log and lines
-        release_reserve(self.root, cfg.limits.reserve_bytes)  # a daemon killed on a full disk: room to start
-
-    # ------------------------------------------------------------------ the journal
-    def event(self, kind: str, message: str, experiment_id: int | None = None, data: dict | None = None) -> None:
-        self.store.add_event(self.tag, kind, redact(message, self.secrets), experiment_id=experiment_id,
-                             data=data)
-
-    def journal(self, kind: str, message: str, exp_id: int | None = None, data: dict | None = None) -> None:
-        """A journal entry that must never hide what it reports (a halt, a failed page)."""
-        try:
-            self.event(kind, message, exp_id, data)
-        except Exception as exc:
-            print(f"looper: could not write the journal entry ({kind}: {redact(message, self.secrets)}): "
-                  f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-
-    def redact(self, text: str) -> str:
-        return redact(text, self.secrets)
-
-    # ------------------------------------------------------------------ places and labels
-    def runs_dir(self, exp_id: int, role: str, seed: int) -> Path:
-        d = self.root / "runs" / self.tag / f"{exp_id:05d}" / f"{role}-s{seed}"
-        if d.exists():
-            shutil.rmtree(d)
-        d.mkdir(parents=True)
-        return d
 
     def wlabel(self, w: Worker) -> str:
         return f"[{w.label}] " if len(self.workers) > 1 else ""
 
-    def main_worker(self) -> Worker:
-        assert self.wt is not None
-        return Worker(0, self.wt, self.executor, self.device, detached=False)
-
-    # ------------------------------------------------------------------ threads for runs side by side
     def run_threads(self) -> int:
         """The threads every run of the night gets (``[loop] seed_jobs`` > 1: its share of the cores,
         :func:`run_threads`; 0: the run's own choice, as one run at a time)."""
         with self._threads_lock:
             if self._threads is None:
-                self._threads = run_threads(self.cfg)
+                self._threads = run_threads(self._cfg)
             return self._threads
-
-    # ------------------------------------------------------------------ the tag's state
-    def best(self) -> ExperimentRecord:
-        best = self.store.best(self.tag)
-        if best is None:
-            raise HarnessError(f"tag {self.tag} has no baseline or kept experiment to compare against")
-        return best
-
-    def kept_baselines(self) -> list[ExperimentRecord]:
-        return self.store.find_experiments(tag=self.tag, kind="baseline", status=Outcome.KEEP)
-
-    def last_kept_commit(self) -> str | None:
-        commits = [r.commit for r in self.store.find_experiments(tag=self.tag, status=Outcome.KEEP) if r.commit]
-        return commits[-1] if commits else None
-
-    def max_steps(self) -> int:
-        """The step budget every run of the tag trains (LOOPER_MAX_STEPS; 0: the wall clock alone):
-        ``[loop] max_steps``, or with ``"auto"`` the one the tag's warm-up run measured (0 until then)."""
-        if self.cfg.loop.max_steps != "auto":
-            return int(self.cfg.loop.max_steps)
-        noise = (self.pinned.noise if self.pinned else None) or {}
-        return int(noise.get("max_steps") or 0)
-
-    def branch_tip(self) -> str:
-        assert self.wt is not None
-        return self.ws.repo.git.rev_parse(f"refs/heads/{self.wt.branch}").strip()
 
     def count(self, outcome: Outcome) -> None:
         with self.count_lock:
             self.stats.outcomes[outcome.value] = self.stats.outcomes.get(outcome.value, 0) + 1
+
+
+@dataclass(frozen=True)
+class Context:
+    """The night's shared parts, handed to every step of an experiment: six services, the journal, the
+    tag's state and the night's concurrency state."""
+
+    root: Path
+    cfg: Config
+    store: Store
+    executor: Executor
+    agent: Agent
+    display: Display
+    journal: Journal
+    tag: TagState
+    night: NightState
+
+    @classmethod
+    def build(cls, root: Path, cfg: Config, store: Store, executor: Executor, agent: Agent, display: Display,
+              secrets: list[str], program_md: str = "") -> Context:
+        root = Path(root)
+        return cls(root=root, cfg=cfg, store=store, executor=executor, agent=agent, display=display,
+                   journal=Journal(store, cfg.loop.tag, tuple(secrets)),
+                   tag=TagState(cfg.loop.tag, root, store, cfg.loop.max_steps), night=NightState(cfg, program_md))
+
+    def main_worker(self) -> Worker:
+        """The branch's own checkout as worker 0 (one worker, or the night's main line)."""
+        assert self.tag.wt is not None
+        return Worker(0, self.tag.wt, self.executor, "cuda" if self.cfg.executor.require_gpu else "cpu",
+                      detached=False)
+
+
+def open_daemon(root: Path, cfg: Config) -> None:
+    """What the daemon sets before its first run: every run's log and line caps (``[limits]``), and the
+    disk reserve a daemon killed on a full disk left behind released."""
+    from looper import proc
+    from looper.night.guard import release_reserve
+
+    proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)
+    release_reserve(Path(root), cfg.limits.reserve_bytes)

@@ -45,6 +45,7 @@ from looper.night.measure import (
     side_by_side,
     weights_sha256,
 )
+from looper.night.tag import TagBudget, TagNoise
 from looper.report.fmt import shown
 from looper.store import ExperimentRecord
 
@@ -134,9 +135,9 @@ def run_candidate(ctx: Context, w: Worker) -> Result | None:
             return settle(ctx, cand, Result(Outcome.ERROR, pre, halt="preflight failed: " + "; ".join(pre.blocking)))
         proposed = propose(ctx, w, parent_source)
         if proposed.exhausted:
-            ctx.exhausted = True
+            ctx.night.exhausted = True
             reply = proposed.reply
-            ctx.event("stop", f"the agent has run out of ideas: {reply.rationale or reply.description}")
+            ctx.journal.event("stop", f"the agent has run out of ideas: {reply.rationale or reply.description}")
             return None
         cand = candidate_of(ctx, w, parent, parent_source, proposed, started_at)
         scope = check_scope(ctx, cand, proposed.rejected)
@@ -147,17 +148,17 @@ def run_candidate(ctx: Context, w: Worker) -> Result | None:
         result = measure_and_gate(ctx, cand, best_then, "main")
         return land(ctx, cand, result)
     finally:
-        ctx.in_flight.pop(w.id, None)
+        ctx.night.in_flight.pop(w.id, None)
 
 
 def start_from_tip(ctx: Context, w: Worker) -> tuple[str, str, ExperimentRecord, str]:
     """The worker's checkout at the branch tip: (parent commit, its train.py, the best, start time)."""
     started_at = now_iso()
-    with ctx.keep_lock:
+    with ctx.night.keep_lock:
         if w.detached:
-            w.wt.reset_hard(ctx.branch_tip())
+            w.wt.reset_hard(ctx.tag.branch_tip())
         parent = w.wt.head()
-        best = ctx.best()
+        best = ctx.tag.best()
     return parent, (w.wt.path / "train.py").read_text(), best, started_at
 
 
@@ -167,13 +168,13 @@ def propose(ctx: Context, w: Worker, parent_source: str) -> Proposed:
     from looper.agents.context import build_context
     from looper.core.hyperblock import HyperblockError, read_knobs
 
-    ctx.display.set_phase(None, f"{ctx.wlabel(w)}agent ({ctx.agent.name}) proposes")
+    ctx.display.set_phase(None, f"{ctx.night.wlabel(w)}agent ({ctx.agent.name}) proposes")
     t0 = time.monotonic()
-    serial = ctx.agent.name == "planner" or len(ctx.workers) == 1
-    with ctx.agent_lock if serial else threading.Lock():
-        others = tuple(dict(k) for wid, k in sorted(ctx.in_flight.items()) if wid != w.id)
+    serial = ctx.agent.name == "planner" or len(ctx.night.workers) == 1
+    with ctx.night.agent_lock if serial else threading.Lock():
+        others = tuple(dict(k) for wid, k in sorted(ctx.night.in_flight.items()) if wid != w.id)
         try:
-            reply = ctx.agent.propose(build_context(ctx.store, ctx.tag, w.wt.path, parent_source, ctx.program_md,
+            reply = ctx.agent.propose(build_context(ctx.store, ctx.tag.name, w.wt.path, parent_source, ctx.night.program_md,
                                                     ctx.cfg, in_flight=others))
             rejected = None
         except ProposalRejected as exc:
@@ -181,16 +182,16 @@ def propose(ctx: Context, w: Worker, parent_source: str) -> Proposed:
         if reply is not None and not getattr(reply, "exhausted", False):
             source = reply.new_source if reply.new_source is not None else (w.wt.path / "train.py").read_text()
             try:
-                ctx.in_flight[w.id] = read_knobs(source)
+                ctx.night.in_flight[w.id] = read_knobs(source)
             except (HyperblockError, SyntaxError, ValueError):
-                ctx.in_flight[w.id] = {}
+                ctx.night.in_flight[w.id] = {}
     return Proposed(reply, rejected, time.monotonic() - t0)
 
 
 def open_candidate(ctx: Context, w: Worker, parent: str, parent_source: str, source: str, description: str,
                    rationale: str = "", diff: str = "") -> Candidate:
     exp_id = ctx.store.start_experiment(
-        tag=ctx.tag, kind="candidate", parent=parent, seed=ctx.cfg.data.seed, config=ctx.cfg.redacted_dict(),
+        tag=ctx.tag.name, kind="candidate", parent=parent, seed=ctx.cfg.data.seed, config=ctx.cfg.redacted_dict(),
         description=description, rationale=rationale, source=source, diff=diff, worker=w.label)
     return Candidate("candidate", exp_id, w, parent, parent_source, source, description,
                      reruns=ctx.cfg.loop.noise_reruns)
@@ -319,7 +320,7 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     outcome, verdict = d.outcome, d.verdict.with_metrics(seed_check=seed_check.as_metrics())
     cut = [f"seed {x.seed}: {x.cut_short}" for x in measured if x.cut_short]
     if cut:  # it did not train the tag's step budget: a keep stands (it won with fewer steps), a loss may be the clock's
-        outcome, verdict = not_comparable(d, cut, ctx.max_steps())
+        outcome, verdict = not_comparable(d, cut, ctx.tag.max_steps())
     return Result(outcome, verdict, score=d.score, metrics=mean_metrics(runs))
 
 
@@ -332,13 +333,13 @@ def gain_best_seeds(ctx: Context, cand: Candidate, best: ExperimentRecord,
     not be measured."""
     if not wanted:
         return 0.0, []
-    with ctx.seed_lock:  # one worker at a time extends the best; the others then find the seeds there
+    with ctx.night.seed_lock:  # one worker at a time extends the best; the others then find the seeds there
         have = {s for s, _ in seeded_runs(ctx, best)}
         todo = [s for s in wanted if s not in have]
         if not todo:  # another worker ran the best on them meanwhile
             return 0.0, []
         for seed in todo:
-            ctx.event("note", f"#{cand.exp_id} needs seed {seed}, which the current best #{best.id} never ran: "
+            ctx.journal.event("note", f"#{cand.exp_id} needs seed {seed}, which the current best #{best.id} never ran: "
                               "running the best on it first", cand.exp_id, {"best": best.id, "seed": seed})
         with best_checkout(ctx, cand.checkout or cand.worker.wt.path, best.source, "looper-best-") as ck:
             ms = side_by_side(
@@ -397,11 +398,10 @@ def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
     if approved:  # an approved baseline is one METRICS.json: the class reference without seeds
         source, baseline, baseline_runs, baseline_seeds = f"approved:{approved[0]}", approved[1]["metrics"], [], []
     else:  # the tag's own baseline: every seed it ran (the class reference and the seed noise)
-        base = ctx.kept_baselines()[-1]
+        base = ctx.tag.kept_baselines()[-1]
         source, baseline, baseline_runs, baseline_seeds = "tag-start", base.metrics, runs_of(base), seeds_of(base)
-    noise = (ctx.pinned.noise if ctx.pinned else None) or {}
     inp = core_gate.GateInput(candidate=runs, best=runs_of(best) or [best.metrics], baseline=baseline,
-                              baseline_source=source, noise_sigma=noise.get("sigma"), candidate_simpler=simpler,
+                              baseline_source=source, noise_sigma=ctx.tag.noise().sigma, candidate_simpler=simpler,
                               baseline_runs=baseline_runs, candidate_seeds=list(seeds or []),
                               best_seeds=seeds_of(best) if runs_of(best) else [], baseline_seeds=baseline_seeds)
     gcfg = core_gate.GateConfig(score=ctx.cfg.gate.score, max_class_drop=ctx.cfg.gate.max_class_drop,
@@ -417,15 +417,15 @@ def land(ctx: Context, cand: Candidate, result: Result) -> Result:
     for attempt in range(3):
         if result.outcome is not Outcome.KEEP:
             return settle(ctx, cand, result)
-        with ctx.keep_lock:
-            tip = ctx.branch_tip()
+        with ctx.night.keep_lock:
+            tip = ctx.tag.branch_tip()
             if tip == cand.parent or not w.detached:
                 return settle(ctx, cand, result)  # under the keep lock: branch and best move together
             # The best moved while this candidate ran: its win is conditional on the new best.
-            kept_by = next((r.id for r in reversed(ctx.store.find_experiments(tag=ctx.tag, status=Outcome.KEEP))
+            kept_by = next((r.id for r in reversed(ctx.store.find_experiments(tag=ctx.tag.name, status=Outcome.KEEP))
                             if r.commit == tip), None)
             tip_source = w.wt.show(tip, "train.py")
-            best_now = ctx.best()
+            best_now = ctx.tag.best()
         if attempt == 2:
             return settle(ctx, cand, Result(Outcome.DISCARD, Verdict.failed(
                 f"{RACE_REASON} #{kept_by}: the best kept moving; idea handed back")))
@@ -450,7 +450,7 @@ def rebase(ctx: Context, cand: Candidate, tip: str, tip_source: str, merged: str
     cand.commit = wt.commit(f"looper #{cand.exp_id}: {cand.description} (merged onto #{kept_by})")
     ctx.store.update_experiment(cand.exp_id, commit=cand.commit, parent=tip, source=merged,
                                 diff=wt.diff(tip, cand.commit))
-    ctx.event("note", f"#{cand.exp_id} raced keep #{kept_by}: merged cleanly, rerunning the merged source",
+    ctx.journal.event("note", f"#{cand.exp_id} raced keep #{kept_by}: merged cleanly, rerunning the merged source",
               cand.exp_id)
 
 
@@ -474,7 +474,7 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
     fault_pause("record")
     outcome = result.outcome
     # reasons may quote run logs: secrets never reach the database, the display or a page
-    verdict = result.verdict.model_copy(update={"blocking": [ctx.redact(b) for b in result.verdict.blocking]})
+    verdict = result.verdict.model_copy(update={"blocking": [ctx.journal.redact(b) for b in result.verdict.blocking]})
     off = sandbox_opt_out(ctx)
     if off:  # every verdict says when train.py ran without its sandbox
         verdict = verdict.model_copy(update={"metrics": {**verdict.metrics, "sandbox": off}})
@@ -490,14 +490,14 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
         harness_seconds=max(0.0, time.monotonic() - cand.started - cand.agent_seconds - cand.spent), **cand.timing)
     result = dataclasses.replace(result, verdict=verdict, exp_id=cand.exp_id)
     if outcome is Outcome.INTERRUPTED:
-        ctx.event("interrupted", verdict.blocking[0], cand.exp_id)
+        ctx.journal.event("interrupted", verdict.blocking[0], cand.exp_id)
     elif cand.kind == "candidate":
-        ctx.count(outcome)
-        best = ctx.store.best(ctx.tag)
+        ctx.night.count(outcome)
+        best = ctx.store.best(ctx.tag.name)
         ctx.display.outcome(cand.exp_id, outcome.value, result.score, "; ".join(verdict.blocking)[:200],
                             best.score if best else None)
         if outcome in (Outcome.CRASH, Outcome.VACUOUS):
-            sigs = ctx.store.recent_signatures(ctx.tag, 2 * ctx.cfg.loop.stuck_after)
+            sigs = ctx.store.recent_signatures(ctx.tag.name, 2 * ctx.cfg.loop.stuck_after)
             result = dataclasses.replace(result, stuck=core_failure.is_stuck(sigs, ctx.cfg.loop.stuck_after))
     return result
 
@@ -514,9 +514,9 @@ def advance_branch(ctx: Context, cand: Candidate) -> None:
     w = cand.worker
     if not w.detached:
         return  # the commit was made on the branch itself
-    assert ctx.wt is not None and cand.commit is not None and cand.parent is not None
-    ctx.ws.repo.git.update_ref(f"refs/heads/{ctx.wt.branch}", cand.commit, cand.parent)
-    ctx.wt.reset_hard(cand.commit)  # keep the branch's own worktree in step
+    assert ctx.tag.wt is not None and cand.commit is not None and cand.parent is not None
+    ctx.tag.ws.repo.git.update_ref(f"refs/heads/{ctx.tag.wt.branch}", cand.commit, cand.parent)
+    ctx.tag.wt.reset_hard(cand.commit)  # keep the branch's own worktree in step
 
 
 def reset_checkout(cand: Candidate) -> None:
@@ -530,13 +530,13 @@ def reset_checkout(cand: Candidate) -> None:
 # ====================================================================== the baseline and verify
 def measure_baseline(ctx: Context, w: Worker) -> Result:
     """Measure the train.py the tag starts from with ``baseline_seeds`` seeds: the noise the gate uses."""
-    assert ctx.wt is not None
+    assert ctx.tag.wt is not None
     seeds = [ctx.cfg.data.seed + i for i in range(ctx.cfg.loop.baseline_seeds)]
-    source = (ctx.wt.path / "train.py").read_text()
+    source = (ctx.tag.wt.path / "train.py").read_text()
     description = "baseline: the train.py the tag started from"
-    exp_id = ctx.store.start_experiment(tag=ctx.tag, kind="baseline", parent=None, seed=seeds[0],
+    exp_id = ctx.store.start_experiment(tag=ctx.tag.name, kind="baseline", parent=None, seed=seeds[0],
                                         config=ctx.cfg.redacted_dict(), description=description, source=source)
-    ctx.store.update_experiment(exp_id, commit=ctx.wt.head(), started_at=now_iso())
+    ctx.store.update_experiment(exp_id, commit=ctx.tag.wt.head(), started_at=now_iso())
     cand = Candidate("baseline", exp_id, w, None, source, source, description)
     budget: dict[str, Any] = {}
     if ctx.cfg.loop.max_steps == "auto":
@@ -563,14 +563,13 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
     scores = [float(r.metrics[ctx.cfg.gate.score]) for r in results]
     mean, sigma = statistics.fmean(scores), (statistics.stdev(scores) if len(scores) > 1 else None)
     metrics = {**mean_metrics([r.metrics for r in results]), "seed_scores": scores}
-    ctx.store.set_tag_noise(ctx.tag, {**budget, "sigma": sigma, "scores": scores, "seeds": seeds,
-                                      "class_recall_sd": core_gate.class_recall_spread([r.metrics for r in results])})
-    ctx.pinned = ctx.store.tag_record(ctx.tag)
+    ctx.tag.set_noise(TagNoise(sigma=sigma, scores=tuple(scores), seeds=tuple(seeds),
+                               class_recall_sd=core_gate.class_recall_spread([r.metrics for r in results])))
     result = settle(ctx, cand, Result(Outcome.KEEP, Verdict.passed({"score": mean, "noise_sigma": sigma,
                                                                      "seeds": seeds, **budget}),
                                       score=mean, metrics=metrics))
     dead = core_gate.dead_gates(metrics, ctx.cfg.gate.max_class_drop)
-    ctx.event("baseline", f"baseline #{exp_id}: {ctx.cfg.gate.score} mean {mean:.4f} over seeds {seeds}, "
+    ctx.journal.event("baseline", f"baseline #{exp_id}: {ctx.cfg.gate.score} mean {mean:.4f} over seeds {seeds}, "
                           f"sigma {sigma if sigma is None else round(sigma, 4)}; {len(dead)} dead gate(s)",
               exp_id, {"dead_gates": dead})
     ctx.display.outcome(exp_id, "baseline", mean, f"sigma={shown(sigma, sigma)}", mean)  # rounded to itself
@@ -592,11 +591,10 @@ def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
     from looper.core.budget import HEADROOM, step_budget
     from looper.night.measure import train
 
-    ctx.store.set_tag_noise(ctx.tag, {})  # a new baseline forgets the old budget: the warm-up runs unbudgeted
-    ctx.pinned = ctx.store.tag_record(ctx.tag)
+    ctx.tag.set_budget(TagBudget())  # a new baseline forgets the old budget: the warm-up runs unbudgeted
     seed = ctx.cfg.data.seed
     ctx.display.note("warm-up: one run under the wall clock alone measures the tag's step budget")
-    rd = ctx.runs_dir(cand.exp_id, "warmup", seed)
+    rd = ctx.tag.runs_dir(cand.exp_id, "warmup", seed)
     (rd / "out").mkdir()
     m = train(ctx, cand.worker, cand.exp_id, "warmup", seed, float(ctx.cfg.loop.budget_seconds),
               cand.checkout or cand.worker.wt.path, rd)
@@ -613,9 +611,8 @@ def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
     pinned = {"max_steps": step_budget(int(steps)),
               "warmup": {"steps": steps, "seconds": tj.get("seconds"), "stopped_by": tj.get("stopped_by"),
                          "headroom": HEADROOM}}
-    ctx.store.set_tag_noise(ctx.tag, pinned)
-    ctx.pinned = ctx.store.tag_record(ctx.tag)
-    ctx.event("baseline", f"warm-up #{cand.exp_id}: {steps} steps in {ctx.cfg.loop.budget_seconds} s; "
+    ctx.tag.set_budget(TagBudget(max_steps=pinned["max_steps"], warmup=pinned["warmup"]))
+    ctx.journal.event("baseline", f"warm-up #{cand.exp_id}: {steps} steps in {ctx.cfg.loop.budget_seconds} s; "
                           f"the tag's runs train {pinned['max_steps']} steps ({HEADROOM:.0%})", cand.exp_id, pinned)
     return pinned
 
@@ -624,11 +621,9 @@ def verify(ctx: Context) -> Verdict:
     """The pipeline on the workspace's current train.py, gated against the best, committed nowhere."""
     from looper.night.measure import integrity
 
-    ctx.wt = ctx.ws.ensure_worktree(ctx.tag)
-    tag_row = ctx.store.tag_record(ctx.tag)
-    if tag_row is None or ctx.store.best(ctx.tag) is None:
-        return Verdict.errored(f"tag {ctx.tag} has no measured baseline yet: run `looper run` first")
-    ctx.pinned = tag_row
+    ctx.tag.open()
+    if ctx.tag.pinned is None or ctx.store.best(ctx.tag.name) is None:
+        return Verdict.errored(f"tag {ctx.tag.name} has no measured baseline yet: run `looper run` first")
     for check in (lambda: ctx.executor.preflight(ctx.cfg.executor.require_gpu),
                   lambda: integrity(ctx, "in the workspace since the tag began", ctx.root)):
         v = check()
@@ -638,15 +633,15 @@ def verify(ctx: Context) -> Verdict:
     broken = core_scope.compile_problem(source)
     if broken:
         return Verdict.failed(broken[0])
-    exp_id = ctx.store.start_experiment(tag=ctx.tag, kind="verify", parent=ctx.wt.head(), seed=ctx.cfg.data.seed,
+    exp_id = ctx.store.start_experiment(tag=ctx.tag.name, kind="verify", parent=ctx.tag.wt.head(), seed=ctx.cfg.data.seed,
                                         config=ctx.cfg.redacted_dict(), description="looper verify",
                                         source=source)
-    cand = Candidate("verify", exp_id, ctx.main_worker(), ctx.wt.head(), source, source, "looper verify")
+    cand = Candidate("verify", exp_id, ctx.main_worker(), ctx.tag.wt.head(), source, source, "looper verify")
     cand.checkout = Path(tempfile.mkdtemp(prefix="looper-verify-", dir=ctx.root / ".looper"))
     try:
         for name in ("train.py", *FIXED_FILES):
             shutil.copy2(ctx.root / name, cand.checkout / name)
-        result = settle(ctx, cand, measure_and_gate(ctx, cand, ctx.best(), "main"))
+        result = settle(ctx, cand, measure_and_gate(ctx, cand, ctx.tag.best(), "main"))
     finally:
         shutil.rmtree(cand.checkout, ignore_errors=True)
     metrics = {**result.verdict.metrics, "outcome": result.outcome.value, "experiment_id": exp_id}

@@ -26,7 +26,7 @@ from looper.errors import HarnessError, LooperError, StuckError
 from looper.executors import Executor
 from looper.executors.base import FIXED_FILES
 from looper.night.confirm import confirm, record_nothing, run_confirm
-from looper.night.context import Context, Worker, baseline_drift, now_iso
+from looper.night.context import Context, Worker, baseline_drift, now_iso, open_daemon
 from looper.night.display import Display
 from looper.night.experiment import measure_baseline, run_candidate, verify
 from looper.night.measure import preflight
@@ -57,7 +57,9 @@ class Loop:
     def __init__(self, root: Path, cfg: Config, store: Store, executor: Executor, agent: Agent,
                  notifier: Notifier, display: Display | None = None, secrets: list[str] | None = None,
                  program_md: str = "") -> None:
-        self.ctx = Context(root, cfg, store, executor, agent, display or Display(), list(secrets or []), program_md)
+        self.ctx = Context.build(root, cfg, store, executor, agent, display or Display(), list(secrets or []),
+                                 program_md)
+        open_daemon(root, cfg)
         self.notifier = notifier
         if hasattr(executor, "use_data"):
             executor.use_data(cfg.data.dir)
@@ -67,7 +69,7 @@ class Loop:
     def install_signals(self) -> None:
         def handler(signum: int, _frame: Any) -> None:
             self.ctx.display.note(f"signal {signal.Signals(signum).name}: stopping after cleanup")
-            self.ctx.cancel.set()
+            self.ctx.night.cancel.set()
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
@@ -76,14 +78,14 @@ class Loop:
     def setup(self) -> Halted | None:
         """Worktree, data, pinned hashes, recovery, and the tag's baseline (a halt when it fails)."""
         ctx = self.ctx
-        ctx.wt = ctx.ws.ensure_worktree(ctx.tag)
+        ctx.tag.open()
         self.recover()
         v = ctx.executor.ensure_data(ctx.root / "prepare.py", ctx.cfg.data.dir, ctx.cfg.data.scale, ctx.cfg.data.seed)
         if not v.ok:
             raise HarnessError("data: " + "; ".join(v.blocking))
         changed = self.pin_tag(v.metrics["hash"])
         main = ctx.main_worker()
-        if changed or not ctx.kept_baselines():
+        if changed or not ctx.tag.kept_baselines():
             pre = preflight(ctx, main)  # nothing trains, not even the baseline, on a broken harness
             if not pre.ok:
                 raise HarnessError("preflight failed before the baseline: " + "; ".join(pre.blocking))
@@ -92,10 +94,10 @@ class Loop:
                 return Halted(result.halt_error, result.exp_id, result.advice)
         n = ctx.cfg.loop.workers
         if n == 1:
-            ctx.workers = [main]
+            ctx.night.workers = [main]
         else:
             gpu = ctx.cfg.executor.require_gpu
-            ctx.workers = [Worker(i, ctx.ws.ensure_detached_worktree(ctx.tag, i, ctx.wt.head()), ctx.executor,
+            ctx.night.workers = [Worker(i, ctx.tag.ws.ensure_detached_worktree(ctx.tag.name, i, ctx.tag.wt.head()), ctx.executor,
                                   str(ctx.cfg.executor.gpu_index + i) if gpu else "cpu", detached=True)
                            for i in range(n)]
         return None
@@ -105,35 +107,34 @@ class Loop:
         was measured (budget, data scale or seed, executor kind); a change starts a new baseline and
         a changed data scale or seed re-pins the data."""
         ctx = self.ctx
-        assert ctx.wt is not None
-        row = ctx.store.tag_record(ctx.tag)
+        assert ctx.tag.wt is not None
+        row = ctx.store.tag_record(ctx.tag.name)
         if row is None:
-            fixed = fixed_hashes(ctx.wt.path, FIXED_FILES)
+            fixed = fixed_hashes(ctx.tag.wt.path, FIXED_FILES)
             missing = [n for n, h in fixed.items() if h is None]
             if missing:
                 raise HarnessError(f"fixed files missing in the workspace: {', '.join(missing)}")
             fixed |= pretrained_hashes(ctx.root)  # the starting checkpoints: weights as data, pinned too
-            ctx.store.put_tag(ctx.tag, branch=ctx.wt.branch, base_commit=ctx.wt.head(), fixed_hashes=fixed,
-                              data_hash=data_hash, noise=None, started_at=now_iso())
-            ctx.event("baseline", f"tag {ctx.tag} started at {ctx.wt.head()[:10]}; data hash {data_hash[:12]}")
-            ctx.pinned = ctx.store.tag_record(ctx.tag)
+            ctx.tag.pin(branch=ctx.tag.wt.branch, base_commit=ctx.tag.wt.head(), fixed_hashes=fixed,
+                        data_hash=data_hash, started_at=now_iso())
+            ctx.journal.event("baseline", f"tag {ctx.tag.name} started at {ctx.tag.wt.head()[:10]}; "
+                                          f"data hash {data_hash[:12]}")
             return []
-        ctx.pinned = row
-        ref = (ctx.kept_baselines() or ctx.store.find_experiments(tag=ctx.tag, kind="baseline", limit=1) or [None])[-1]
+        ctx.tag.refresh()
+        ref = (ctx.tag.kept_baselines() or ctx.store.find_experiments(tag=ctx.tag.name, kind="baseline", limit=1) or [None])[-1]
         changed = baseline_drift(ref.config if ref else None, ctx.cfg.redacted_dict())
         if not changed:
             return []
         assert ref is not None
         message = f"{'; '.join(changed)} since baseline #{ref.id} was measured: measuring a new baseline"
         if any(c.startswith("data.") for c in changed) and data_hash != row.data_hash:
-            ctx.store.put_tag(ctx.tag, branch=row.branch, base_commit=row.base_commit,
-                              fixed_hashes=row.fixed_hashes, data_hash=data_hash, noise=None)
-            ctx.pinned = ctx.store.tag_record(ctx.tag)
+            ctx.tag.pin(branch=row.branch, base_commit=row.base_commit, fixed_hashes=row.fixed_hashes,
+                        data_hash=data_hash)
             message += f" (data re-pinned: hash {data_hash[:12]})"
         elif any(c.startswith("data.") for c in changed):  # prepare.py builds the data only when it is missing
             message += (f" (the data in {ctx.cfg.data.dir} is unchanged: move it away to prepare it for the "
                         "new settings)")
-        ctx.event("baseline", message, ref.id, {"changed": changed})
+        ctx.journal.event("baseline", message, ref.id, {"changed": changed})
         ctx.display.note(message)
         return changed
 
@@ -142,25 +143,25 @@ class Loop:
         ctx = self.ctx
         for exp in ctx.store.open_experiments():
             ctx.store.mark_interrupted(exp.id, "the daemon stopped or died mid-experiment")
-            ctx.event("recover", f"experiment #{exp.id} was left running "
+            ctx.journal.event("recover", f"experiment #{exp.id} was left running "
                                  f"(phase {exp.phase or '?'}): marked interrupted", exp.id)
             ctx.display.note(f"recovered: #{exp.id} marked interrupted")
         for line in ctx.executor.reap():
-            ctx.event("recover", line)
+            ctx.journal.event("recover", line)
         self.restore_last_kept()
 
     def restore_last_kept(self) -> None:
         ctx = self.ctx
-        assert ctx.wt is not None
-        kept = ctx.last_kept_commit()
-        head = ctx.wt.head()
+        assert ctx.tag.wt is not None
+        kept = ctx.tag.last_kept_commit()
+        head = ctx.tag.wt.head()
         if kept and head != kept:
-            ctx.wt.save_ref(f"refs/looper/orphaned/{head}", head)
-            ctx.wt.reset_hard(kept)
-            ctx.event("recover", f"checkout restored to last kept commit {kept[:10]} (was {head[:10]})")
-        elif not ctx.wt.is_clean():
-            ctx.wt.reset_hard(head)
-            ctx.event("recover", f"uncommitted changes in the checkout were reset to {head[:10]}")
+            ctx.tag.wt.save_ref(f"refs/looper/orphaned/{head}", head)
+            ctx.tag.wt.reset_hard(kept)
+            ctx.journal.event("recover", f"checkout restored to last kept commit {kept[:10]} (was {head[:10]})")
+        elif not ctx.tag.wt.is_clean():
+            ctx.tag.wt.reset_hard(head)
+            ctx.journal.event("recover", f"uncommitted changes in the checkout were reset to {head[:10]}")
 
     # ------------------------------------------------------------------ the night
     def deadline(self) -> datetime | None:
@@ -177,17 +178,17 @@ class Loop:
     def claim(self, limit: int, deadline: datetime | None) -> bool:
         """May one more experiment start? Counts it when yes."""
         ctx = self.ctx
-        with ctx.count_lock:
-            if ctx.cancel.is_set() or ctx.exhausted or self.halted is not None:
+        with ctx.night.count_lock:
+            if ctx.night.cancel.is_set() or ctx.night.exhausted or self.halted is not None:
                 return False
             self.check_display()
-            if limit and ctx.stats.experiments >= limit:
+            if limit and ctx.night.stats.experiments >= limit:
                 self._note_once("limit", f"max_experiments reached ({limit})")
                 return False
             if deadline and datetime.now() >= deadline:
                 self._note_once("until", f"until {ctx.cfg.loop.until} reached")
                 return False
-            ctx.stats.experiments += 1
+            ctx.night.stats.experiments += 1
             return True
 
     def check_display(self) -> None:
@@ -199,13 +200,13 @@ class Loop:
     def _note_once(self, key: str, message: str) -> None:
         if key not in self._noted:
             self._noted.add(key)
-            self.ctx.event("stop", message)
+            self.ctx.journal.event("stop", message)
 
     def stop(self, halted: Halted) -> None:
         """The first halt wins; the other workers stop and their experiments are marked interrupted."""
-        with self.ctx.count_lock:
+        with self.ctx.night.count_lock:
             self.halted = self.halted or halted
-        self.ctx.cancel.set()
+        self.ctx.night.cancel.set()
 
     def worker_loop(self, w: Worker, limit: int, deadline: datetime | None) -> None:
         try:
@@ -225,11 +226,11 @@ class Loop:
     def run(self, max_experiments: int = 0) -> int:
         """The night. Returns the process exit code (0 stop rule/signal, 3 error, 4 stuck)."""
         ctx = self.ctx
-        ctx.event("start", f"daemon started (pid {os.getpid()}, {ctx.cfg.loop.workers} worker(s))")
+        ctx.journal.event("start", f"daemon started (pid {os.getpid()}, {ctx.cfg.loop.workers} worker(s))")
         reaped = proc.reap_trail(ctx.root / ".looper" / "pids")  # before anything new is noted there
         proc.set_trail(ctx.root / ".looper" / "pids")
         for line in reaped:
-            ctx.event("recover", line)
+            ctx.journal.event("recover", line)
         deadline = self.deadline()
         limit = max_experiments or ctx.cfg.loop.max_experiments
         try:
@@ -243,15 +244,15 @@ class Loop:
                 record_nothing(ctx, f"the night halted before its confirmation: {self.halted.error}")
                 return code
             self.check_display()
-            if ctx.cancel.is_set():
-                ctx.event("interrupted", "stopped by a signal; checkout restored to the last kept commit")
+            if ctx.night.cancel.is_set():
+                ctx.journal.event("interrupted", "stopped by a signal; checkout restored to the last kept commit")
                 self.restore_last_kept()
                 record_nothing(ctx, "the night was stopped by a signal before its confirmation")
                 return 0
             _, error = confirm(ctx, "night_end")  # a stop rule ended the night: confirm its best
             if error is not None:
                 return self.halt(Halted(error))
-            if ctx.cancel.is_set():
+            if ctx.night.cancel.is_set():
                 self.restore_last_kept()
             return 0
         except (HarnessError, StuckError) as exc:
@@ -260,11 +261,11 @@ class Loop:
             traceback.print_exc()
             return self.halt(Halted(HarnessError(f"internal error in looper: {type(exc).__name__}: {exc}")))
         finally:
-            ctx.event("stop", f"daemon stopped after {ctx.stats.experiments} experiment(s)")
+            ctx.journal.event("stop", f"daemon stopped after {ctx.night.stats.experiments} experiment(s)")
             ctx.display.close()
 
     def run_workers(self, limit: int, deadline: datetime | None) -> None:
-        workers = self.ctx.workers
+        workers = self.ctx.night.workers
         if len(workers) == 1:
             self.worker_loop(workers[0], limit, deadline)
             return
@@ -279,15 +280,15 @@ class Loop:
     # ------------------------------------------------------------------ halts and pages
     def page(self, title: str, body: str, exp_id: int | None = None) -> None:
         ctx = self.ctx
-        title, body = ctx.redact(title), ctx.redact(body)
+        title, body = ctx.journal.redact(title), ctx.journal.redact(body)
         try:
             ok, problem = self.notifier.page(title, body)
         except Exception as exc:  # a failing notifier never hides the halt
             ok, problem = False, f"{type(exc).__name__}: {exc}"
         if ok:
-            ctx.journal("page", title, exp_id)
+            ctx.journal.safe("page", title, exp_id)
         else:
-            ctx.journal("page_failed", f"{title} -- NOT DELIVERED: {problem}", exp_id)
+            ctx.journal.safe("page_failed", f"{title} -- NOT DELIVERED: {problem}", exp_id)
             print(f"looper: PAGE NOT DELIVERED ({problem}). The halt stands:\n{title}\n{body}",
                   file=sys.stderr, flush=True)
 
@@ -297,9 +298,9 @@ class Loop:
         kind = "stuck" if isinstance(err, StuckError) else "halt"
         body = self.halt_page(halted, kind)
         ctx.display.note(f"HALT ({kind}): {err}")
-        self.page(f"looper {kind}: {ctx.tag}: {str(err)[:120]}", body, halted.exp_id)
+        self.page(f"looper {kind}: {ctx.tag.name}: {str(err)[:120]}", body, halted.exp_id)
         blocking = self._facts(halted.exp_id)[0] or [str(err)]
-        ctx.journal(kind, str(err), halted.exp_id, {"blocking": blocking})
+        ctx.journal.safe(kind, str(err), halted.exp_id, {"blocking": blocking})
         return err.exit_code
 
     def _facts(self, exp_id: int | None) -> tuple[list[str], str, str, str]:
@@ -318,8 +319,8 @@ class Loop:
         """Only the facts of the failure this halt reports: nothing of an earlier experiment."""
         ctx, err = self.ctx, halted.error
         blocking, status, tail, store_problem = self._facts(halted.exp_id)
-        stats = ctx.stats
-        lines = [f"looper {kind} on tag {ctx.tag} at {now_iso()}", "", f"What happened: {err}"]
+        stats = ctx.night.stats
+        lines = [f"looper {kind} on tag {ctx.tag.name} at {now_iso()}", "", f"What happened: {err}"]
         if blocking:
             lines += ["", f"Experiment #{halted.exp_id} ({status}); blocking reasons:", *(f"- {b}" for b in blocking)]
         lines.append("")

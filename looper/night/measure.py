@@ -107,19 +107,19 @@ def mean_metrics(runs: list[dict]) -> dict:
 # ---------------------------------------------------------------------- checks before and after
 def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Executor | None = None) -> Verdict:
     """Fixed files and data exactly as pinned when the tag began."""
-    assert ctx.wt is not None and ctx.pinned is not None
+    assert ctx.tag.wt is not None and ctx.tag.pinned is not None
     problems: list[str] = []
-    now = fixed_hashes(folder or ctx.wt.path, FIXED_FILES) | pretrained_hashes(ctx.root)
-    for name, h in (ctx.pinned.fixed_hashes or {}).items():
+    now = fixed_hashes(folder or ctx.tag.wt.path, FIXED_FILES) | pretrained_hashes(ctx.root)
+    for name, h in (ctx.tag.pinned.fixed_hashes or {}).items():
         if now.get(name) != h:
             problems.append(f"fixed file {name} changed {when} (expected sha256 {str(h)[:12]}, "
                             f"found {str(now.get(name))[:12]})")
     v = (executor or ctx.executor).data_hash(ctx.cfg.data.dir)
     if not v.ok:
         problems.extend(v.blocking)
-    elif v.metrics.get("hash") != ctx.pinned.data_hash:
+    elif v.metrics.get("hash") != ctx.tag.pinned.data_hash:
         problems.append(f"data in {ctx.cfg.data.dir} changed {when} (manifest/tree hash "
-                        f"{v.metrics.get('hash', '')[:12]} != pinned {ctx.pinned.data_hash[:12]})")
+                        f"{v.metrics.get('hash', '')[:12]} != pinned {ctx.tag.pinned.data_hash[:12]})")
     return Verdict.errored(*problems) if problems else Verdict.passed({"checked": when})
 
 
@@ -167,9 +167,9 @@ def measure(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: 
     """Train and evaluate the checkout's train.py once."""
     ck = checkout or w.wt.path
     budget = float(budget or ctx.cfg.loop.budget_seconds)
-    rd = ctx.runs_dir(exp_id, role, seed)
+    rd = ctx.tag.runs_dir(exp_id, role, seed)
     (rd / "out").mkdir()
-    threads = ctx.run_threads()  # [loop] seed_jobs > 1: training and its evaluation on the run's share of cores
+    threads = ctx.night.run_threads()  # [loop] seed_jobs > 1: training and its evaluation on the run's share of cores
     m = train(ctx, w, exp_id, role, seed, budget, ck, rd, threads)
     return evaluate(ctx, w, exp_id, role, m, budget, ck, threads) if m.measured else m
 
@@ -219,16 +219,16 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
           rd: Path, threads: int = 0) -> Measurement:
     """The training run and the evidence it left: a Measurement still PENDING when it trained."""
     out = rd / "out"
-    max_steps = ctx.max_steps()
+    max_steps = ctx.tag.max_steps()
     ctx.store.set_phase(exp_id, f"train ({role}, seed {seed})")
-    ctx.display.set_phase(exp_id, f"{ctx.wlabel(w)}train {role} seed={seed}", budget)
+    ctx.display.set_phase(exp_id, f"{ctx.night.wlabel(w)}train {role} seed={seed}", budget)
     tr = w.executor.train(
         TrainJob(checkout=ck, out_dir=out, seed=seed, budget_seconds=budget,
                  grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
                  log_path=rd / "train.log", device=w.device, max_steps=max_steps, threads=threads),
-        ctx.display.log_line, ctx.cancel)
+        ctx.display.log_line, ctx.night.cancel)
     m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd)
-    if tr.cancelled or ctx.cancel.is_set():
+    if tr.cancelled or ctx.night.cancel.is_set():
         return m.ended(Outcome.INTERRUPTED, "the daemon was stopped during training")
     after = integrity(ctx, "during the training run", ck, w.executor)
     if not after.ok:
@@ -284,16 +284,16 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
     metrics_path = rd / "METRICS.json"
     (rd / "MATCHES.json").unlink(missing_ok=True)  # the report reads only matched boxes this run wrote
     ctx.store.set_phase(exp_id, f"evaluate ({role}, seed {seed})")
-    ctx.display.set_phase(exp_id, f"{ctx.wlabel(w)}evaluate {role} seed={seed}")
+    ctx.display.set_phase(exp_id, f"{ctx.night.wlabel(w)}evaluate {role} seed={seed}")
     limit = eval_limit(ctx, role)  # a candidate's evaluation far longer than the best's: its crash
     ev = w.executor.evaluate(
         EvalJob(checkout=ck, weights=rd / "out" / "weights.pt", metrics_path=metrics_path,
                 log_path=rd / "eval.log", timeout_seconds=limit or max(600.0, 2 * budget),
                 stall_seconds=max(float(ctx.cfg.loop.stall_seconds), (limit or 0.0) + 5.0), device=w.device,
                 threads=threads),
-        ctx.display.log_line, ctx.cancel)
+        ctx.display.log_line, ctx.night.cancel)
     m.eval, m.eval_seconds = ev, ev.seconds
-    if ev.cancelled or ctx.cancel.is_set():
+    if ev.cancelled or ctx.night.cancel.is_set():
         return m.ended(Outcome.INTERRUPTED, "the daemon was stopped during evaluation")
     if ev.exit_code == WEIGHTS_REFUSED_EXIT and not (ev.transport_error or ev.timed_out or ev.stalled):
         # evaluate.py (the harness's copy) refused what train.py handed over: the change broke the contract
@@ -349,7 +349,7 @@ def classify_failed(ctx: Context, w: Worker, m: Measurement, tr: RunResult, exp_
         tail = tr.log_tail + (f"\n{tr.transport_error}" if tr.transport_error else "")
         return core_failure.FailureEvidence(
             exit_code=tr.exit_code, signal=tr.signal, timed_out=tr.timed_out, stalled=tr.stalled,
-            log_tail=ctx.redact(tail),  # reasons and signatures are built from this text
+            log_tail=ctx.journal.redact(tail),  # reasons and signatures are built from this text
             transport_exit_code=transport, canary_failed=canary_failed, data_dir=str(data_dir))
 
     c = core_failure.classify_failure(evidence(None))
@@ -383,8 +383,8 @@ def _proven(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, run
 
 def canary(ctx: Context, w: Worker, exp_id: int) -> bool:
     """Rerun the last kept train.py briefly in a scratch folder: did it fail too?"""
-    assert ctx.wt is not None
-    kept = ctx.last_kept_commit()
+    assert ctx.tag.wt is not None
+    kept = ctx.tag.last_kept_commit()
     if kept is None:
         return True
     budget = float(min(ctx.cfg.loop.budget_seconds, 60))
@@ -392,15 +392,15 @@ def canary(ctx: Context, w: Worker, exp_id: int) -> bool:
     scratch = Path(tempfile.mkdtemp(prefix="looper-canary-", dir=ctx.root / ".looper"))
     try:
         for name in ("train.py", *FIXED_FILES):
-            (scratch / name).write_text(ctx.wt.show(kept, name))
-        rd = ctx.runs_dir(exp_id, "canary", ctx.cfg.data.seed)
+            (scratch / name).write_text(ctx.tag.wt.show(kept, name))
+        rd = ctx.tag.runs_dir(exp_id, "canary", ctx.cfg.data.seed)
         tr = w.executor.train(
             TrainJob(checkout=scratch, out_dir=rd / "out", seed=ctx.cfg.data.seed, budget_seconds=budget,
                      grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
-                     log_path=rd / "train.log", device=w.device, max_steps=ctx.max_steps()),
-            ctx.display.log_line, ctx.cancel)
+                     log_path=rd / "train.log", device=w.device, max_steps=ctx.tag.max_steps()),
+            ctx.display.log_line, ctx.night.cancel)
         failed = (not tr.clean_exit or bool(tr.gpu.get("lost"))) and not tr.cancelled
-        ctx.event("note", f"canary of kept {kept[:10]}: {'FAILED' if failed else 'ok'}", exp_id)
+        ctx.journal.event("note", f"canary of kept {kept[:10]}: {'FAILED' if failed else 'ok'}", exp_id)
         return failed
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -432,5 +432,5 @@ def record_run(ctx: Context, exp_id: int, role: str, m: Measurement) -> None:
     tail = (m.train.log_tail if m.train else "")[-4000:]
     ctx.store.add_run(exp_id, role=role, seed=m.seed,
                       exit_code=m.train.exit_code if m.train else None, score=score,
-                      metrics=m.metrics, train=m.train_json, log_tail=ctx.redact(tail),
+                      metrics=m.metrics, train=m.train_json, log_tail=ctx.journal.redact(tail),
                       started_at=None, finished_at=now_iso())

@@ -79,20 +79,20 @@ def test_keep_commits_on_the_branch_and_writes_one_scored_outcome(ws):
     loop = ready(ws)
     base = tip(ws)
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r is not None and r.outcome is Outcome.KEEP and r.halt_error is None
     (row,) = outcome_rows(ws)
     assert row["id"] == r.exp_id and row["status"] == "keep" and row["score"] == pytest.approx(r.score)
     assert row["parent"] == base and tip(ws) == row["commit"] != base
     assert json.loads(row["verdict_json"])["status"] == "pass"
-    assert loop.ctx.stats.outcomes == {"keep": 1}
+    assert loop.ctx.night.stats.outcomes == {"keep": 1}
 
 
 def test_discard_resets_to_the_parent_and_keeps_the_commit_reachable(ws):
     loop = ready(ws)
     base = tip(ws)
     ws.enqueue("QUALITY 0.5 -> 0.2", knobs={"QUALITY": 0.2})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.DISCARD
     (row,) = outcome_rows(ws)
     assert row["status"] == "discard" and row["score"] is not None  # a measured result keeps its score
@@ -105,7 +105,7 @@ def test_crash_resets_and_records_a_signature_without_a_score(ws):
     loop = ready(ws)
     base = tip(ws)
     ws.enqueue("crash", knobs={"SCENARIO": "crash"})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.CRASH and r.halt_error is None and r.stuck is None
     (row,) = outcome_rows(ws)
     assert row["status"] == "crash" and row["score"] is None
@@ -118,7 +118,7 @@ def test_scope_violation_restores_the_other_file_and_commits_nothing(ws):
     loop = ready(ws)
     base = tip(ws)
     ws.enqueue("sneak a file in", knobs={"QUALITY": 0.9}, extra_files={"notes.txt": "hi"})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.DISCARD and r.verdict.status is Status.FAIL
     assert r.verdict.blocking[0].startswith("scope violation: the agent changed notes.txt")
     (row,) = outcome_rows(ws)
@@ -131,7 +131,7 @@ def test_an_error_is_recorded_then_halts_and_leaves_the_checkout_for_a_person(un
     ws = unboxed_ws
     loop = ready(ws)
     ws.enqueue("delete the data", knobs={"SCENARIO": "delete_data"})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.ERROR
     assert isinstance(r.halt_error, HarnessError) and r.halt_error.exit_code == 3
     assert "data" in str(r.halt_error)
@@ -206,7 +206,7 @@ def test_a_changed_data_seed_starts_a_new_baseline_and_repins_rebuilt_data(ws):
     said = [e["message"] for e in ws.events("baseline") if "data.seed 3 -> 4" in e["message"]]
     assert now != pinned and said and f"data re-pinned: hash {now[:12]}" in said[0]  # the fixture data follow the seed
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
-    assert run_candidate(loop.ctx, loop.ctx.workers[0]).outcome is Outcome.KEEP
+    assert run_candidate(loop.ctx, loop.ctx.night.workers[0]).outcome is Outcome.KEEP
 
 
 def test_the_advice_of_a_cannot_gate_halt_does_not_lead_back_into_it(ws, pages):
@@ -284,13 +284,13 @@ def test_auto_step_budget_warms_up_then_every_run_trains_the_pinned_steps(ws):
     assert noise["max_steps"] == 8 and noise["warmup"]["steps"] == 10 and len(noise["scores"]) == n
     classes = base_metrics_classes(loop, base["id"])
     assert noise["class_recall_sd"] == {c: 0.0 for c in classes} and classes  # NOISE = 0: every seed alike
-    assert loop.ctx.max_steps() == 8
+    assert loop.ctx.tag.max_steps() == 8
     seen = [(r.train["max_steps"], r.train["steps"]) for r in loop.ctx.store.run_records(base["id"])]
     assert seen == [(8, 8)] * n  # the warm-up is not one of the baseline's scored runs
     (said,) = [e["message"] for e in ws.events("baseline") if e["message"].startswith("warm-up")]
     assert "10 steps in 6 s" in said and "train 8 steps (80%)" in said
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.KEEP and "cut_short" not in r.verdict.metrics
     assert [x.train["max_steps"] for x in loop.ctx.store.run_records(r.exp_id)] == [8]
     text = report_text(loop.ctx.store, ws.root, console_width=400)
@@ -307,7 +307,7 @@ def test_a_candidate_cut_short_by_the_wall_clock_is_not_discarded_on_its_loss(ws
     loop = ready(ws, **{"loop.max_steps": "auto"})
     base = tip(ws)
     ws.enqueue("slower and worse", knobs={"QUALITY": 0.2, "STEPS_FIT": 5})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.INCONCLUSIVE, r.verdict
     # worse on seed 0, so a second seed before any discard (a discard stands on 2): both were cut short
     assert r.verdict.metrics["cut_short"] == ["seed 0: stopped by the wall clock at 5 of 8 steps",
@@ -316,7 +316,7 @@ def test_a_candidate_cut_short_by_the_wall_clock_is_not_discarded_on_its_loss(ws
     assert any(b.startswith("would have discarded: ") for b in r.verdict.blocking[1:])
     assert tip(ws) == base and ws.git("status", "--porcelain", cwd=ws.worktree) == ""
     ws.enqueue("slower but better", knobs={"QUALITY": 0.9, "STEPS_FIT": 5})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.KEEP  # it won with fewer steps: the win stands, flagged
     assert r.verdict.metrics["cut_short"] == ["seed 0: stopped by the wall clock at 5 of 8 steps"]
     assert any(n.startswith("not comparable: ") for n in r.verdict.metrics["notes"])
@@ -367,7 +367,7 @@ def test_a_candidate_that_ignores_the_step_budget_is_a_crash_of_the_change(ws):
     assert fitted in src
     ws.enqueue("train to the wall clock", source=src.replace(fitted, "STEPS_FIT").replace(
         "QUALITY = 0.5", "QUALITY = 0.9"))
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.CRASH and r.halt_error is None, r.verdict
     assert r.verdict.blocking == ["train.py trained 10 optimizer steps; the tag's step budget is 8 "
                                   "(LOOPER_MAX_STEPS): a run must stop at it"]

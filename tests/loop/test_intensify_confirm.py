@@ -43,7 +43,7 @@ def noisy(ws, noise: float = 0.05) -> None:
 def test_a_clear_win_stops_early_for_success_on_the_best_s_first_seed(ws):
     loop = ready(ws, **{"loop.noise_reruns": 3})  # up to 4 seeds: 1, 2, 4
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.KEEP
     cost = verdict(ws, r.exp_id)["cost"]
     assert run_seeds(ws, r.exp_id) == [0] and cost["seeds"] == [0]
@@ -57,7 +57,7 @@ def test_a_clear_loss_stops_early_for_futility_on_its_second_seed(ws):
     # the second seed is run, then the challenger stops, 2 seeds short of its cap of 4
     loop = ready(ws, **{"loop.noise_reruns": 3})
     ws.enqueue("QUALITY 0.5 -> 0.2", knobs={"QUALITY": 0.2})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.DISCARD
     m = verdict(ws, r.exp_id)
     assert run_seeds(ws, r.exp_id) == [0, 1] and m["cost"]["stopped"] == "stopped early for futility after 2 seed(s)"
@@ -67,7 +67,7 @@ def test_a_clear_loss_stops_early_for_futility_on_its_second_seed(ws):
 def test_a_cap_of_one_seed_discards_on_that_seed(ws):
     loop = ready(ws, **{"loop.noise_reruns": 0})
     ws.enqueue("QUALITY 0.5 -> 0.2", knobs={"QUALITY": 0.2})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.DISCARD and run_seeds(ws, r.exp_id) == [0]
     assert verdict(ws, r.exp_id)["cost"]["stopped"] == "discarded after 1 seed(s)"
 
@@ -77,7 +77,7 @@ def test_paired_seeds_keep_a_win_the_seed_spread_hides_from_the_pooled_test(ws):
     # the baseline runs seeds 0 and 1; a cap of 3 seeds: looks at 1, 2, 3 with 1/6, 2/6, 3/6 of alpha
     loop = ready(ws, **{"loop.noise_reruns": 2})
     ws.enqueue("BONUS 0 -> 0.2", knobs={"BONUS": 0.2})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     m = verdict(ws, r.exp_id)
     assert r.outcome is Outcome.KEEP and run_seeds(ws, r.exp_id) == [0, 1]
     assert m["paired_seeds"] == [0, 1] and m["score_test_used"] == PAIRED_TEST
@@ -101,7 +101,7 @@ def test_a_score_test_fixed_in_looper_toml_reaches_the_gate_with_the_whole_alpha
     noisy(ws)
     loop = ready(ws, **{"loop.noise_reruns": 2, "gate.score_test": "pooled"})
     ws.enqueue("BONUS 0 -> 0.2", knobs={"BONUS": 0.2})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     m = verdict(ws, r.exp_id)
     assert m["score_test_used"] != PAIRED_TEST and m["score_test_choice"].startswith(
         'pooled: fixed by [gate] score_test = "pooled"')
@@ -120,7 +120,7 @@ def test_the_best_gains_the_seeds_a_decision_needs(ws):
     base = loop.ctx.store.best("t")
     assert run_seeds(ws, base.id) == [0, 1]
     ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})  # inside the noise up to the cap of 4 seeds
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     m = verdict(ws, r.exp_id)
     # 1 seed, then 2, then 4: the baseline never ran seeds 2 and 3, so it ran each first
     assert r.outcome is Outcome.INCONCLUSIVE and m["cost"]["stopped"] == "inconclusive after 4 seed(s) (the cap)"
@@ -131,7 +131,7 @@ def test_the_best_gains_the_seeds_a_decision_needs(ws):
     assert any(f"#{r.exp_id} needs seed 2, which the current best #{base.id} never ran" in n for n in notes)
     # the next candidate needs no new seed of the best: seed 3 is there now
     ws.enqueue("BONUS 0 -> 0.031", knobs={"BONUS": 0.031})
-    r2 = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r2 = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert run_seeds(ws, r2.exp_id) == [0, 1, 2, 3] and verdict(ws, r2.exp_id)["cost"]["best_runs"] == 0
     assert run_seeds(ws, base.id) == [0, 1, 2, 3]
 
@@ -158,7 +158,7 @@ def test_the_night_confirms_its_best_on_fresh_seeds(ws):
 def test_looper_confirm_runs_the_best_on_fresh_seeds(ws):
     loop = ready(ws)
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
-    kept = run_candidate(loop.ctx, loop.ctx.workers[0])
+    kept = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert kept.outcome is Outcome.KEEP
     cfg = (ws.root / "looper.toml").read_text().replace("confirm_seeds = 0", "confirm_seeds = 2")
     (ws.root / "looper.toml").write_text(cfg)
@@ -175,7 +175,7 @@ def test_looper_confirm_runs_the_best_on_fresh_seeds(ws):
 def test_a_kept_gain_that_does_not_confirm_is_flagged(ws, monkeypatch):
     loop = ready(ws, **{"loop.confirm_seeds": 2})
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
-    kept = run_candidate(loop.ctx, loop.ctx.workers[0])
+    kept = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     best = loop.ctx.store.best("t")
     assert best.id == kept.exp_id
     # a winner's curse, planted: the train.py the confirmation re-runs is the baseline's, so on fresh seeds
@@ -198,12 +198,12 @@ def test_a_night_cut_short_records_what_it_confirmed_so_far(ws, monkeypatch):
 
     loop = ready(ws, **{"loop.confirm_seeds": 3})
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
-    assert run_candidate(loop.ctx, loop.ctx.workers[0]).outcome is Outcome.KEEP
+    assert run_candidate(loop.ctx, loop.ctx.night.workers[0]).outcome is Outcome.KEEP
     real = measure_mod.record_run
 
     def then_a_signal(ctx, exp_id, role, m):  # a signal arrives after the first fresh run
         real(ctx, exp_id, role, m)
-        ctx.cancel.set()
+        ctx.night.cancel.set()
 
     monkeypatch.setattr(measure_mod, "record_run", then_a_signal)
     confirm(loop.ctx, "night_end")
@@ -265,7 +265,7 @@ def test_a_best_that_cannot_run_a_needed_seed_leaves_the_candidate_undecided(ws,
     # the best's train.py, as the seed it must gain would run it, crashes (its own seeds 0, 1 are recorded)
     real_best = best_runs_changed(loop, monkeypatch, 'SCENARIO = "ok"', 'SCENARIO = "crash"')
     ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     base = real_best("t")
     assert r.outcome is Outcome.INCONCLUSIVE and r.halt_error is None
     assert r.verdict.blocking[0].startswith(f"the current best #{base.id} could not be measured on seed 2 (crash")
@@ -297,7 +297,7 @@ def test_a_best_run_cut_short_is_on_record_but_never_the_best_s_measurement(ws, 
     # as the best gains seed 2 it fits only 5 of its 8 steps (a slower machine, say)
     real_best = best_runs_changed(loop, monkeypatch, "STEPS_FIT = 10 ", "STEPS_FIT = 5 ")
     ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     base = real_best("t")
     assert r.outcome is Outcome.INCONCLUSIVE
     assert r.verdict.blocking[0].startswith(f"the current best #{base.id} on seed 2: ")
@@ -316,7 +316,7 @@ def test_a_night_stopped_by_a_signal_says_it_confirmed_nothing(ws):
 
     def signal_when_training() -> None:  # what the SIGTERM handler does, once the candidate trains
         ws.wait_for(lambda: any((r["phase"] or "").startswith("train") for r in ws.rows()), 60, "training")
-        loop.ctx.cancel.set()
+        loop.ctx.night.cancel.set()
 
     t = threading.Thread(target=signal_when_training)
     t.start()

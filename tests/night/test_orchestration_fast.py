@@ -42,7 +42,7 @@ def test_keep_a_better_candidate_commits_on_the_branch_with_one_scored_row(ws):
     fake = FakeExecutor()
     loop = night(ws, ScriptedAgent({"QUALITY": 0.8}), fake)
     base = tip(ws)
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r is not None and r.outcome is Outcome.KEEP and r.halt_error is None
     (row,) = settled(ws)
     assert row["status"] == "keep" and row["score"] == pytest.approx(r.score) and row["score"] > 0.8
@@ -54,7 +54,7 @@ def test_keep_a_better_candidate_commits_on_the_branch_with_one_scored_row(ws):
 def test_discard_a_worse_candidate_resets_to_the_parent(ws):
     loop = night(ws, ScriptedAgent({"QUALITY": 0.2}))
     base = tip(ws)
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.DISCARD
     (row,) = settled(ws)
     assert row["status"] == "discard" and row["score"] is not None
@@ -65,7 +65,7 @@ def test_discard_a_worse_candidate_resets_to_the_parent(ws):
 def test_a_crash_is_the_candidates_fault_with_a_signature_and_no_score(ws):
     loop = night(ws, ScriptedAgent({"SCENARIO": "crash"}))
     base = tip(ws)
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.CRASH and r.halt_error is None
     (row,) = settled(ws)
     assert row["status"] == "crash" and row["score"] is None and "ValueError" in row["failure_signature"]
@@ -76,7 +76,7 @@ def test_a_broken_transport_is_a_harness_error_that_halts_and_leaves_the_commit(
     fake = FakeExecutor()
     loop = night(ws, ScriptedAgent({"QUALITY": 0.8}), fake)
     fake.down = True  # the GPU host is gone: the candidate's run and the canary both fail
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.ERROR
     assert isinstance(r.halt_error, HarnessError) and r.halt_error.exit_code == 3
     (row,) = settled(ws)
@@ -89,7 +89,7 @@ def test_a_broken_transport_is_a_harness_error_that_halts_and_leaves_the_commit(
 
 def test_a_vacuous_run_is_never_green(ws):
     loop = night(ws, ScriptedAgent({"SCENARIO": "vacuous"}))
-    r = run_candidate(loop.ctx, loop.ctx.workers[0])
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r.outcome is Outcome.VACUOUS and r.halt_error is None
     (row,) = settled(ws)
     assert row["status"] == "vacuous" and row["score"] is None
