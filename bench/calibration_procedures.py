@@ -8,7 +8,7 @@ the real ``looper.core.gate.decide`` and ``looper.core.intensify`` for the verdi
   one fresh seed at a time up to ``cap`` (``1 + noise_reruns``), the gate told no seeds (so nothing
   is paired, the pooled Student t decides) and looking once per seed (``looks=None``).
 - **paired** (this wave's intensification, :func:`judge_paired`): exactly
-  ``looper.night.experiment.measure_and_gate`` at the start of a night (the current best is the tag's
+  ``looper.night.race.measure_and_gate`` at the start of a night (the current best is the tag's
   baseline): the candidate runs 1, 2, 4 ... of the best's own seeds up to ``cap``
   (``intensify.candidate_seeds``), a seed the best never ran is run on the best first and joins the
   best's (and baseline's) runs, the gate is told every seed and the planned looks
@@ -59,7 +59,7 @@ def judge_pooled(cfg: core_gate.GateConfig, baseline: Sequence[Run], candidates:
 def judge_paired(cfg: core_gate.GateConfig, n_base: int, cap: int, best_at: Callable[[int], Run],
                  cand_at: Callable[[int], Run], first_seed: int = 0,
                  decided: Callable[[core_gate.GateDecision], None] | None = None) -> tuple[str, int, int]:
-    """This wave's loop (looper.night.experiment.measure_and_gate), the best being the tag's baseline of
+    """This wave's loop (looper.night.race.measure_and_gate), the best being the tag's baseline of
     seeds ``first_seed .. first_seed + n_base - 1``. ``best_at(seed)`` / ``cand_at(seed)``: the run
     of the best / of the candidate on that seed; ``decided``, if given, sees the decision that ended
     it (bench/calibration_why.py reads why). Returns (outcome, candidate runs, best runs gained)."""

@@ -7,7 +7,7 @@
 
 With ``--procedures pooled,paired`` (a pool made with calibration_pool.py ``--variant``) every row is judged
 by both the last wave's pooled procedure and this wave's paired intensification (the real
-looper.core.intensify and gate.decide, as looper.night.experiment.measure_and_gate calls them; the draws and who
+looper.core.intensify and gate.decide, as looper.night.race.measure_and_gate calls them; the draws and who
 plays what: bench/calibration_procedures.py). What follows describes the last wave's table (no --procedures).
 
 The pool (bench/calibration_pool.py) holds real train.py + evaluate.py runs under one step budget:

@@ -67,7 +67,7 @@ def rng_draw(rng: random.Random, noise: str, emp: list[float]) -> Callable[[], f
 
 def judge(rng: random.Random, draw: Callable[[], float], rho: float, effect: float, cap: int, n_base: int,
           paired: bool, discard_seeds: int = intensify.DISCARD_SEEDS) -> tuple[str, int]:
-    """One decision as the loop makes it (looper.night.experiment.measure_and_gate): (outcome, runs it took)."""
+    """One decision as the loop makes it (looper.night.race.measure_and_gate): (outcome, runs it took)."""
     shared: dict[int, float] = {}
 
     def score(k: int, eff: float) -> float:

@@ -2,7 +2,7 @@
 pool of real runs, and the draws that decide which real run plays which part. Synthetic METRICS.json
 (no training): one class that never moves, so the score test alone decides.
 
-- ``judge_paired`` is the loop's intensification (looper.night.experiment.measure_and_gate): the candidate
+- ``judge_paired`` is the loop's intensification (looper.night.race.measure_and_gate): the candidate
   runs the best's own seeds in order, 1 then 2 then 4 ... up to the cap, a seed the best never ran is
   run on the best first, and a clear answer stops it early;
 - ``judge_pooled`` is the last wave's loop: one fresh seed at a time, the gate told no seeds;

@@ -24,7 +24,7 @@ After SMAC3's intensifier and irace's races, with a significance test at every l
   for more seeds goes on to the next batch while the cap allows; anything else ends the decision
   where it stands.
 - **One race** (:class:`Race`): the rules above as one state machine, driven alike by the loop
-  (looper.night.experiment.measure_and_gate, which runs the seeds) and by the benches that calibrate it
+  (looper.night.race.measure_and_gate, which runs the seeds) and by the benches that calibrate it
   (bench/calibration_procedures.py on real runs, bench/sim_paired.py on simulated ones), so the
   error rates the benches state are those of the loop's own sequence of looks.
 - **Fresh seeds** for the morning's confirmation (:func:`fresh_seeds`): above every seed the

@@ -139,7 +139,7 @@ class NightState:
         self.keep_lock = threading.RLock()  # branch tip, best and keep decisions move together
         self.agent_lock = threading.Lock()
         self.count_lock = threading.Lock()
-        self.seed_lock = threading.Lock()  # the best gains a seed one worker at a time (experiment.gain_best_seeds)
+        self.seed_lock = threading.Lock()  # the best gains a seed one worker at a time (race.gain_best_seeds)
         self.in_flight: dict[int, dict] = {}  # worker id -> knobs of the candidate it runs
         self._cfg = cfg
         self._threads: int | None = None  # [loop] seed_jobs > 1: each run's share of the cores

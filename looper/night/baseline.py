@@ -1,0 +1,161 @@
+"""The train.py a tag starts from, measured: the warm-up that fits the step budget, the baseline's seeds
+that measure the noise; and :func:`verify`, the pipeline on the workspace's train.py, committing nothing."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from looper.core import gate as core_gate
+from looper.core import scope as core_scope
+from looper.core import seeds as core_seeds
+from looper.core.verdict import Outcome, Verdict
+from looper.executors.base import FIXED_FILES
+from looper.night.context import Context, Worker, now_iso
+from looper.night.measure import (
+    Measurement,
+    mean_metrics,
+    weights_sha256,
+)
+from looper.night.race import measure_and_gate, measure_seeds
+from looper.night.records import Candidate, Result
+from looper.night.settle import settle
+from looper.night.tag import TagBudget, TagNoise
+from looper.report.fmt import shown
+
+CUT_SHORT_ADVICE = ("The wall clock ended a baseline run before the tag's step budget: this machine is slower now "
+                    "than when the budget was measured (another job on it?). Free the machine, or lower "
+                    "[loop] max_steps (with \"auto\", starting again measures a new warm-up), and start `looper run` "
+                    "again.")
+SEED_ADVICE = ("The workspace's train.py trains the same weights whatever LOOPER_SEED says, so the baseline's "
+               "seeds measure no noise and the gate would judge every difference as certain. Seed every random "
+               "source in train.py from LOOPER_SEED, commit it, and start `looper run` again.")
+
+
+# ====================================================================== the baseline and verify
+def measure_baseline(ctx: Context, w: Worker) -> Result:
+    """Measure the train.py the tag starts from with ``baseline_seeds`` seeds: the noise the gate uses."""
+    assert ctx.tag.wt is not None
+    seeds = [ctx.cfg.data.seed + i for i in range(ctx.cfg.loop.baseline_seeds)]
+    source = (ctx.tag.wt.path / "train.py").read_text()
+    description = "baseline: the train.py the tag started from"
+    exp_id = ctx.store.start_experiment(tag=ctx.tag.name, kind="baseline", parent=None, seed=seeds[0],
+                                        config=ctx.cfg.redacted_dict(), description=description, source=source)
+    ctx.store.update_experiment(exp_id, commit=ctx.tag.wt.head(), started_at=now_iso())
+    cand = Candidate("baseline", exp_id, w, None, source, source, description)
+    budget: dict[str, Any] = {}
+    if ctx.cfg.loop.max_steps == "auto":
+        warm = warm_up(ctx, cand)
+        if isinstance(warm, Result):
+            return settle(ctx, cand, warm)
+        budget = warm
+    ctx.display.note(f"measuring the baseline with {len(seeds)} seed(s) to learn the noise")
+    results = []
+    for m in measure_seeds(ctx, cand, dict.fromkeys(seeds, "baseline"),  # side by side with seed_jobs > 1
+                           ok=lambda m: m.measured and not m.cut_short, record_as="main"):
+        seed = m.seed
+        if not m.measured:
+            return settle(ctx, cand, baseline_failed(m, "while measuring the baseline", f"baseline seed {seed}",
+                                                     f"could not produce a result (seed {seed}, {m.outcome.value})"))
+        if m.cut_short:  # the tag's reference did not train the tag's budget: nothing may be judged against it
+            why = f"baseline seed {seed}: {m.cut_short}"
+            return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=CUT_SHORT_ADVICE))
+        results.append(m)
+    seeded = core_seeds.check([(r.seed, weights_sha256(r)) for r in results])
+    if seeded.ignores_seed:  # its noise would read as zero: nothing may be judged against it
+        why = f"baseline train.py {seeded.reason}"
+        return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=SEED_ADVICE))
+    scores = [float(r.metrics[ctx.cfg.gate.score]) for r in results]
+    mean, sigma = statistics.fmean(scores), (statistics.stdev(scores) if len(scores) > 1 else None)
+    metrics = {**mean_metrics([r.metrics for r in results]), "seed_scores": scores}
+    ctx.tag.set_noise(TagNoise(sigma=sigma, scores=tuple(scores), seeds=tuple(seeds),
+                               class_recall_sd=core_gate.class_recall_spread([r.metrics for r in results])))
+    result = settle(ctx, cand, Result(Outcome.KEEP, Verdict.passed({"score": mean, "noise_sigma": sigma,
+                                                                     "seeds": seeds, **budget}),
+                                      score=mean, metrics=metrics))
+    dead = core_gate.dead_gates(metrics, ctx.cfg.gate.max_class_drop)
+    ctx.journal.event("baseline", f"baseline #{exp_id}: {ctx.cfg.gate.score} mean {mean:.4f} over seeds {seeds}, "
+                          f"sigma {sigma if sigma is None else round(sigma, 4)}; {len(dead)} dead gate(s)",
+              exp_id, {"dead_gates": dead})
+    ctx.display.outcome(exp_id, "baseline", mean, f"sigma={shown(sigma, sigma)}", mean)  # rounded to itself
+    return result
+
+
+def baseline_failed(m: Measurement, when: str, prefix: str, what: str) -> Result:
+    """The Result that ends a baseline whose run gave no result: interrupted, or an error that halts."""
+    if m.outcome is Outcome.INTERRUPTED:
+        return Result(Outcome.INTERRUPTED, Verdict.errored(f"stopped {when}"))
+    return Result(Outcome.ERROR, Verdict.errored(*(f"{prefix}: {b}" for b in m.blocking)), signature=m.signature,
+                  halt=f"the baseline train.py {what}: " + "; ".join(m.blocking))
+
+
+def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
+    """``[loop] max_steps = "auto"``: train the baseline once under the wall clock alone (it also takes
+    the tag's cold start) and pin the tag's step budget from the steps it fitted (core.budget). Returns
+    what is pinned, or the Result that ends the baseline when the warm-up could not train."""
+    from looper.core.budget import HEADROOM, step_budget
+    from looper.night.measure import train
+
+    ctx.tag.set_budget(TagBudget())  # a new baseline forgets the old budget: the warm-up runs unbudgeted
+    seed = ctx.cfg.data.seed
+    ctx.display.note("warm-up: one run under the wall clock alone measures the tag's step budget")
+    rd = ctx.tag.runs_dir(cand.exp_id, "warmup", seed)
+    (rd / "out").mkdir()
+    m = train(ctx, cand.worker, cand.exp_id, "warmup", seed, float(ctx.cfg.loop.budget_seconds),
+              cand.checkout or cand.worker.wt.path, rd)
+    cand.spent += m.train_seconds
+    cand.timing["train_seconds"] = cand.timing.get("train_seconds", 0.0) + m.train_seconds  # the baseline's cost
+    if m.measured and int((m.train_json or {}).get("steps") or 0) < 1:  # e.g. steps 0.5: no whole step to budget
+        m.ended(Outcome.ERROR, f"train.json says {(m.train_json or {}).get('steps')!r} steps: less than one "
+                               "whole optimizer step, no step budget can be measured from it")
+    if not m.measured:
+        return baseline_failed(m, "during the warm-up run", "warm-up",
+                               f"could not train its warm-up run ({m.outcome.value})")
+    tj = m.train_json or {}
+    steps = tj.get("steps")
+    pinned = {"max_steps": step_budget(int(steps)),
+              "warmup": {"steps": steps, "seconds": tj.get("seconds"), "stopped_by": tj.get("stopped_by"),
+                         "headroom": HEADROOM}}
+    ctx.tag.set_budget(TagBudget(max_steps=pinned["max_steps"], warmup=pinned["warmup"]))
+    ctx.journal.event("baseline", f"warm-up #{cand.exp_id}: {steps} steps in {ctx.cfg.loop.budget_seconds} s; "
+                          f"the tag's runs train {pinned['max_steps']} steps ({HEADROOM:.0%})", cand.exp_id, pinned)
+    return pinned
+
+
+def verify(ctx: Context) -> Verdict:
+    """The pipeline on the workspace's current train.py, gated against the best, committed nowhere."""
+    from looper.night.measure import integrity
+
+    ctx.tag.open()
+    if ctx.tag.pinned is None or ctx.store.best(ctx.tag.name) is None:
+        return Verdict.errored(f"tag {ctx.tag.name} has no measured baseline yet: run `looper run` first")
+    for check in (lambda: ctx.executor.preflight(ctx.cfg.executor.require_gpu),
+                  lambda: integrity(ctx, "in the workspace since the tag began", ctx.root)):
+        v = check()
+        if not v.ok:
+            return Verdict.errored(*v.blocking)
+    source = (ctx.root / "train.py").read_text()
+    broken = core_scope.compile_problem(source)
+    if broken:
+        return Verdict.failed(broken[0])
+    exp_id = ctx.store.start_experiment(tag=ctx.tag.name, kind="verify", parent=ctx.tag.wt.head(), seed=ctx.cfg.data.seed,
+                                        config=ctx.cfg.redacted_dict(), description="looper verify",
+                                        source=source)
+    cand = Candidate("verify", exp_id, ctx.main_worker(), ctx.tag.wt.head(), source, source, "looper verify")
+    cand.checkout = Path(tempfile.mkdtemp(prefix="looper-verify-", dir=ctx.root / ".looper"))
+    try:
+        for name in ("train.py", *FIXED_FILES):
+            shutil.copy2(ctx.root / name, cand.checkout / name)
+        result = settle(ctx, cand, measure_and_gate(ctx, cand, ctx.tag.best(), "main"))
+    finally:
+        shutil.rmtree(cand.checkout, ignore_errors=True)
+    metrics = {**result.verdict.metrics, "outcome": result.outcome.value, "experiment_id": exp_id}
+    if result.outcome is Outcome.KEEP:
+        return Verdict.passed(metrics)
+    if result.outcome in (Outcome.ERROR, Outcome.INTERRUPTED):
+        return Verdict.errored(*result.verdict.blocking, metrics=metrics)
+    return Verdict.failed(*(result.verdict.blocking or [f"{result.outcome.value}: did not beat the current best"]),
+                          metrics=metrics)
