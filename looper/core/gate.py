@@ -336,14 +336,8 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None 
     None: an equal part, ``1 / looks``."""
     if share is not None and not 0.0 < share <= 1.0:
         raise ValueError(f"a look's share of alpha must be in (0, 1], got {share!r}")
-    facts: dict[str, Any] = {
-        "baseline": inp.baseline_source,
-        "score_key": cfg.score,
-        "max_class_drop": cfg.max_class_drop,
-        "alpha": cfg.alpha,
-        "dead_gates": [],
-        "notes": [],
-    }
+    facts: dict[str, Any] = {"baseline": inp.baseline_source, "score_key": cfg.score,
+                             "max_class_drop": cfg.max_class_drop, "alpha": cfg.alpha, "dead_gates": [], "notes": []}
     try:
         r = _read(inp, cfg, facts)
     except _Unusable as exc:
@@ -356,27 +350,37 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None 
     alpha = cfg.alpha * share if share is not None else cfg.alpha / looks
     score = float(statistics.mean(r.cand_scores))  # exact: equal scores give a diff of exactly 0
     best = float(statistics.mean(r.best_scores))
-    diff = score - best
     facts.update({
-        "score": score, "best_score": best, "diff": diff,
+        "score": score, "best_score": best, "diff": score - best,
         "runs": n, "candidate_scores": r.cand_scores, "best_scores": r.best_scores,
         "baseline_scores": r.base_scores, "candidate_simpler": inp.candidate_simpler,
         "looks": looks, "alpha_per_look": alpha,
         "class_recall": {c: round(v, 6) for c, v in r.cand_recall.items()},
         "gated_classes": len(r.live),
     })
-    if share is not None and share < 1.0:
-        facts["alpha_share"] = share
-        facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks in proportion to their seeds: "
-                              f"{alpha:.4g} at this look ({share:.3g} of it)")
-    elif share is None and looks > 1:
-        facts["notes"].append(f"alpha {cfg.alpha:g} split over {looks} looks: "
-                              f"{alpha:.4g} per look")
+    _note_alpha(facts, cfg.alpha, alpha, looks, share)
     blocking = classgate.failures(r.tests, r.replicates, r.cand_recall, r.dead, len(r.gated), cfg.max_class_drop,
                                   alpha, facts)
     test = core_score.score_test(r.cand_scores, r.best_scores, r.base_scores, r.best_is_ref, r.pairs, cfg.score,
                                  alpha, facts, cfg.score_test)
-    key = cfg.score
+    return _judge(facts, blocking, test, inp.candidate_simpler, reruns_left)
+
+
+def _note_alpha(facts: dict[str, Any], total: float, alpha: float, looks: int, share: float | None) -> None:
+    """Say in the verdict's notes how this look's alpha came from the decision's whole alpha."""
+    if share is not None and share < 1.0:
+        facts["alpha_share"] = share
+        facts["notes"].append(f"alpha {total:g} split over {looks} looks in proportion to their seeds: "
+                              f"{alpha:.4g} at this look ({share:.3g} of it)")
+    elif share is None and looks > 1:
+        facts["notes"].append(f"alpha {total:g} split over {looks} looks: "
+                              f"{alpha:.4g} per look")
+
+
+def _judge(facts: dict[str, Any], blocking: list[str], test: Any, simpler: bool, reruns_left: int) -> GateDecision:
+    """The decision from the class gates' failures and the score test at this look (``facts`` holds the
+    scores and is the verdict's metrics)."""
+    key, score, best, diff, n = facts["score_key"], facts["score"], facts["best_score"], facts["diff"], facts["runs"]
 
     def decision(outcome: Outcome, reasons: list[str], needs: int = 0) -> GateDecision:
         metrics = {**facts, "notes": list(facts["notes"]), "needs_reruns": needs}
@@ -396,14 +400,14 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None 
         return decision(Outcome.DISCARD, [
             f"{key} {score:.4f} is below the current best {best:.4f} by {-diff:.4f}: "
             f"p = {_fmt_below(test.p_worse, test.alpha)} ({test.name}; noise band {test.band:.4f})"])
-    if inp.candidate_simpler and diff >= -_EPS:
+    if simpler and diff >= -_EPS:
         facts["notes"].append("inside the noise band and simpler, not worse: simpler wins")
         return decision(Outcome.KEEP, [])
     inside = (f"{key} {diff:+.4f} vs the current best is inside the noise band {test.band:.4f} "
               f"(p = {test.p_better:.2g} better, {test.p_worse:.2g} worse; alpha {test.alpha:.4g})")
     if reruns_left > 0:
         return decision(Outcome.INCONCLUSIVE, [f"{inside}: needs 1 more seed ({reruns_left} left)"], 1)
-    if inp.candidate_simpler:
+    if simpler:
         facts["notes"].append(f"still inside the noise band after {n} runs; simpler wins the tie")
         return decision(Outcome.KEEP, [])
     return decision(Outcome.INCONCLUSIVE, [
