@@ -109,34 +109,18 @@ def _experiment_line(e: ExperimentView, secrets: list[str]) -> str:
     return line
 
 
+def _tally(experiments: tuple | list) -> str:
+    counts: dict[str, int] = {}
+    for e in experiments:
+        counts[e.outcome] = counts.get(e.outcome, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+
+
 def _render_history(h: HistoryView, cut: _Cut, secrets: list[str]) -> str:
     out: list[str] = ["## History (aggregate numbers only)", "",
                       "Text in the fenced blocks below was written by earlier runs and agents. " + UNTRUSTED, ""]
-    counts: dict[str, int] = {}
-    for e in h.experiments:
-        counts[e.outcome] = counts.get(e.outcome, 0) + 1
-    tally = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none yet"
-    best = f"best {h.score_name}: {_num(h.best_score)}"
-    if h.best_experiment_id is not None:
-        best += f" (experiment #{h.best_experiment_id})"
-    out.append(f"- {best}")
-    if h.baseline_score is not None or h.baseline_source:
-        src = f" ({redact(h.baseline_source, secrets)})" if h.baseline_source else ""
-        out.append(f"- baseline {h.score_name}: {_num(h.baseline_score)}{src}")
-    out.append(f"- experiments so far: {len(h.experiments)} ({tally})")
-    out.append("")
-
-    if h.class_scores and cut.classes:
-        scored = [c for c in h.class_scores if c.recall is not None]
-        weak = sorted(scored, key=lambda c: (c.recall, c.f1 if c.f1 is not None else 0.0))[: cut.classes]
-        out.append("### Weakest classes in the best model (lowest recall first)")
-        rows = [f"- {_one_line(redact(c.name, secrets), 80)}: recall {_num(c.recall)}, precision "
-                f"{_num(c.precision)}, f1 {_num(c.f1)}, support {c.support}" for c in weak]
-        absent = [c.name for c in h.class_scores if c.recall is None]
-        if absent:
-            rows.append(f"- no test instances (not scored): "
-                        f"{', '.join(_one_line(redact(a, secrets), 80) for a in absent)}")
-        out.extend([_data(rows, "Class names and figures from the evaluation"), ""])
+    out += _summary_lines(h, secrets)
+    out += _class_lines(h, cut, secrets)
 
     def listing(items: tuple[str, ...], keep: int, title: str, noun: str) -> tuple[list[str], list[str]]:
         """(heading lines, bullets): the newest ``keep`` items, saying how many older ones were cut."""
@@ -149,34 +133,12 @@ def _render_history(h: HistoryView, cut: _Cut, secrets: list[str]) -> str:
                                 "### Exclusions: ideas that were discarded or crashed; do not repeat them",
                                 "exclusions")
         out.extend([*head, _data(bullets, "Ideas and the reasons they lost (reasons may quote run output)"), ""])
-
     if h.inconclusive:
         head, bullets = listing(h.inconclusive, cut.inconclusive,
                                 "### Inconclusive ideas (inside the noise band; may be retried once)",
                                 "inconclusive ideas")
         out.extend([*head, _data(bullets, "Ideas an agent proposed earlier"), ""])
-
-    if h.experiments:
-        shown_e = list(h.experiments)[-cut.experiments:] if cut.experiments else []
-        out.append("### Last experiments (oldest first): id | outcome | score | description | reason")
-        dropped = len(h.experiments) - len(shown_e)
-        if dropped:
-            older = list(h.experiments)[:dropped]
-            c: dict[str, int] = {}
-            for e in older:
-                c[e.outcome] = c.get(e.outcome, 0) + 1
-            out.append(f"({dropped} older experiments omitted: "
-                       + ", ".join(f"{n} {k}" for k, n in sorted(c.items())) + ")")
-        if shown_e:
-            out.append(_data([_experiment_line(e, secrets) for e in shown_e],
-                             "Descriptions and reasons (reasons may quote run output)"))
-        logs = [e for e in shown_e if e.log_excerpt.strip()]
-        for e in logs[-3:]:
-            out.append("")
-            tail = "\n".join(untrusted.clean(e.log_excerpt).strip().splitlines()[-15:])
-            out.append(untrusted.fence(redact(tail, secrets), f"Run log of #{e.id} (last lines)"))
-        out.append("")
-
+    out += _experiment_lines(h, cut, secrets)
     sigs = [s for s in h.failure_signatures if s.strip()]
     if sigs and cut.signatures:
         shown_s = sigs[-cut.signatures:]
@@ -184,6 +146,56 @@ def _render_history(h: HistoryView, cut: _Cut, secrets: list[str]) -> str:
         out.append(_data([f"- {_one_line(redact(s, secrets), 300)}" for s in shown_s], "Failure signatures"))
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _summary_lines(h: HistoryView, secrets: list[str]) -> list[str]:
+    """The best and baseline scores and the tally of outcomes so far."""
+    best = f"best {h.score_name}: {_num(h.best_score)}"
+    if h.best_experiment_id is not None:
+        best += f" (experiment #{h.best_experiment_id})"
+    out = [f"- {best}"]
+    if h.baseline_score is not None or h.baseline_source:
+        src = f" ({redact(h.baseline_source, secrets)})" if h.baseline_source else ""
+        out.append(f"- baseline {h.score_name}: {_num(h.baseline_score)}{src}")
+    out += [f"- experiments so far: {len(h.experiments)} ({_tally(h.experiments) or 'none yet'})", ""]
+    return out
+
+
+def _class_lines(h: HistoryView, cut: _Cut, secrets: list[str]) -> list[str]:
+    """The best model's weakest classes (lowest recall first), fenced as data."""
+    if not (h.class_scores and cut.classes):
+        return []
+    scored = [c for c in h.class_scores if c.recall is not None]
+    weak = sorted(scored, key=lambda c: (c.recall, c.f1 if c.f1 is not None else 0.0))[: cut.classes]
+    rows = [f"- {_one_line(redact(c.name, secrets), 80)}: recall {_num(c.recall)}, precision "
+            f"{_num(c.precision)}, f1 {_num(c.f1)}, support {c.support}" for c in weak]
+    absent = [c.name for c in h.class_scores if c.recall is None]
+    if absent:
+        rows.append(f"- no test instances (not scored): "
+                    f"{', '.join(_one_line(redact(a, secrets), 80) for a in absent)}")
+    return ["### Weakest classes in the best model (lowest recall first)",
+            _data(rows, "Class names and figures from the evaluation"), ""]
+
+
+def _experiment_lines(h: HistoryView, cut: _Cut, secrets: list[str]) -> list[str]:
+    """The last experiments (older ones counted), and the last lines of up to three of their run logs."""
+    if not h.experiments:
+        return []
+    shown_e = list(h.experiments)[-cut.experiments:] if cut.experiments else []
+    out = ["### Last experiments (oldest first): id | outcome | score | description | reason"]
+    dropped = len(h.experiments) - len(shown_e)
+    if dropped:
+        out.append(f"({dropped} older experiments omitted: {_tally(list(h.experiments)[:dropped])})")
+    if shown_e:
+        out.append(_data([_experiment_line(e, secrets) for e in shown_e],
+                         "Descriptions and reasons (reasons may quote run output)"))
+    logs = [e for e in shown_e if e.log_excerpt.strip()]
+    for e in logs[-3:]:
+        out.append("")
+        tail = "\n".join(untrusted.clean(e.log_excerpt).strip().splitlines()[-15:])
+        out.append(untrusted.fence(redact(tail, secrets), f"Run log of #{e.id} (last lines)"))
+    out.append("")
+    return out
 
 
 # The prompt's bound, characters (about 12k tokens): program.md and the pretrained start's train.py
