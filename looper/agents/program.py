@@ -98,6 +98,33 @@ def _kind(v: Any) -> str:
     return "str"
 
 
+def _knob_values(rest: str, where: str, name: str, problems: list[str]) -> list[Any] | None:
+    """A ranked knob's candidate values, or None with the problem said: an unreadable value, none listed,
+    mixed kinds, or a value listed twice."""
+    values: list[Any] = []
+    bad = False
+    rest = rest.strip().rstrip(".")
+    for token in _split_values(rest) if rest else []:
+        try:
+            values.append(_value(token))
+        except ValueError as exc:
+            problems.append(f"{where}: {exc}")
+            bad = True
+    if bad:
+        return None
+    if not values:
+        problems.append(f"{where}: knob {name} lists no candidate values")
+        return None
+    kinds = {_kind(v) for v in values}
+    if len(kinds) > 1:
+        problems.append(f"{where}: knob {name} mixes value kinds ({', '.join(sorted(kinds))})")
+        return None
+    if len({repr(v) for v in values}) != len(values):
+        problems.append(f"{where}: knob {name} lists a value twice")
+        return None
+    return values
+
+
 def _parse_search_plan(lines: list[tuple[int, str]], problems: list[str]) -> tuple[list[Knob], dict[int, str]]:
     knobs: list[Knob] = []
     phases: dict[int, str] = {}
@@ -128,26 +155,8 @@ def _parse_search_plan(lines: list[tuple[int, str]], problems: list[str]) -> tup
         if name in seen:
             problems.append(f"{where}: knob {name} is already ranked at line {seen[name]}")
             continue
-        values: list[Any] = []
-        bad = False
-        rest = rest.strip().rstrip(".")
-        for token in _split_values(rest) if rest else []:
-            try:
-                values.append(_value(token))
-            except ValueError as exc:
-                problems.append(f"{where}: {exc}")
-                bad = True
-        if bad:
-            continue
-        if not values:
-            problems.append(f"{where}: knob {name} lists no candidate values")
-            continue
-        kinds = {_kind(v) for v in values}
-        if len(kinds) > 1:
-            problems.append(f"{where}: knob {name} mixes value kinds ({', '.join(sorted(kinds))})")
-            continue
-        if len({repr(v) for v in values}) != len(values):
-            problems.append(f"{where}: knob {name} lists a value twice")
+        values = _knob_values(rest, where, name, problems)
+        if values is None:
             continue
         seen[name] = lineno
         expected = len(knobs) + 1
