@@ -154,10 +154,11 @@ def _duplicates(facts: DataFacts) -> list[DataProblem]:
 
 def data_problems(facts: DataFacts) -> list[DataProblem]:
     """Every problem of the data, errors and warnings, in a fixed order."""
-    out = [DataProblem(f"{facts.where}/manifest.json", p, "the data changed after it was written: import or "
-                       "prepare it again into a new folder") for p in facts.manifest_problems]
-    if not facts.classes:
-        out.append(DataProblem(facts.where, "lists no classes", REIMPORT))
+    out = [DataProblem(f"{facts.where}/manifest.json", p, "a file that does not verify changed after the data "
+                       "was written: import (looper data import) or prepare it again into a new folder")
+           for p in facts.manifest_problems]
+    if not facts.classes:  # nothing else can be judged
+        return [*out, DataProblem(facts.where, "lists no classes", REIMPORT)]
     return out + _image_problems(facts) + _split_problems(facts) + _duplicates(facts)
 
 

@@ -68,7 +68,7 @@ def write_yolo(folder: Path, splits: dict[str, int] | None = None, classes: list
     for split, n in splits.items():
         (folder / "images" / split).mkdir(parents=True, exist_ok=True)
         (folder / "labels" / split).mkdir(parents=True, exist_ok=True)
-        for i in range(n):
+        for _ in range(n):
             img, truth = drawn[k]
             k += 1
             img.convert("RGB").save(folder / "images" / split / f"IMG_{k:04d}.png")
