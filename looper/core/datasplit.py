@@ -42,13 +42,14 @@ def _pick(order: list[str], chosen: set[str], taken: set[str], classes: Mapping[
 
 def draw_split(pages: Mapping[str, frozenset[str]], seed: int, test_share: float = TEST_SHARE,
                val_share: float = VAL_SHARE, min_pages: int = MIN_PAGES,
-               fixed: Mapping[str, str] | None = None) -> dict[str, str]:
+               fixed: Mapping[str, str] | None = None, declared: tuple[str, ...] = ()) -> dict[str, str]:
     """page key -> "train" | "val" | "test" for ``pages`` (key -> the classes on it).
 
     ``fixed``: pages whose split the export gives (kept); the splits it gives none of are drawn
-    from its train pages (or from all pages when it gives no split)."""
+    from its train pages (or from all pages when it gives no split). ``declared``: splits the export
+    names even where they hold no page (never drawn: an empty one is the export's to fix)."""
     fixed = dict(fixed or {})
-    given = set(fixed.values())
+    given = set(fixed.values()) | set(declared)
     pool = sorted(p for p in pages if fixed.get(p, "train") == "train")
     random.Random(seed).shuffle(pool)
     out = {p: fixed.get(p, "train") for p in pages}

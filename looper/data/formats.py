@@ -53,6 +53,7 @@ class Source:
     where: str
     classes: tuple[str, ...]
     pages: tuple[SourcePage, ...]
+    declared: tuple[str, ...] = ()  # the splits the export names (some may hold no page)
 
 
 def guess_format(source: Path) -> str:
@@ -153,7 +154,7 @@ def read_coco(source: Path, images: Path | None = None) -> Source:
             raise FormatError(f"{path}: its categories {names[:5]}... differ from the other splits' {classes[:5]}...")
         classes = names
         pages += got
-    return Source("coco", str(source), tuple(classes or ()), tuple(pages))
+    return Source("coco", str(source), tuple(classes or ()), tuple(pages), tuple(s for s in parts if s))
 
 
 def _yolo_names(doc: dict[str, Any], path: Path) -> list[str]:
@@ -229,9 +230,8 @@ def read_yolo(source: Path) -> Source:
     root = Path(doc["path"]) if doc.get("path") else base
     root = root if root.is_absolute() else base / root
     pages = []
-    for key in ("train", "val", "test"):
-        if not doc.get(key):
-            continue
+    declared = tuple(k for k in ("train", "val", "test") if doc.get(k))
+    for key in declared:
         for image in _yolo_images(root, base, doc[key], path):
             try:
                 rel = image.resolve().relative_to(base.resolve()).as_posix()
@@ -241,7 +241,7 @@ def read_yolo(source: Path) -> Source:
             shown = label.resolve().relative_to(base.resolve()).as_posix() if label.resolve().is_relative_to(
                 base.resolve()) else str(label)
             pages.append(SourcePage(rel, image, key, _yolo_boxes(label, shown)))
-    return Source("yolo", str(path), tuple(classes), tuple(pages))
+    return Source("yolo", str(path), tuple(classes), tuple(pages), declared)
 
 
 def read_source(source: Path, fmt: str | None = None, images: Path | None = None) -> Source:

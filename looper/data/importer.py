@@ -57,7 +57,7 @@ def _empty_target(out: Path) -> None:
 def _splits(source: Source, seed: int) -> dict[str, str]:
     classes = {p.key: frozenset(str(b.cls) for b in p.boxes) for p in source.pages}
     fixed = {p.key: p.split for p in source.pages if p.split}
-    return draw_split(classes, seed, fixed=fixed)
+    return draw_split(classes, seed, fixed=fixed, declared=source.declared)
 
 
 def _write(out: Path, rel: str, data: bytes, digests: dict[str, str]) -> None:

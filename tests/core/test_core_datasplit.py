@@ -50,6 +50,8 @@ def test_the_exports_own_splits_are_kept_and_only_missing_ones_drawn_from_its_tr
     assert split_counts(split)["test"] == 2 and split_counts(split)["val"] == 2
     given = {k: ("test" if i < 3 else "val" if i < 5 else "train") for i, k in enumerate(p)}
     assert draw_split(p, 1, fixed=given) == given
+    no_test = draw_split(p, 1, fixed={k: "train" for k in p}, declared=("train", "test"))
+    assert split_counts(no_test)["test"] == 0 and split_counts(no_test)["val"] == 1  # a named split is never drawn
 
 
 def test_missing_in_test_names_classes_on_enough_pages_without_a_test_page():
