@@ -125,9 +125,42 @@ def _import_into(target: Path, data: Path, source: object) -> None:
     from looper.data.importer import copy_looper, import_source
 
     out = target / "data"
-    copy_looper(Path(data), out) if source is None else import_source(source, out)  # type: ignore[arg-type]
+    done = copy_looper(Path(data), out) if source is None else import_source(source, out)  # type: ignore[arg-type]
     p = target / "looper.toml"
     p.write_text(set_data_dir(p.read_text(), "data"))
+    prog = target / "program.md"
+    prog.write_text(program_data_facts(prog.read_text(), done.classes, done.instances, done.pages))
+
+
+SYNTHETIC_FACT = "- 26 symbol classes of HVAC drawings"
+START_CLASSES = "the same 26\n  classes)"
+
+
+def program_data_facts(text: str, classes: tuple[str, ...], instances: dict[str, int] | None,
+                       pages: dict[str, int]) -> str:
+    """program.md's domain facts for imported data: the class list and counts of the data instead of
+    the synthetic data set's 26 HVAC classes, and, when the classes differ from the shipped checkpoint's,
+    that train.py fine-tunes it as a transfer. A program.md without the template's sentences is kept."""
+    from looper.core.classes import CLASSES
+
+    counts = ", ".join(f"{c} {instances[c]}" if instances else c for c in classes)
+    fact = (f"- {len(classes)} classes, imported from a labelled export (`looper data import`): {counts} "
+            f"(instances over every split); pages: {pages.get('train', 0)} train, {pages.get('val', 0)} val, "
+            f"{pages.get('test', 0)} test.")
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(SYNTHETIC_FACT):
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("  "):
+                j += 1
+            lines[i:j] = [fact]
+            break
+    text = "\n".join(lines)
+    if tuple(classes) != CLASSES:
+        text = text.replace(START_CLASSES, "looper's 26 synthetic HVAC\n  classes, not this data's: train.py "
+                                           "loads every tensor that fits and starts the class layer fresh, a "
+                                           "transfer)")
+    return text
 
 
 def set_data_dir(toml_text: str, value: str) -> str:

@@ -47,6 +47,7 @@ class Imported:
     files: int
     hash: str
     warnings: tuple[DataProblem, ...]
+    instances: dict[str, int] | None = None  # boxes per class over every split (None: not counted)
 
 
 def _empty_target(out: Path) -> None:
@@ -136,8 +137,13 @@ def import_source(source: Source, out: Path, seed: int = 0) -> Imported:
                 "files": dict(sorted(digests.items())), "hash": tiles.manifest_hash(digests)}
     (out / "manifest.json").write_bytes(tiles.manifest_bytes(manifest))
     warnings = [p for p in problems if not p.blocking]
+    counts = {c: 0 for c in source.classes}
+    for p in source.pages:
+        for b in p.boxes:
+            name = source.classes[b.cls] if isinstance(b.cls, int) else b.cls
+            counts[name] = counts.get(name, 0) + 1
     return Imported(out, source.format, source.classes, split_counts(split), len(digests) + 1, str(manifest["hash"]),
-                    tuple(warnings))
+                    tuple(warnings), counts)
 
 
 def copy_looper(src: Path, out: Path, input_size: int = 0) -> Imported:
