@@ -169,3 +169,22 @@ def test_data_check_and_import_on_the_command_line(coco, tmp_path, monkeypatch):
     assert got.exit_code == 2 and "names a file" in got.output, got.output
     got = runner.invoke(app, ["data", "import", str(coco), "--out", "data"])
     assert got.exit_code == 2 and "exists and is not an empty folder" in got.output
+
+
+def test_evaluate_names_the_page_file_of_a_truth_class_outside_the_data(coco, tmp_path, capsys):
+    """Issue 38: an unknown class name in the test truth gave a ValueError that named no file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("evaluate_fixed", Path(__file__).resolve().parents[2] / "evaluate.py")
+    evaluate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(evaluate)
+    data = tmp_path / "data"
+    import_data(coco, data)
+    assert len(evaluate.read_pages(data, "test", FOUR)) == 1
+    truth = data / "pages" / "test" / "page_000.json"
+    doc = json.loads(truth.read_text())
+    doc["boxes"][0]["class"] = "chiller"
+    truth.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit):
+        evaluate.read_pages(data, "test", FOUR)
+    assert f"page truth {truth}: class 'chiller' is not one of the data's classes" in capsys.readouterr().err
