@@ -113,8 +113,8 @@ class Loop:
         path = path if path.is_absolute() else ctx.root / path
         if ctx.cfg.executor.kind != "local" or not path.is_dir():
             return None
-        assert ctx.wt is not None
-        v = check_data(path, ctx.cfg.data.dir, (ctx.wt.path / "train.py").read_text())
+        train = ctx.root / "train.py"  # the person's train.py: a kept change of IMGSZ does not unmake the data
+        v = check_data(path, ctx.cfg.data.dir, train.read_text() if train.is_file() else None)
         for w in v.metrics.get("data_warnings", []):
             ctx.display.note(f"data warning: {w}")
         if v.ok:
