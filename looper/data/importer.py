@@ -82,7 +82,7 @@ def _truth(page: SourcePage, w: int, h: int, classes: tuple[str, ...]) -> list[d
         box = [max(0, math.floor(x1 + 1e-6)), max(0, math.floor(y1 + 1e-6)), min(w, math.ceil(x2 - 1e-6)),
                min(h, math.ceil(y2 - 1e-6))]  # within the page (the check allowed EDGE_PX beyond it)
         out.append({"class": name, "box": box})
-    return sorted(out, key=lambda t: (t["box"], t["class"]))  # type: ignore[arg-type,return-value]
+    return out  # in the export's order (deterministic): tiles' label lines follow it, as prepare.py's follow its drawing
 
 
 def _pages_in_order(source: Source, split: dict[str, str]) -> Iterator[tuple[str, int, SourcePage]]:

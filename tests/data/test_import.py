@@ -188,3 +188,44 @@ def test_evaluate_names_the_page_file_of_a_truth_class_outside_the_data(coco, tm
     with pytest.raises(SystemExit):
         evaluate.read_pages(data, "test", FOUR)
     assert f"page truth {truth}: class 'chiller' is not one of the data's classes" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_pages_prepare_py_drew_exported_as_coco_import_into_the_same_tiles_and_pages(tmp_path):
+    """Issue 38's goal "imported pages score like the same pages built by prepare.py", held at its root: the
+    tiny data set's pages, exported as a Roboflow-style COCO folder (train/valid/test) with prepare.py's own
+    split, import into byte-identical tiles and test/val page images and the same truth boxes."""
+    import numpy as np
+
+    import prepare
+
+    built = tmp_path / "built"
+    prepare.build(built, "tiny", seed=0, test_seed=5)
+    sc = prepare.SCALES["tiny"]
+    export = tmp_path / "export"
+    for split, folder in (("train", "train"), ("val", "valid"), ("test", "test")):
+        base = prepare._seed_words(5) if split == "test" else [0]
+        code = prepare.SPLIT_CODES[split]
+        quota = prepare.class_quota(split, sc, np.random.RandomState([*base, code, 0]))
+        doc = {"images": [], "annotations": [],
+               "categories": [{"id": i, "name": c, "supercategory": "drawings"} for i, c in enumerate(prepare.CLASSES)]}
+        (export / folder).mkdir(parents=True)
+        for i, classes in enumerate(quota):
+            img, truth = prepare.make_page(np.random.RandomState([*base, code, i + 1]), sc.page, classes, sc)
+            img.save(export / folder / f"page_{i:03d}.png")
+            doc["images"].append({"id": i, "file_name": f"page_{i:03d}.png", "width": img.width, "height": img.height})
+            for t in truth:
+                x1, y1, x2, y2 = t["box"]
+                doc["annotations"].append({"id": len(doc["annotations"]), "image_id": i, "iscrowd": 0,
+                                           "category_id": prepare.CLASSES.index(t["class"]), "bbox": [x1, y1, x2 - x1, y2 - y1]})
+        (export / folder / "_annotations.coco.json").write_text(json.dumps(doc))
+    assert guess_format(export) == "coco"
+    done = import_data(export, tmp_path / "imported")
+    assert done.pages == dict(sc.pages)
+    ours, theirs = tree(tmp_path / "imported"), tree(built)
+    same = [k for k in theirs if k.startswith("tiles/") or k.endswith(".png")]
+    assert same and all(ours.get(k) == theirs[k] for k in same), [k for k in same if ours.get(k) != theirs[k]][:5]
+    for k in theirs:
+        if k.startswith("pages/") and k.endswith(".json"):
+            a, b = json.loads(ours[k]), json.loads(theirs[k])
+            assert a["boxes"] == b["boxes"] and a["width"] == b["width"], k
