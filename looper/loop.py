@@ -89,6 +89,9 @@ class Loop:
             pre = preflight(ctx, main)  # nothing trains, not even the baseline, on a broken harness
             if not pre.ok:
                 raise HarnessError("preflight failed before the baseline: " + "; ".join(pre.blocking))
+            if pre.metrics.get("transfer"):
+                ctx.event("baseline", f"starting weights: {pre.metrics['transfer']}")
+                ctx.display.note(f"starting weights: {pre.metrics['transfer']}")
             result = measure_baseline(ctx, main)
             if result.halt_error is not None:
                 return Halted(result.halt_error, result.exp_id, result.advice)

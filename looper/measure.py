@@ -134,7 +134,9 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
     parts["checkout"] = (Verdict.errored(f"checkout not clean: {', '.join(dirty[:5])}") if dirty
                          else Verdict.passed())
     problems = [f"{k}: {b}" for k, v in parts.items() for b in v.blocking]
-    metrics = {k: v.status.value for k, v in parts.items()}
+    metrics: dict[str, Any] = {k: v.status.value for k, v in parts.items()}
+    if parts["pretrained"].metrics.get("transfer"):  # a checkpoint of other classes: fine-tuned as a transfer
+        metrics["transfer"] = parts["pretrained"].metrics["transfer"]
     return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
 
 

@@ -123,7 +123,9 @@ def test_one_tiny_night_on_a_coco_export_with_init_data_and_run(tmp_path: Path) 
     base = con.execute("SELECT id, status, score FROM experiments WHERE kind='baseline' ORDER BY id").fetchone()
     classes = {c for (c,) in con.execute("SELECT class_name FROM class_metrics WHERE experiment_id=?", (base[0],))}
     cands = con.execute("SELECT status FROM experiments WHERE kind='candidate'").fetchall()
+    events = [m for (m,) in con.execute("SELECT message FROM events WHERE kind='baseline'")]
     con.close()
+    assert any("starting weights: other classes than the data's: 26 classes vs 4" in m for m in events), events
     assert base[1] == "keep" and base[2] is not None and base[2] > 0, (base, said)
     assert classes == set(FOUR) and len(cands) == 1, (classes, cands, said)
     logs = sorted(ws.glob("runs/tiny/*/baseline-s*/train.log"))
