@@ -11,6 +11,7 @@ same hash rule as prepare.py's: importing the same export again gives the same b
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from looper.core.datacheck import DataProblem, data_problems, errors
+from looper.core.datacheck import DataFacts, DataProblem, data_problems, errors
 from looper.core.datasplit import draw_split, split_counts
 from looper.data import tiles
 from looper.data.facts import MAX_PIXELS, folder_facts, source_facts
@@ -108,6 +109,19 @@ def _write_pages(source: Source, split: dict[str, str], out: Path, digests: dict
         del img
 
 
+def _manifest(source: Source, split: dict[str, str], facts: DataFacts, seed: int,
+              digests: dict[str, str]) -> dict[str, object]:
+    by_split: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    for img in facts.images:
+        if img.digest:
+            by_split[img.split].append(img.digest)
+    return {"version": MANIFEST_VERSION, "scale": "imported", "seed": seed, "classes": list(source.classes),
+            "tile": tiles.TILE, "pages": split_counts(split),
+            "source": {"format": source.format, "name": Path(source.where).name},
+            "page_sha256": {s: sorted(v) for s, v in by_split.items()},
+            "files": dict(sorted(digests.items())), "hash": tiles.manifest_hash(digests)}
+
+
 def import_source(source: Source, out: Path, seed: int = 0) -> Imported:
     """Check the export, then write it into ``out`` (absent or empty); a DataError names every
     problem and nothing is written."""
@@ -123,19 +137,11 @@ def import_source(source: Source, out: Path, seed: int = 0) -> Imported:
         _write_pages(source, split, out, digests)
         _write(out, "dataset.yaml", tiles.dataset_yaml(source.classes, f"written by looper data import "
                                                                        f"({source.format})"), digests)
+        manifest = _manifest(source, split, facts, seed, digests)
+        (out / "manifest.json").write_bytes(tiles.manifest_bytes(manifest))  # last: a manifest means a whole folder
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # no half-written data folder
         raise
-    by_split: dict[str, list[str]] = {"train": [], "val": [], "test": []}
-    for img in facts.images:
-        if img.digest:
-            by_split[img.split].append(img.digest)
-    manifest = {"version": MANIFEST_VERSION, "scale": "imported", "seed": seed, "classes": list(source.classes),
-                "tile": tiles.TILE, "pages": split_counts(split),
-                "source": {"format": source.format, "name": Path(source.where).name},
-                "page_sha256": {s: sorted(v) for s, v in by_split.items()},
-                "files": dict(sorted(digests.items())), "hash": tiles.manifest_hash(digests)}
-    (out / "manifest.json").write_bytes(tiles.manifest_bytes(manifest))
     warnings = [p for p in problems if not p.blocking]
     counts = {c: 0 for c in source.classes}
     for p in source.pages:
@@ -152,10 +158,9 @@ def copy_looper(src: Path, out: Path, input_size: int = 0) -> Imported:
     if errors(problems):
         raise DataError(str(src), errors(problems))
     _empty_target(out)
-    out.rmdir() if out.exists() else None
+    if out.exists():
+        out.rmdir()  # empty: copytree makes it
     shutil.copytree(src, out, ignore=shutil.ignore_patterns("*.cache"))
-    import json
-
     m = json.loads((out / "manifest.json").read_text())
     return Imported(out, "looper", tuple(m.get("classes") or ()), dict(m.get("pages") or {}), len(m["files"]) + 1,
                     str(m.get("hash")), tuple(p for p in problems if not p.blocking))
