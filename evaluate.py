@@ -148,7 +148,7 @@ def load_model(weights: Path, device: str):  # type: ignore[no-untyped-def]
     return model
 
 
-def read_pages(data: Path, split: str) -> list[tuple[Path, dict]]:
+def read_pages(data: Path, split: str, classes: list[str] | None = None) -> list[tuple[Path, dict]]:
     folder = data / "pages" / split
     if not folder.is_dir():
         fail(f"no page folder {folder} (was the data set built by prepare.py?)")
@@ -157,7 +157,16 @@ def read_pages(data: Path, split: str) -> list[tuple[Path, dict]]:
         image = truth_path.with_suffix(".png")
         if not image.is_file():
             fail(f"page image {image} is missing next to its truth {truth_path.name}")
-        pages.append((image, json.loads(truth_path.read_text())))
+        try:
+            truth = json.loads(truth_path.read_text())
+            names = [str(b["class"]) for b in truth["boxes"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            fail(f"page truth {truth_path} is not a page JSON ({type(exc).__name__}: {exc}); `looper data check` "
+                 "names what is wrong")
+        if classes is not None and (bad := sorted(set(names) - set(classes))):
+            fail(f"page truth {truth_path}: class {bad[0]!r} is not one of the data's classes (manifest.json); "
+                 "`looper data check` lists every such box")
+        pages.append((image, truth))
     if not pages:
         fail(f"no pages in {folder}")
     return pages
@@ -231,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     classes = json.loads(manifest_path.read_text()).get("classes")
     if not isinstance(classes, list) or not classes:
         fail(f"{manifest_path} lists no classes")
-    pages = read_pages(args.data, args.split)
+    pages = read_pages(args.data, args.split, classes)
 
     os.environ.setdefault("YOLO_OFFLINE", "1")
     os.environ.setdefault("YOLO_CONFIG_DIR", str(Path(".looper/ultralytics").resolve()))

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
-import json
 import math
 import os
 import secrets
@@ -43,14 +41,25 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from looper.core.classes import CLASS_INDEX, CLASSES, FREQUENCY
+from looper.data import tiles
+from looper.data.tiles import (  # noqa: F401 (names kept): the one tiler and hash rule
+    MIN_VISIBLE,
+    PNG_COMPRESS,
+    TILE,
+    dataset_yaml,
+    manifest_bytes,
+    manifest_hash,
+    page_json,
+    page_tiles,
+    png_bytes,
+    tile_positions,
+    verify,
+)
 
 MANIFEST_VERSION = 2  # 2: the test pages' seed is a secret, not in the manifest
 TEST_SEED_ENV = "LOOPER_TEST_SEED_FILE"  # names the file that keeps the secret test seed
 TEST_SEED_BITS = 128
-TILE = 256  # training tile side, px
-PNG_COMPRESS = 6  # fixed PNG compression level: same pixels -> same bytes
 SPLIT_CODES = {"train": 1, "val": 2, "test": 3}
-
 
 @dataclass(frozen=True)
 class Scale:
@@ -61,7 +70,6 @@ class Scale:
     sym_min: int  # symbol base size, px
     sym_max: int
     clutter: int  # clutter elements per page
-
 
 SCALES: dict[str, Scale] = {
     "tiny": Scale(page=768, pages={"train": 4, "val": 1, "test": 2}, per_page=45,
@@ -75,7 +83,6 @@ SCALES: dict[str, Scale] = {
 }
 
 Box = tuple[int, int, int, int]  # x1, y1, x2, y2 in px, x2/y2 exclusive
-
 
 # --------------------------------------------------------------------------------------
 # Symbols: each is drawn on its own white canvas, then cropped to its dark pixels.
@@ -97,7 +104,6 @@ ROTATABLE = {"linear_diffuser", "volume_damper", "fire_damper", "smoke_damper", 
              "backdraft_damper", "vav_box", "fan_coil_unit", "flex_connector", "sound_attenuator",
              "turning_vanes", "supply_grille", "return_grille", "exhaust_grille"}
 
-
 def _glyph(d: ImageDraw.ImageDraw, letter: str, cx: float, cy: float, r: float, lw: int) -> None:
     """A capital letter from strokes, centred at (cx, cy), half-height r (no font needed)."""
     x0, x1, y0, y1 = cx - 0.6 * r, cx + 0.6 * r, cy - r, cy + r
@@ -115,7 +121,6 @@ def _glyph(d: ImageDraw.ImageDraw, letter: str, cx: float, cy: float, r: float, 
         d.line([(x0, y0), (x1, y0)], 0, lw)
         d.line([(x1, y0), (x1, cy)], 0, lw)
         d.line([(x0, cy), (x1, cy)], 0, lw)
-
 
 def draw_symbol(name: str, s: int, rng: np.random.RandomState) -> Image.Image:
     """The symbol ``name`` at base size ``s`` px, cropped tight to its dark pixels."""
@@ -209,7 +214,6 @@ def draw_symbol(name: str, s: int, rng: np.random.RandomState) -> Image.Image:
     assert bbox is not None, f"symbol {name} drew nothing"
     return img.crop(bbox)
 
-
 # --------------------------------------------------------------------------------------
 # Pages
 # --------------------------------------------------------------------------------------
@@ -218,11 +222,9 @@ _WORDS = ("SUPPLY AIR", "RETURN AIR", "EXHAUST", "400 CFM", "250 CFM", "24x12", 
           "NOTE 3", "FD @ RATED WALL", "LOBBY", "STORAGE", "ELEC", "10'-0\" AFF", "VIF")
 _TAGS = ("VAV", "SD", "FCU", "EF", "T", "CD", "RG", "UH", "AD")
 
-
 def _overlaps(box: Box, boxes: list[Box], pad: int) -> bool:
     x1, y1, x2, y2 = box
     return any(x1 < b[2] + pad and b[0] - pad < x2 and y1 < b[3] + pad and b[1] - pad < y2 for b in boxes)
-
 
 def _clutter(d: ImageDraw.ImageDraw, rng: np.random.RandomState, side: int, n: int,
              font: ImageFont.ImageFont | ImageFont.FreeTypeFont) -> None:
@@ -249,7 +251,6 @@ def _clutter(d: ImageDraw.ImageDraw, rng: np.random.RandomState, side: int, n: i
         d.text((x + length // 2 - 15, y - 14), f"{rng.randint(2, 40)}'-{rng.randint(0, 12)}\"", fill=0, font=font)
     for _ in range(n):  # loose text
         d.text((int(rng.randint(side)), int(rng.randint(side))), _WORDS[rng.randint(len(_WORDS))], fill=0, font=font)
-
 
 def make_page(rng: np.random.RandomState, side: int, classes: list[str], sc: Scale
               ) -> tuple[Image.Image, list[dict[str, object]]]:
@@ -291,7 +292,6 @@ def make_page(rng: np.random.RandomState, side: int, classes: list[str], sc: Sca
         tags.append(tag_box)
     return img, truth
 
-
 def class_quota(split: str, sc: Scale, rng: np.random.RandomState) -> list[list[str]]:
     """The classes to draw on each page of a split: imbalanced, with a per-split floor."""
     total = sc.pages[split] * sc.per_page
@@ -304,45 +304,16 @@ def class_quota(split: str, sc: Scale, rng: np.random.RandomState) -> list[list[
     n = sc.pages[split]
     return [shuffled[i::n] for i in range(n)]
 
-
 # --------------------------------------------------------------------------------------
 # Output
 # --------------------------------------------------------------------------------------
-def png_bytes(img: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, format="PNG", compress_level=PNG_COMPRESS, optimize=False)
-    return buf.getvalue()
-
-
-def tile_positions(side: int, tile: int, stride: int) -> list[int]:
-    """Tile origins along one axis covering [0, side), the last one flush with the edge."""
-    if side <= tile:
-        return [0]
-    pos = list(range(0, side - tile + 1, stride))
-    if pos[-1] != side - tile:
-        pos.append(side - tile)
-    return pos
-
-
-def yolo_labels(truth: list[dict[str, object]], x0: int, y0: int, tile: int, min_visible: float = 0.6) -> str:
-    """YOLO label lines for the boxes visible in one tile (at least ``min_visible`` of their area)."""
-    lines = []
-    for t in truth:
-        x1, y1, x2, y2 = t["box"]  # type: ignore[misc]
-        cx1, cy1, cx2, cy2 = max(x1, x0), max(y1, y0), min(x2, x0 + tile), min(y2, y0 + tile)
-        if cx2 <= cx1 or cy2 <= cy1:
-            continue
-        if (cx2 - cx1) * (cy2 - cy1) < min_visible * (x2 - x1) * (y2 - y1):
-            continue
-        lines.append(f"{CLASS_INDEX[str(t['class'])]} {((cx1 + cx2) / 2 - x0) / tile:.6f} "
-                     f"{((cy1 + cy2) / 2 - y0) / tile:.6f} {(cx2 - cx1) / tile:.6f} {(cy2 - cy1) / tile:.6f}")
-    return "".join(line + "\n" for line in lines)
-
+def yolo_labels(truth: list[dict[str, object]], x0: int, y0: int, tile: int, min_visible: float = MIN_VISIBLE) -> str:
+    """YOLO label lines for the boxes visible in one tile (looper.data.tiles, with this data set's classes)."""
+    return tiles.yolo_labels(truth, CLASS_INDEX, x0, y0, tile, min_visible)  # type: ignore[arg-type]
 
 def draw_test_seed() -> int:
     """A fresh secret seed for the test pages (:mod:`secrets`, 128 bits)."""
     return secrets.randbits(TEST_SEED_BITS)
-
 
 def load_test_seed(path: Path) -> int:
     """The secret test seed kept in ``path``: drawn and written there (hex, mode 600, created
@@ -367,7 +338,6 @@ def load_test_seed(path: Path) -> int:
         path.chmod(0o600)
     return value
 
-
 def _seed_words(value: int) -> list[int]:
     """A seed of up to 128 bits as the fewest 32-bit words numpy's RandomState takes (at least one:
     ``--test-seed N`` with N below 2**32 draws the same test pages as ``--seed N`` did in version 1)."""
@@ -377,7 +347,6 @@ def _seed_words(value: int) -> list[int]:
     while len(words) > 1 and words[-1] == 0:
         words.pop()
     return words
-
 
 def build(out: Path, scale: str, seed: int, test_seed: int | None = None) -> dict[str, object]:
     """Write the whole data set into ``out`` (must be empty or absent); return the manifest.
@@ -402,20 +371,11 @@ def build(out: Path, scale: str, seed: int, test_seed: int | None = None) -> dic
                 page = {"split": split, "source": f"{split}-{i:03d}", "width": sc.page, "height": sc.page,
                         "boxes": truth}
                 files[f"pages/{split}/page_{i:03d}.png"] = png_bytes(img)
-                files[f"pages/{split}/page_{i:03d}.json"] = (json.dumps(page, sort_keys=True) + "\n").encode()
+                files[f"pages/{split}/page_{i:03d}.json"] = page_json(split, str(page["source"]), sc.page, sc.page,
+                                                                      truth)
             if split in ("train", "val"):
-                stride = TILE * 3 // 4 if split == "train" else TILE
-                for y0 in tile_positions(sc.page, TILE, stride):
-                    for x0 in tile_positions(sc.page, TILE, stride):
-                        stem = f"{split}{i:03d}_x{x0:04d}_y{y0:04d}"
-                        tile = img.crop((x0, y0, x0 + TILE, y0 + TILE))
-                        files[f"tiles/{split}/images/{stem}.png"] = png_bytes(tile)
-                        files[f"tiles/{split}/labels/{stem}.txt"] = yolo_labels(truth, x0, y0, TILE).encode()
-    names = "\n".join(f"  {i}: {n}" for i, n in enumerate(CLASSES))
-    files["dataset.yaml"] = (
-        f"# written by prepare.py (scale={scale}, seed={seed}); paths are relative to this file\n"
-        f"train: tiles/train/images\nval: tiles/val/images\nnc: {len(CLASSES)}\nnames:\n{names}\n"
-    ).encode()
+                files.update(page_tiles(img, truth, CLASS_INDEX, split, f"{split}{i:03d}", TILE))  # type: ignore[arg-type]
+    files["dataset.yaml"] = dataset_yaml(CLASSES, f"written by prepare.py (scale={scale}, seed={seed})")
     digests = {rel: hashlib.sha256(data).hexdigest() for rel, data in sorted(files.items())}
     manifest: dict[str, object] = {
         "version": MANIFEST_VERSION, "scale": scale, "seed": seed, "classes": list(CLASSES),
@@ -426,40 +386,8 @@ def build(out: Path, scale: str, seed: int, test_seed: int | None = None) -> dic
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
+    (out / "manifest.json").write_bytes(manifest_bytes(manifest))
     return manifest
-
-
-def manifest_hash(digests: dict[str, str]) -> str:
-    """The data set's overall hash: sha256 over the sorted ``relpath<TAB>sha256`` lines."""
-    text = "".join(f"{rel}\t{digests[rel]}\n" for rel in sorted(digests))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def verify(out: Path) -> list[str]:
-    """Problems with a built data set (missing/changed files, wrong hash); empty when intact.
-
-    Only the files the manifest lists count: tools may add caches (Ultralytics writes
-    ``labels.cache`` next to the labels) without changing the data set.
-    """
-    try:
-        manifest = json.loads((out / "manifest.json").read_text())
-    except (OSError, ValueError) as exc:
-        return [f"{out / 'manifest.json'} unreadable: {exc}"]
-    problems = []
-    digests: dict[str, str] = manifest.get("files", {})
-    for rel, want in sorted(digests.items()):
-        try:
-            got = hashlib.sha256((out / rel).read_bytes()).hexdigest()
-        except OSError:
-            problems.append(f"{rel}: missing")
-            continue
-        if got != want:
-            problems.append(f"{rel}: content changed")
-    if manifest_hash(digests) != manifest.get("hash"):
-        problems.append("manifest hash does not match its file list")
-    return problems
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -485,7 +413,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"prepare.py: wrote {n} files to {args.out} (scale={args.scale}, seed={args.seed}, "
           f"test pages' seed {where}, hash={manifest['hash']})")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -47,7 +47,7 @@ FLIPUD = 0.0  # probability of an up-down flip
 BOX_GAIN = 7.5  # box loss gain
 CLS_GAIN = 2.0  # classification loss gain
 DFL_GAIN = 1.5  # distribution focal loss gain
-CLS_PRIOR = 0.01  # initial class probability of the detection head (0: Ultralytics' default bias); from scratch only: a pretrained head keeps its bias
+CLS_PRIOR = 0.01  # initial class probability of the detection head (0: Ultralytics' default bias); from scratch or a fresh class layer (transfer) only: a pretrained head keeps its bias
 VALIDATE = False  # run Ultralytics' validation on the val tiles after each epoch (costs budget)
 WORKERS = 1  # data loader worker processes
 THREADS = 0  # torch CPU threads (0: LOOPER_THREADS when looper runs seeds side by side, else every core this process may use)
@@ -200,7 +200,8 @@ def save_weights(checkpoint: Path, dst: Path) -> None:
 
 def start_weights(arch_yaml: Path) -> dict[str, torch.Tensor] | None:
     """The starting tensors named by PRETRAINED (None: from scratch), checked against this run's
-    architecture and class names; a file that does not fit ends the run with what is wrong."""
+    architecture; a file of another architecture ends the run with what is wrong. A checkpoint of
+    other classes than the data's is a transfer (TRANSFER): start_trainer loads what fits."""
     if not PRETRAINED:
         return None
     import yaml
@@ -220,7 +221,7 @@ def start_weights(arch_yaml: Path) -> dict[str, torch.Tensor] | None:
     want = YAML.load(DATA / "dataset.yaml")["names"]
     want = [want[i] for i in sorted(want)] if isinstance(want, dict) else list(want)
     if names != want:
-        sys.exit(f"train.py: starting weights {path} hold classes {names!r}, the data {want!r}")
+        TRANSFER.append(f"{len(names) if isinstance(names, list) else '?'} classes -> the data's {len(want)}")
     ours = YAML.load(arch_yaml)
     for key in ("backbone", "head", "width_multiple", "depth_multiple"):
         if json.dumps(start_yaml.get(key)) != json.dumps(ours.get(key)):
@@ -237,15 +238,33 @@ def lr_factor(step: int, total: int, warmup: int) -> float:
     return decay * min(1.0, (step + 1) / (warmup + 1)) if warmup > 0 else decay
 
 
+TRANSFER: list[str] = []  # set by start_weights when the checkpoint's classes are not the data's
+
+
+def transfer(net: torch.nn.Module, start: dict[str, torch.Tensor]) -> None:
+    """Fine-tune a checkpoint of other classes (as YOLO users fine-tune yolo11n.pt on theirs): every
+    tensor whose name and shape fit is loaded; the rest (the head's class layers) start fresh. The log
+    says how many were transferred and which were not."""
+    own = net.state_dict()
+    fit = {k: v for k, v in start.items() if k in own and tuple(own[k].shape) == tuple(v.shape)}
+    fresh = sorted(k for k in own if k not in fit)
+    net.load_state_dict(fit, strict=False)
+    print(f"LOOPER_START weights={PRETRAINED} tensors={len(fit)} transferred of {len(own)} ({TRANSFER[0]}); "
+          f"fresh: {', '.join(fresh) or 'none'}", flush=True)
+
+
 def start_trainer(start: dict[str, torch.Tensor] | None) -> type:
     """Ultralytics' detection trainer, its fresh model loaded with the starting tensors (all of them:
-    a missing or extra tensor, or one of another shape, ends the run and names it)."""
+    a missing or extra tensor, or one of another shape, ends the run and names it), or, for a
+    checkpoint of other classes, with every tensor that fits (transfer)."""
     from ultralytics.models.yolo.detect import DetectionTrainer
 
     class StartTrainer(DetectionTrainer):
         def get_model(self, cfg=None, weights=None, verbose=True):  # noqa: ANN001, ANN202
             net = super().get_model(cfg=cfg, weights=weights, verbose=verbose)
-            if start is not None:
+            if start is not None and TRANSFER:
+                transfer(net, start)
+            elif start is not None:
                 try:
                     net.load_state_dict(start, strict=True)
                 except RuntimeError as exc:
@@ -306,7 +325,7 @@ def main() -> int:
         if not VALIDATE:  # evaluate.py scores the model; Ultralytics' own validation only costs budget
             trainer.validate = lambda: (trainer.metrics, 0.0)  # type: ignore[attr-defined]
             trainer.final_eval = lambda: None  # type: ignore[attr-defined]
-        if CLS_PRIOR > 0 and start is None:  # start class scores near CLS_PRIOR instead of ~1e-5: learns in fewer steps
+        if CLS_PRIOR > 0 and (start is None or TRANSFER):  # class scores start near CLS_PRIOR (~1e-5 else): fewer steps
             bias = math.log(CLS_PRIOR / (1.0 - CLS_PRIOR))
             for net in (trainer.model, getattr(trainer.ema, "ema", None)):  # type: ignore[attr-defined]
                 if net is None:

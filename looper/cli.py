@@ -19,12 +19,14 @@ from typing import Any
 import typer
 
 from looper.core.search import STRATEGIES
+from looper.data.cli import data_app
 from looper.errors import EXIT_USAGE, LooperError, UsageError, exit_code_for
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="looper: an autonomous experiment loop that tells the truth all night.")
 baseline_app = typer.Typer(no_args_is_help=True, help="Approved baselines.")
 app.add_typer(baseline_app, name="baseline")
+app.add_typer(data_app, name="data")
 
 
 def _root() -> Path:
@@ -98,11 +100,17 @@ def _program(root: Path) -> tuple[str, Any]:
 @app.command()
 @_errors
 def init(directory: Path = typer.Argument(Path("."), help="Folder for the new workspace (new or empty)."),
-         preset: str | None = typer.Option(None, help="demo | tiny: a looper.toml sized for a short CPU run.")) -> None:
+         preset: str | None = typer.Option(None, help="demo | tiny: a looper.toml sized for a short CPU run."),
+         data: Path | None = typer.Option(None, "--data", help="A labelled export (COCO .json, Ultralytics "
+                                                               "data.yaml, looper data folder) to import into data/."),
+         data_format: str | None = typer.Option(None, "--format", help="The export's format (guessed when not given)."),
+         images: Path | None = typer.Option(None, "--images", help="COCO: the folder of its images.")) -> None:
     """Make a new workspace: the same files as looper's root, in a new git repository."""
     from looper.workspace import init_workspace
 
-    path = init_workspace(directory, preset)
+    path = init_workspace(directory, preset, data=data, data_format=data_format, images=images)
+    if data is not None:
+        typer.echo(f"data imported from {data} into {path / 'data'}")
     typer.echo(f"workspace ready: {path}\nnext: cd {path} && looper run")
 
 

@@ -69,3 +69,23 @@ def test_each_mismatch_is_named_with_the_file(tmp_path):
     assert v.status is Status.ERROR and "truncated" in v.blocking[0]
     v = check_pretrained(tmp_path, "PRETRAINED = (\n")
     assert v.status is Status.ERROR and "knobs do not read" in v.blocking[0]
+
+
+def test_the_data_classes_come_from_its_manifest_and_other_classes_pass_as_a_transfer(tmp_path):
+    """Issue 38: a 4-class data set with a 4-class checkpoint passes (the check once compared with the
+    26 HVAC classes); the shipped 26-class checkpoint on 4-class data is a transfer, said in the metrics;
+    another architecture is still refused."""
+    four = ["duct", "vent", "valve", "fan"]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text(json.dumps({"classes": four}))
+    write_start(tmp_path, names=four)
+    v = check_pretrained(tmp_path, TRAIN, data)
+    assert v.status is Status.PASS and v.metrics == {"pretrained": "start.safetensors"}
+    write_start(tmp_path)  # the 26 HVAC classes
+    v = check_pretrained(tmp_path, TRAIN, data)
+    assert v.status is Status.PASS and "26 classes vs 4" in v.metrics["transfer"], v.metrics
+    assert check_pretrained(tmp_path, TRAIN).metrics == {"pretrained": "start.safetensors"}  # no data: the 26
+    write_start(tmp_path, names=four, width=0.25)
+    v = check_pretrained(tmp_path, TRAIN, data)
+    assert v.status is Status.ERROR and "width_multiple 0.25" in v.blocking[0]

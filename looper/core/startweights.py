@@ -5,9 +5,10 @@ A workspace's ``pretrained/`` folder holds the weights train.py fine-tunes from 
 looper-weights/1 form: an 8-byte little-endian header length, a JSON header naming every tensor
 (dtype, shape, byte offsets) with a ``__metadata__`` entry holding the model yaml and the class
 names. A file that is missing, unreadable, of another architecture than train.py's
-MODEL/WIDTH/DEPTH or of other classes than the data's would make every run crash the same way;
+MODEL/WIDTH/DEPTH would make every run crash the same way;
 the harness says so once, at preflight, naming the file and what is wrong (a harness error, not
-a candidate's crash). :func:`header_problems` reads the header bytes; :func:`start_problems`
+a candidate's crash). A checkpoint of other classes than the data's fits: train.py fine-tunes it
+as a transfer (:func:`class_transfer` says what differs). :func:`header_problems` reads the header bytes; :func:`start_problems`
 compares what it holds with train.py's knobs and the family's architecture yaml.
 """
 
@@ -64,6 +65,29 @@ def read_header(prefix: bytes, size: int) -> tuple[dict[str, Any] | None, list[s
     return (None, problems) if problems else (header, [])
 
 
+def _names(meta: Mapping[str, Any]) -> Any:
+    try:
+        return json.loads(str(meta.get("names")))
+    except json.JSONDecodeError:
+        return None
+
+
+def class_transfer(header: Mapping[str, Any], data_names: Sequence[str]) -> str | None:
+    """None when the checkpoint holds the data's classes in the data's order; else what differs. That
+    is no refusal: train.py fine-tunes it as a transfer (every tensor that fits is loaded, the head's
+    class layer starts fresh), as YOLO users fine-tune a COCO-pretrained checkpoint on their classes."""
+    meta = header.get("__metadata__")
+    names = _names(meta) if isinstance(meta, Mapping) else None
+    if not isinstance(names, list) or list(names) == list(data_names):
+        return None
+    extra = [n for n in names if n not in data_names]
+    missing = [n for n in data_names if n not in names]
+    detail = (f"missing {', '.join(map(str, missing[:5]))}" if missing else "") + \
+             ("; " if missing and extra else "") + (f"not in the data: {', '.join(map(str, extra[:5]))}" if extra else "")
+    return (f"other classes than the data's: {len(names)} classes vs {len(data_names)} "
+            f"({detail or 'same names in another order'}): a transfer, the head's class layer starts fresh")
+
+
 def start_problems(header: Mapping[str, Any], data_names: Sequence[str], family: Mapping[str, Any] | None,
                    model: str, width: float, depth: float, max_channels: int = 1024) -> list[str]:
     """What keeps train.py (MODEL ``model`` at ``width`` x ``depth``, on classes ``data_names``) from
@@ -79,19 +103,8 @@ def start_problems(header: Mapping[str, Any], data_names: Sequence[str], family:
     problems: list[str] = []
     if meta.get("format") != FORMAT:
         problems.append(f"header format {meta.get('format')!r}, expected {FORMAT!r}")
-    try:
-        names = json.loads(str(meta.get("names")))
-    except json.JSONDecodeError:
-        names = None
-    if not isinstance(names, list):
+    if not isinstance(_names(meta), list):
         problems.append("header holds no class-name list ('names')")
-    elif list(names) != list(data_names):
-        extra = [n for n in names if n not in data_names]
-        missing = [n for n in data_names if n not in names]
-        detail = (f"missing {', '.join(map(str, missing[:5]))}" if missing else "") + \
-                 ("; " if missing and extra else "") + (f"not in the data: {', '.join(map(str, extra[:5]))}" if extra else "")
-        problems.append(f"other classes than the data's: {len(names)} classes vs {len(data_names)} "
-                        f"({detail or 'same names in another order'})")
     try:
         cfg = yaml.safe_load(str(meta.get("model_yaml", "")))
     except yaml.YAMLError:

@@ -104,10 +104,14 @@ def prepare_local_data(python: str, prepare_py: Path, path: Path, label: str, sc
     """Build the data set at ``path`` with prepare.py when missing, then hash it. prepare.py is told
     where the workspace keeps the test pages' secret seed (``cwd/.looper/test_seed``, drawn there the
     first time) through its environment, never its argv."""
+    if path.exists() and not path.is_dir():
+        return Verdict.errored(f"[data] dir = {label!r} names a file ({path}), not a data folder: import it "
+                               f"first (looper data import {path} --out DIR) and set [data] dir to DIR")
     if not (path / "manifest.json").is_file():
         if path.exists() and any(path.iterdir()):
-            return Verdict.errored(f"data folder {label} exists but has no manifest.json: "
-                                   "move it away or finish preparing it")
+            return Verdict.errored(f"data folder {label} exists but has no manifest.json: move it away or finish "
+                                   f"preparing it; an export (COCO, Ultralytics) is imported with "
+                                   f"`looper data import SOURCE --out {label}`")
         env = {**env, TEST_SEED_ENV: str(secret_seed_file(cwd))}
         done = proc.run([python, str(prepare_py), "--out", str(path), "--scale", scale, "--seed", str(seed)],
                         cwd=cwd, env=env, timeout=3600)

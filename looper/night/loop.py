@@ -84,12 +84,18 @@ class Loop:
         v = ctx.executor.ensure_data(ctx.root / "prepare.py", ctx.cfg.data.dir, ctx.cfg.data.scale, ctx.cfg.data.seed)
         if not v.ok:
             raise HarnessError("data: " + "; ".join(v.blocking))
+        bad = self.check_data()
+        if bad is not None:
+            return bad
         changed = self.pin_tag(v.metrics["hash"])
         main = ctx.main_worker()
         if changed or not ctx.tag.kept_baselines():
             pre = preflight(ctx, main)  # nothing trains, not even the baseline, on a broken harness
             if not pre.ok:
                 raise HarnessError("preflight failed before the baseline: " + "; ".join(pre.blocking))
+            if pre.metrics.get("transfer"):
+                ctx.journal.event("baseline", f"starting weights: {pre.metrics['transfer']}")
+                ctx.display.note(f"starting weights: {pre.metrics['transfer']}")
             result = measure_baseline(ctx, main)
             if result.halt_error is not None:
                 return Halted(result.halt_error, result.exp_id, result.advice)
@@ -102,6 +108,29 @@ class Loop:
                                   str(ctx.cfg.executor.gpu_index + i) if gpu else "cpu", detached=True)
                            for i in range(n)]
         return None
+
+    def check_data(self) -> Halted | None:
+        """The data checks (looper.data.check) before anything trains: a data error halts naming the data,
+        never as a baseline that could not produce a result. Data on this machine only (an ssh or slurm
+        executor's data folder is checked where it lives by its manifest hash)."""
+        from looper.data.check import check_data
+
+        ctx = self.ctx
+        path = Path(ctx.cfg.data.dir)
+        path = path if path.is_absolute() else ctx.root / path
+        if ctx.cfg.executor.kind != "local" or not path.is_dir():
+            return None
+        train = ctx.root / "train.py"  # the person's train.py: a kept change of IMGSZ does not unmake the data
+        v = check_data(path, ctx.cfg.data.dir, train.read_text() if train.is_file() else None)
+        for w in v.metrics.get("data_warnings", []):
+            ctx.display.note(f"data warning: {w}")
+        if v.ok:
+            return None
+        return Halted(HarnessError(f"data {ctx.cfg.data.dir} is not usable ({len(v.blocking)} problem(s)): "
+                                   + "; ".join(v.blocking)),
+                      advice=f"Fix the data named above (`looper data check {ctx.cfg.data.dir}` lists every "
+                             "problem; an export is imported with `looper data import SOURCE --out DIR`). Data "
+                             "that changes starts a new tag: `looper run --tag NEW`.")
 
     def pin_tag(self, data_hash: str) -> list[str]:
         """Pin the tag's fixed files and data when it starts. Later: what changed since its baseline

@@ -119,7 +119,8 @@ def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Exe
         problems.extend(v.blocking)
     elif v.metrics.get("hash") != ctx.tag.pinned.data_hash:
         problems.append(f"data in {ctx.cfg.data.dir} changed {when} (manifest/tree hash "
-                        f"{v.metrics.get('hash', '')[:12]} != pinned {ctx.tag.pinned.data_hash[:12]})")
+                        f"{v.metrics.get('hash', '')[:12]} != pinned {ctx.tag.pinned.data_hash[:12]}): put the data "
+                        "back, or run on the new data under a new tag (looper run --tag NEW)")
     return Verdict.errored(*problems) if problems else Verdict.passed({"checked": when})
 
 
@@ -133,15 +134,22 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
     planted = unrecorded(ctx.root / "baselines", ctx.store)
     parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu),
              "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor),
-             "pretrained": check_pretrained(ctx.root, (w.wt.path / "train.py").read_text()),
+             "pretrained": check_pretrained(ctx.root, (w.wt.path / "train.py").read_text(), _data_path(ctx)),
              "baselines": Verdict.errored(*planted) if planted else Verdict.passed(),
              "disk": _disk(ctx), "cores": _cores(ctx)}
     dirty = [c.path for c in w.wt.changes()]
     parts["checkout"] = (Verdict.errored(f"checkout not clean: {', '.join(dirty[:5])}") if dirty
                          else Verdict.passed())
     problems = [f"{k}: {b}" for k, v in parts.items() for b in v.blocking]
-    metrics = {k: v.status.value for k, v in parts.items()}
+    metrics: dict[str, Any] = {k: v.status.value for k, v in parts.items()}
+    if parts["pretrained"].metrics.get("transfer"):  # a checkpoint of other classes: fine-tuned as a transfer
+        metrics["transfer"] = parts["pretrained"].metrics["transfer"]
     return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
+
+def _data_path(ctx: Context) -> Path:
+    data = Path(ctx.cfg.data.dir)
+    return data if data.is_absolute() else ctx.root / data
 
 
 def _cores(ctx: Context) -> Verdict:

@@ -9,6 +9,7 @@ it), and answers pass, or error naming the file and what is wrong.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import yaml
 
 from looper.core.classes import CLASSES
 from looper.core.hyperblock import HyperblockError, read_knobs
-from looper.core.startweights import read_header, start_problems
+from looper.core.startweights import class_transfer, read_header, start_problems
 from looper.core.verdict import Verdict
 from looper.workspace.hashes import PRETRAINED_DIR
 
@@ -45,9 +46,20 @@ def header_of(path: Path) -> tuple[dict[str, Any] | None, list[str]]:
     return read_header(prefix, size)
 
 
-def check_pretrained(root: Path, train_source: str) -> Verdict:
+def data_classes(data_dir: Path | None) -> list[str]:
+    """The data's classes, from its manifest (looper's 26 synthetic HVAC classes when there is no
+    readable manifest yet: prepare.py builds those)."""
+    try:
+        classes = json.loads((Path(data_dir) / "manifest.json").read_text()).get("classes") if data_dir else None
+    except (OSError, ValueError, AttributeError):
+        classes = None
+    return [str(c) for c in classes] if isinstance(classes, list) and classes else list(CLASSES)
+
+
+def check_pretrained(root: Path, train_source: str, data_dir: Path | None = None) -> Verdict:
     """Does the checkpoint train.py's PRETRAINED names (in ``root/pretrained/``) fit its MODEL,
-    WIDTH, DEPTH and the data's classes? Passed when PRETRAINED is "" or absent (from scratch)."""
+    WIDTH and DEPTH? Passed when PRETRAINED is "" or absent (from scratch); a checkpoint of other
+    classes than the data's (``data_dir``'s manifest) passes as a transfer, said in its metrics."""
     try:
         knobs = read_knobs(train_source)
     except HyperblockError as exc:
@@ -64,10 +76,12 @@ def check_pretrained(root: Path, train_source: str) -> Verdict:
                                "checkpoint there (python -m looper.convert_weights for an Ultralytics .pt) or set "
                                'PRETRAINED = "" to train from scratch')
     header, problems = header_of(path)
+    classes = data_classes(data_dir)
     if header is not None:
         model = str(knobs.get("MODEL", ""))
-        problems = start_problems(header, list(CLASSES), family_yaml(model), model, knobs.get("WIDTH", 0.0),
+        problems = start_problems(header, classes, family_yaml(model), model, knobs.get("WIDTH", 0.0),
                                   knobs.get("DEPTH", 0.0))
     if problems:
         return Verdict.errored(*(f"starting weights {path}: {p}" for p in problems))
-    return Verdict.passed({"pretrained": name})
+    note = class_transfer(header or {}, classes)
+    return Verdict.passed({"pretrained": name, **({"transfer": note} if note else {})})

@@ -114,10 +114,83 @@ def shipped_pretrained() -> Traversable:
     return resources.files("looper") / "pretrained" / "start.safetensors"
 
 
-def init_workspace(target: Path, preset: str | None = None) -> Path:
+def _guess(data: Path) -> str:
+    from looper.data.formats import guess_format
+
+    return guess_format(data)
+
+
+def _import_into(target: Path, data: Path, source: object) -> None:
+    """The export into ``target/data`` (``[data] dir`` is "data" in the template), set explicitly."""
+    from looper.data.importer import copy_looper, import_source
+
+    out = target / "data"
+    done = copy_looper(Path(data), out) if source is None else import_source(source, out)  # type: ignore[arg-type]
+    p = target / "looper.toml"
+    p.write_text(set_data_dir(p.read_text(), "data"))
+    prog = target / "program.md"
+    prog.write_text(program_data_facts(prog.read_text(), done.classes, done.instances, done.pages))
+
+
+SYNTHETIC_FACT = "- 26 symbol classes of HVAC drawings"
+START_CLASSES = "the same 26\n  classes)"
+
+
+def program_data_facts(text: str, classes: tuple[str, ...], instances: dict[str, int] | None,
+                       pages: dict[str, int]) -> str:
+    """program.md's domain facts for imported data: the class list and counts of the data instead of
+    the synthetic data set's 26 HVAC classes, and, when the classes differ from the shipped checkpoint's,
+    that train.py fine-tunes it as a transfer. A program.md without the template's sentences is kept."""
+    from looper.core.classes import CLASSES
+
+    counts = ", ".join(f"{c} {instances[c]}" if instances else c for c in classes)
+    fact = (f"- {len(classes)} classes, imported from a labelled export (`looper data import`): {counts} "
+            f"(instances over every split); pages: {pages.get('train', 0)} train, {pages.get('val', 0)} val, "
+            f"{pages.get('test', 0)} test.")
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(SYNTHETIC_FACT):
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("  "):
+                j += 1
+            lines[i:j] = [fact]
+            break
+    text = "\n".join(lines)
+    if tuple(classes) != CLASSES:
+        text = text.replace(START_CLASSES, "looper's 26 synthetic HVAC\n  classes, not this data's: train.py "
+                                           "loads every tensor that fits and starts the class layer fresh, a "
+                                           "transfer)")
+    return text
+
+
+def set_data_dir(toml_text: str, value: str) -> str:
+    """``[data] dir = value`` in a looper.toml text, keeping its comments."""
+    lines = toml_text.splitlines()
+    section = ""
+    for i, line in enumerate(lines):
+        s = line.strip()
+        if s.startswith("["):
+            section = s
+        elif section == "[data]" and s.split("=")[0].strip() == "dir":
+            comment = line[line.index("#"):] if "#" in line else ""
+            lines[i] = f"dir = {_toml_value(value)}" + (f"  {comment}" if comment else "")
+            return "\n".join(lines) + "\n"
+    raise WorkspaceError("looper.toml template has no [data] dir to set")
+
+
+def init_workspace(target: Path, preset: str | None = None, data: Path | None = None,
+                   data_format: str | None = None, images: Path | None = None) -> Path:
+    """A new workspace in ``target``; with ``data``, that export imported into its data/ folder (the
+    default ``[data] dir``; looper.data.importer) before anything is written when it has errors."""
     target = Path(target).resolve()
     if target.exists() and any(target.iterdir()):
         raise WorkspaceError(f"{target} exists and is not empty: choose a new folder")
+    source = None
+    if data is not None:
+        from looper.data.formats import read_source
+
+        fmt = data_format or _guess(data)
+        source = None if fmt == "looper" else read_source(data, fmt, images)
     src = template_root()
     target.mkdir(parents=True, exist_ok=True)
     try:
@@ -135,6 +208,8 @@ def init_workspace(target: Path, preset: str | None = None) -> Path:
         (target / "pretrained" / "start.safetensors").write_bytes(start.read_bytes())
         (target / "baselines").mkdir()
         (target / "baselines" / ".gitkeep").write_text("")
+        if data is not None:
+            _import_into(target, data, source)
         repo = git.Repo.init(target, initial_branch="main")
         with repo.git.custom_environment(**IDENTITY):
             repo.git.add("--all")

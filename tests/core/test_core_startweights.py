@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from looper.core.startweights import FORMAT, read_header, start_problems
+from looper.core.startweights import FORMAT, class_transfer, read_header, start_problems
 
 NAMES = ["a", "b", "c"]
 FAMILY = {"backbone": [[-1, 1, "Conv", [64, 3, 2]]], "head": [[[-1], 1, "Detect", ["nc"]]]}
@@ -68,14 +68,29 @@ def test_a_checkpoint_that_fits_has_no_problem():
     assert start_problems(meta(), NAMES, None, "yolov8", 0.125, 0.33) == []  # family unread: multiples only
 
 
+@pytest.mark.parametrize("names, match", [
+    (["a", "b"], "other classes than the data's: 2 classes vs 3 (missing c)"),
+    (["a", "b", "c", "z"], "(not in the data: z)"),
+    (["a", "x", "b"], "(missing c; not in the data: x)"),
+    (["c", "b", "a"], "same names in another order"),
+])
+def test_a_checkpoint_of_other_classes_fits_as_a_transfer_that_says_what_differs(names, match):
+    header = meta(names=names)
+    assert start_problems(header, NAMES, FAMILY, "yolov8", 0.125, 0.33) == []
+    note = class_transfer(header, NAMES)
+    assert note is not None and match in note and "a transfer" in note
+
+
+def test_the_same_classes_or_no_name_list_is_no_transfer():
+    assert class_transfer(meta(), NAMES) is None
+    assert class_transfer({}, NAMES) is None
+    assert class_transfer(meta(names="x"), NAMES) is None
+
+
 @pytest.mark.parametrize("header, match", [
     ({}, "no metadata"),
     ({"__metadata__": "x"}, "no metadata"),
     (meta(fmt="other/1"), "header format 'other/1'"),
-    (meta(names=["a", "b"]), "other classes than the data's: 2 classes vs 3 (missing c)"),
-    (meta(names=["a", "b", "c", "z"]), "(not in the data: z)"),
-    (meta(names=["a", "x", "b"]), "(missing c; not in the data: x)"),
-    (meta(names=["c", "b", "a"]), "same names in another order"),
     (meta(width=0.25), "another architecture than train.py's MODEL=yolov8 WIDTH=0.125 DEPTH=0.33: width_multiple 0.25"),
     (meta(depth=0.67), "depth_multiple 0.67"),
     (meta(max_channels=512), "max_channels 512"),

@@ -399,3 +399,15 @@ def test_a_warmup_that_trained_less_than_one_step_halts_instead_of_pinning_zero(
     assert str(halted.error) == ("the baseline train.py could not train its warm-up run (error): train.json says 0.5 "
                                  "steps: less than one whole optimizer step, no step budget can be measured from it")
     assert Store(ws.root / "experiments.db").tag_record("t").noise == {}
+
+
+def test_data_changed_after_the_tag_began_halts_with_advice_naming_a_new_tag(ws):
+    """Issue 38: a changed data folder's advice names --tag (a tag's scores compare only on its own data)."""
+    loop = ready(ws)
+    truth = ws.root / "data" / "pages" / "test" / "page_000.json"
+    truth.write_text(truth.read_text().replace('"seed 0"', '"relabelled"'))
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
+    assert r.outcome is Outcome.ERROR and isinstance(r.halt_error, HarnessError), r
+    assert "data in data changed since the tag began" in str(r.halt_error)
+    assert "looper run --tag NEW" in str(r.halt_error), r.halt_error

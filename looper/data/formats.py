@@ -1,0 +1,253 @@
+"""Readers of labelled exports: COCO JSON, an Ultralytics (YOLO) data.yaml, looper's own layout.
+
+Annotations only: a reader returns every page's image path, split (when the export gives one) and
+boxes, and never opens an image (the import streams them one at a time, looper.data.importer).
+Read with json and PyYAML: the formats are small JSON/YAML/text files, and reading them here keeps
+images out of memory (a library data set object that holds every image would not).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from looper.errors import UsageError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+SPLIT_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
+FORMATS = ("coco", "yolo", "looper")
+
+
+class FormatError(UsageError):
+    """An export that cannot be read at all (its JSON/YAML), naming the file."""
+
+
+@dataclass(frozen=True)
+class SourceBox:
+    """One box as the export writes it: ``where`` names the file and annotation id or label line;
+    ``cls`` a class name (str) or index (int); ``box`` x1, y1, x2, y2 in px, or in 0..1 of the image
+    when ``normalized`` (YOLO). ``problem``: the line or entry could not be read."""
+
+    where: str
+    cls: str | int
+    box: tuple[float, float, float, float]
+    normalized: bool = False
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class SourcePage:
+    key: str  # unique and stable: the image path relative to the export
+    image: Path
+    split: str | None
+    boxes: tuple[SourceBox, ...]
+
+
+@dataclass(frozen=True)
+class Source:
+    format: str
+    where: str
+    classes: tuple[str, ...]
+    pages: tuple[SourcePage, ...]
+    declared: tuple[str, ...] = ()  # the splits the export names (some may hold no page)
+
+
+def guess_format(source: Path) -> str:
+    """coco (a .json file, or a folder of split folders holding one each), yolo (a .yaml file, or a
+    folder holding data.yaml), looper (a folder holding manifest.json)."""
+    source = Path(source)
+    if source.is_file():
+        if source.suffix.lower() == ".json":
+            return "coco"
+        if source.suffix.lower() in (".yaml", ".yml"):
+            return "yolo"
+    elif source.is_dir():
+        if (source / "manifest.json").is_file():
+            return "looper"
+        if any((source / n).is_file() for n in ("data.yaml", "dataset.yaml", "data.yml")):
+            return "yolo"
+        if _coco_split_files(source):
+            return "coco"
+    elif not source.exists():
+        raise FormatError(f"{source} does not exist")
+    raise FormatError(f"{source}: cannot tell its format (a COCO .json file, an Ultralytics data.yaml, or a "
+                      "looper data folder with manifest.json); name it with --format coco|yolo|looper")
+
+
+def _load(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text()
+        return json.loads(text) if what == "JSON" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+        raise FormatError(f"{path} is not readable {what}: {exc}") from None
+
+
+def _coco_split_files(folder: Path) -> dict[str, Path]:
+    """split -> the one .json file in each split folder (Roboflow's COCO layout: train/valid/test)."""
+    out = {}
+    for sub in sorted(folder.iterdir()):
+        found = sorted(sub.glob("*.json")) if sub.is_dir() and sub.name.lower() in SPLIT_NAMES else []
+        if len(found) == 1:
+            out[SPLIT_NAMES[sub.name.lower()]] = found[0]
+    return out
+
+
+def _coco_classes(cats: list[dict[str, Any]], used: set[Any]) -> list[dict[str, Any]]:
+    """The categories in id order, without an unused parent category (Roboflow writes the data set's
+    name as category 0, the supercategory of every real one)."""
+    parents = {c.get("supercategory") for c in cats}
+    return sorted((c for c in cats if c.get("id") in used or c.get("name") not in parents), key=lambda c: c["id"])
+
+
+def _coco_file(path: Path, images: Path, split: str | None) -> tuple[list[str], list[SourcePage]]:
+    doc = _load(path, "JSON")
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), list) for k in ("images", "annotations", "categories")):
+        raise FormatError(f"{path} is not COCO: it needs 'images', 'annotations' and 'categories' lists")
+    try:
+        used = {a.get("category_id") for a in doc["annotations"]}
+        cats = _coco_classes(doc["categories"], used)
+        names = {c["id"]: str(c["name"]) for c in cats}
+        files = {im["id"]: str(im["file_name"]) for im in doc["images"]}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise FormatError(f"{path}: a category or image lacks its id or name/file_name ({exc})") from None
+    boxes: dict[Any, list[SourceBox]] = {i: [] for i in files}
+    for a in doc["annotations"]:
+        aid = a.get("id") if isinstance(a, dict) else None
+        where = f"{path.name} annotation id {aid}"
+        try:
+            x, y, w, h = (float(v) for v in a["bbox"])
+        except (KeyError, TypeError, ValueError):
+            boxes.setdefault(a.get("image_id") if isinstance(a, dict) else None, []).append(
+                SourceBox(where, "", (0, 0, 0, 0), problem="has no bbox [x, y, width, height]"))
+            continue
+        cid = a.get("category_id")
+        cls = names.get(cid, f"category_id {cid}")
+        if a.get("image_id") not in boxes:
+            boxes.setdefault(a.get("image_id"), []).append(
+                SourceBox(where, cls, (x, y, x + w, y + h), problem=f"image_id {a.get('image_id')} is not an image "
+                                                                      f"of {path.name}"))
+            continue
+        boxes[a["image_id"]].append(SourceBox(where, cls, (x, y, x + w, y + h)))
+    pages = [SourcePage(f"{split + '/' if split else ''}{files[i]}", images / files[i], split, tuple(boxes[i]))
+             for i in sorted(files, key=lambda i: files[i])]
+    orphans = [b for k, bs in boxes.items() if k not in files for b in bs]
+    if orphans:
+        pages.append(SourcePage(f"(orphans of {path.name})", path, split, tuple(orphans)))
+    return [c["name"] for c in cats], pages
+
+
+def read_coco(source: Path, images: Path | None = None) -> Source:
+    """A COCO file (images beside it or under ``images``), or a folder of split folders each with one."""
+    source = Path(source)
+    parts = {None: source} if source.is_file() else _coco_split_files(source)
+    if not parts:
+        raise FormatError(f"{source}: no COCO .json file (nor train/, valid/, test/ folders holding one)")
+    classes: list[str] | None = None
+    pages: list[SourcePage] = []
+    for split, path in sorted(parts.items(), key=lambda kv: str(kv[0])):
+        names, got = _coco_file(path, Path(images) if images else path.parent, split)
+        if classes is not None and names != classes:
+            raise FormatError(f"{path}: its categories {names[:5]}... differ from the other splits' {classes[:5]}...")
+        classes = names
+        pages += got
+    return Source("coco", str(source), tuple(classes or ()), tuple(pages), tuple(s for s in parts if s))
+
+
+def _yolo_names(doc: dict[str, Any], path: Path) -> list[str]:
+    names = doc.get("names")
+    if isinstance(names, dict):
+        try:
+            order = sorted(names, key=int)
+        except (TypeError, ValueError):
+            raise FormatError(f"{path}: names keys must be class ids 0..n-1") from None
+        names = [names[k] for k in order]
+    if not isinstance(names, list) or not names:
+        raise FormatError(f"{path}: no class names ('names: [a, b, ...]')")
+    return [str(n) for n in names]
+
+
+def _yolo_images(root: Path, base: Path, spec: Any, path: Path) -> list[Path]:
+    specs = spec if isinstance(spec, list) else [spec]
+    found: list[Path] = []
+    for s in specs:
+        cands = [root / str(s), base / str(s), base / str(s).removeprefix("../")]
+        where = next((c for c in cands if c.exists()), None)
+        if where is None:
+            raise FormatError(f"{path}: {s!r} is neither a folder nor a list file (looked in {root} and {base})")
+        if where.is_dir():
+            found += sorted(p for p in where.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        else:
+            found += [(where.parent / ln.strip()).resolve() if not Path(ln.strip()).is_absolute() else Path(ln.strip())
+                      for ln in where.read_text().splitlines() if ln.strip()]
+    return found
+
+
+def _label_path(image: Path) -> Path:
+    """Ultralytics' rule: the last /images/ in the path becomes /labels/, the suffix .txt."""
+    parts = list(image.parts)
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == "images":
+            parts[i] = "labels"
+            break
+    return Path(*parts).with_suffix(".txt")
+
+
+def _yolo_boxes(label: Path, shown: str) -> tuple[SourceBox, ...]:
+    if not label.is_file():
+        return ()  # Ultralytics: an image without a label file holds no object
+    out = []
+    for n, line in enumerate(label.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{shown} line {n}"
+        bits = line.split()
+        try:
+            cls = int(bits[0])
+            cx, cy, w, h = (float(v) for v in bits[1:5])
+            if len(bits) != 5:
+                raise ValueError
+        except (ValueError, IndexError):
+            out.append(SourceBox(where, 0, (0, 0, 0, 0), problem=f"{line.strip()!r} is not 'class cx cy w h'"))
+            continue
+        out.append(SourceBox(where, cls, (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2), normalized=True))
+    return tuple(out)
+
+
+def read_yolo(source: Path) -> Source:
+    """An Ultralytics data.yaml (or a folder holding it): train/val/test image folders, names."""
+    source = Path(source)
+    path = source if source.is_file() else next(source / n for n in ("data.yaml", "dataset.yaml", "data.yml")
+                                               if (source / n).is_file())
+    doc = _load(path, "YAML")
+    if not isinstance(doc, dict):
+        raise FormatError(f"{path} is not an Ultralytics data yaml (a mapping with train, val, names)")
+    classes = _yolo_names(doc, path)
+    base = path.parent
+    root = Path(doc["path"]) if doc.get("path") else base
+    root = root if root.is_absolute() else base / root
+    pages = []
+    declared = tuple(k for k in ("train", "val", "test") if doc.get(k))
+    for key in declared:
+        for image in _yolo_images(root, base, doc[key], path):
+            try:
+                rel = image.resolve().relative_to(base.resolve()).as_posix()
+            except ValueError:
+                rel = image.as_posix()
+            label = _label_path(image)
+            shown = label.resolve().relative_to(base.resolve()).as_posix() if label.resolve().is_relative_to(
+                base.resolve()) else str(label)
+            pages.append(SourcePage(rel, image, key, _yolo_boxes(label, shown)))
+    return Source("yolo", str(path), tuple(classes), tuple(pages), declared)
+
+
+def read_source(source: Path, fmt: str | None = None, images: Path | None = None) -> Source:
+    fmt = fmt or guess_format(source)
+    if fmt == "coco":
+        return read_coco(source, images)
+    if fmt == "yolo":
+        return read_yolo(source)
+    raise FormatError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
