@@ -129,10 +129,11 @@ class Context:
         self.in_flight: dict[int, dict] = {}  # worker id -> knobs of the candidate it runs
         self._threads: int | None = None  # [loop] seed_jobs > 1: each run's share of the cores
         self._threads_lock = threading.Lock()
-        from looper import proc
+        from looper import limits, proc
         from looper.guard import release_reserve
 
         proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)  # every run's log and lines
+        limits.configure(cfg.limits)  # every sandboxed run's memory, processes, tmpfs, quota (issue 39)
         release_reserve(self.root, cfg.limits.reserve_bytes)  # a daemon killed on a full disk: room to start
 
     # ------------------------------------------------------------------ the journal
