@@ -10,8 +10,9 @@ them is the candidate's crash, and the reason names the limit: :func:`limit_hit`
 - the run's log tail (an ``OSError`` naming ``/tmp`` or ``/dev/shm`` full, ``File too large``, a
   refused fork, a ``MemoryError``).
 
-A disk that is full is the run's doing only when its ``$LOOPER_OUT`` holds what is missing: with
-those bytes back the disk would have ``min_free_bytes`` free. Otherwise (something else filled the
+A disk that is full is the run's doing only when it met ENOSPC, the disk has at most
+``min_free_bytes`` free, and its ``$LOOPER_OUT`` holds what is missing: with those bytes back the
+disk would have more than ``min_free_bytes`` free. Otherwise (something else filled the
 disk, or train.py merely *printed* ENOSPC) nothing is decided here and the failure classification
 (looper.core.failure, a canary) goes on as before.
 """
@@ -59,8 +60,12 @@ def _disk_full(seen: Seen, tail: str) -> bool:
     return seen.log_full or bool(_NO_SPACE.search(tail))
 
 
+# The training sandbox's own line (looper/sandbox.py WATCH) after train.py ended: a private tmpfs is full.
+_TMPFS_FULL = re.compile(r"^looper sandbox: (?P<path>/tmp|/dev/shm) is full", re.MULTILINE)
+
+
 def _tmpfs_full(tail: str) -> str | None:
-    for m in _NO_SPACE.finditer(tail):
+    for m in [*_TMPFS_FULL.finditer(tail), *_NO_SPACE.finditer(tail)]:
         path = m.group("path") or ""
         for d in TMP_DIRS:
             if path == d or path.startswith(d + "/"):
@@ -99,10 +104,10 @@ def limit_hit(caps: Caps, seen: Seen, tail: str) -> str | None:
     by_log = _from_log(caps, tail)
     if by_log:
         return by_log
-    if (_disk_full(seen, tail) and 0 <= seen.disk_free < seen.min_free_bytes
-            and seen.disk_free + seen.out_bytes >= seen.min_free_bytes):
+    if (_disk_full(seen, tail) and 0 <= seen.disk_free <= seen.min_free_bytes
+            and seen.disk_free + seen.out_bytes > seen.min_free_bytes):
         return (f"train.py filled the disk: its $LOOPER_OUT holds {seen.out_bytes} bytes and the disk had "
-                f"{seen.disk_free} bytes free, under [limits] min_free_bytes = {seen.min_free_bytes} "
+                f"{seen.disk_free} bytes free, at most [limits] min_free_bytes = {seen.min_free_bytes} "
                 "(No space left on device)")
     return None
 

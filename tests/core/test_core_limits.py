@@ -22,6 +22,9 @@ GIB = 1 << 30
     (CAPS, Seen(), "OSError: [Errno 28] No space left on device: '/tmp/x.bin'", "filled its private /tmp ([limits] tmp_max_bytes"),
     (CAPS, Seen(), "OSError: [Errno 28] No space left on device: '/dev/shm/y'", "filled its private /dev/shm"),
     (CAPS, Seen(), "OSError: [Errno 28] No space left on device: '/tmpfoo/y'", None),
+    (CAPS, Seen(), "OSError: [Errno 28] No space left on device\nlooper sandbox: /dev/shm is full (8388608 bytes)",
+     "filled its private /dev/shm"),
+    (CAPS, Seen(), "OSError: [Errno 28] No space left on device", None),  # words alone: the canary decides
     (Caps(), Seen(), "OSError: [Errno 28] No space left on device: '/tmp/x.bin'", None),
     (CAPS, Seen(), "OSError: [Errno 27] File too large", "larger than [limits] out_max_bytes = 16777216"),
     (Caps(), Seen(), "OSError: [Errno 27] File too large", None),
@@ -36,6 +39,9 @@ GIB = 1 << 30
      "train.py filled the disk: its $LOOPER_OUT holds 1073741824 bytes"),
     (CAPS, Seen(out_bytes=GIB, disk_free=10, min_free_bytes=100), "OSError: [Errno 28] No space left on device: '/o/w'",
      "train.py filled the disk"),
+    (CAPS, Seen(log_full=True, out_bytes=5, disk_free=0, min_free_bytes=0), "", "train.py filled the disk"),
+    (CAPS, Seen(log_full=True, out_bytes=0, disk_free=0, min_free_bytes=0), "", None),  # an empty out/ filled nothing
+    (CAPS, Seen(log_full=True, out_bytes=90, disk_free=10, min_free_bytes=100), "", None),  # nor does one short of it
     (CAPS, Seen(log_full=True, out_bytes=5, disk_free=10, min_free_bytes=100), "", None),  # something else filled it
     (CAPS, Seen(log_full=True, out_bytes=GIB, disk_free=500, min_free_bytes=100), "", None),  # the disk is fine
     (CAPS, Seen(log_full=True, out_bytes=GIB, disk_free=-1, min_free_bytes=100), "", None),  # not measured
