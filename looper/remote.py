@@ -42,6 +42,7 @@ import os
 import platform
 import shutil
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
@@ -202,7 +203,28 @@ def cmd_end(args: argparse.Namespace) -> int:
         gpu = json.loads((run / "gpu.json").read_text())
     except (OSError, ValueError):
         gpu = None
-    return _say({"what": what, "status": code, "gpu": gpu})
+    return _say({"what": what, "status": code, "gpu": gpu, "out": out_usage(run / "out")})
+
+
+def out_usage(out: Path, stop_at: int = 1_000_000) -> dict[str, Any]:
+    """What a run's out/ holds, measured here before anything is fetched (issue 39): its files' apparent
+    bytes, its entries, and the files that are sparse (fewer blocks on disk than their size says)."""
+    total = entries = 0
+    sparse: list[str] = []
+    for folder, dirs, files in os.walk(out):
+        for name in dirs + files:
+            entries += 1
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+                if st.st_size > 65536 and st.st_blocks * 512 < st.st_size // 2:
+                    sparse.append(os.path.relpath(os.path.join(folder, name), out)[:200])
+        if entries > stop_at:
+            break
+    return {"bytes": total, "entries": entries, "sparse": sparse[:5]}
 
 
 def cmd_reap(args: argparse.Namespace) -> int:

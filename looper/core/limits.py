@@ -140,3 +140,20 @@ def derived(memory_bytes: int, cores: int, pid_max: int) -> dict[str, int]:
         "tmp_max_bytes": max(64 << 20, memory_bytes // 8),
         "out_max_bytes": 16 * gib,
     }
+
+
+def fetch_refused(usage: object, max_bytes: int, max_files: int) -> str | None:
+    """Why a remote run's out/ is not fetched (what the host measured before: ``{"bytes", "entries",
+    "sparse"}``), or None. Sparse files are refused whatever their size (rsync would write them whole)."""
+    if not isinstance(usage, dict):
+        return None  # an older host said nothing: rsync's --max-size still bounds each file
+    sparse = usage.get("sparse") or []
+    if sparse:
+        return (f"$LOOPER_OUT holds sparse file(s), refused unfetched: {', '.join(str(s) for s in sparse[:3])} "
+                "(their size on paper would arrive whole)")
+    size, entries = int(usage.get("bytes") or 0), int(usage.get("entries") or 0)
+    if max_bytes and size > max_bytes:
+        return (f"$LOOPER_OUT holds {size} bytes, over [limits] out_max_bytes = {max_bytes}: refused unfetched")
+    if max_files and entries > max_files:
+        return (f"$LOOPER_OUT holds {entries} entries, over [limits] out_max_files = {max_files}: refused unfetched")
+    return None

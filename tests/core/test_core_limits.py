@@ -87,3 +87,19 @@ def test_quota(out_max: int, free: int, min_free: int, expected: int) -> None:
 ])
 def test_derived(memory: int, cores: int, pid_max: int, expected: dict) -> None:
     assert derived(memory, cores, pid_max) == expected
+
+
+@pytest.mark.parametrize("usage, words", [
+    ({"bytes": 10, "entries": 2, "sparse": []}, None),
+    ({"bytes": 10, "entries": 2, "sparse": ["big.bin"]}, "sparse file(s), refused unfetched: big.bin"),
+    ({"bytes": 1001, "entries": 2, "sparse": []}, "1001 bytes, over [limits] out_max_bytes = 1000"),
+    ({"bytes": 10, "entries": 11}, "11 entries, over [limits] out_max_files = 10"),
+    (None, None),  # an older host measured nothing: rsync --max-size alone
+    ({}, None),
+])
+def test_fetch_refused(usage: object, words: str | None) -> None:
+    from looper.core.limits import fetch_refused
+
+    got = fetch_refused(usage, 1000, 10)
+    assert (got is None) == (words is None) and (words is None or words in got), got
+    assert fetch_refused({"bytes": 10**15, "entries": 10**9}, 0, 0) is None  # no bound configured

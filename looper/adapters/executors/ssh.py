@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import looper
+from looper import limits as run_limits
 from looper import proc
 from looper.adapters.executors.base import FIXED_FILES, EvalJob, LineSink, RunResult, TrainJob
 from looper.adapters.executors.common import (
@@ -49,6 +50,7 @@ from looper.adapters.executors.common import (
     train_vars,
 )
 from looper.adapters.executors.transport import SshTransport, TransportFault
+from looper.core import limits as core_limits
 from looper.core.verdict import Verdict
 from looper.datahash import PRETRAINED_DIR, SCORING_MODULES, file_sha256
 from looper.errors import ConfigError
@@ -383,8 +385,14 @@ class SshExecutor(DataFolder):
         result, ended = self._supervised(run, self.train_argv(job), env, job, limits, on_line, cancel, sample)
         if ended is None:
             return result  # nothing more can be fetched from a host that does not answer
+        caps = run_limits.current().caps  # what comes back is bounded (issue 39): measured there first
+        refused = core_limits.fetch_refused(ended.get("out"), caps.out_max_bytes, caps.out_max_files)
+        if refused:
+            result.limit = refused
+            return result
         # train.py's own scratch (a linked view of the data, Ultralytics' caches) stays there
-        self._fetch(result, ["--exclude", "/data/", "--exclude", "*.cache", self.link.spec(f"{run}/out/"),
+        bound = [f"--max-size={caps.out_max_bytes}"] if caps.out_max_bytes else []
+        self._fetch(result, [*bound, "--exclude", "/data/", "--exclude", "*.cache", self.link.spec(f"{run}/out/"),
                              str(job.out_dir) + "/"], f"fetching the run output from {run}")
         weights = job.out_dir / "weights.pt"
         if weights.is_file():
