@@ -129,6 +129,16 @@ def backend() -> str:
     return "systemd" if systemd_scope() else "rlimits"
 
 
+def preflight() -> tuple[str, list[str]]:
+    """(how the limits apply here, in words; problems): the limits need ``prlimit`` (util-linux)."""
+    if current().caps == core.Caps():
+        return "off ([limits] run_limits = false)", []
+    if shutil.which("prlimit") is None:
+        return "none", ["prlimit (util-linux) is not installed: each run's memory and file-size limits need it "
+                        "(sudo apt-get install -y util-linux), or set [limits] run_limits = false"]
+    return backend(), []
+
+
 def _count_user_processes(uid: int) -> int:
     n = 0
     for p in Path("/proc").iterdir():

@@ -89,6 +89,8 @@ class LocalExecutor(DataFolder):
         boxed = sandbox.preflight(self.sandbox)
         metrics.update(boxed.metrics)
         problems += boxed.blocking
+        metrics["run_limits"], missing = run_limits.preflight()
+        problems += missing
         if require_gpu:
             reading = self.probe.read()
             metrics["gpu"] = reading.as_dict()
