@@ -525,6 +525,8 @@ def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[l
     """
     kind = env.pop("LOOPER_SANDBOX", "")
     network = env.pop("LOOPER_SANDBOX_NETWORK", "") == "1"
+    tmp = env.pop("LOOPER_SANDBOX_TMP_BYTES", "")  # [limits] tmp_max_bytes (issue 39)
+    tmp_bytes = int(tmp) if tmp.isdigit() else 0
     argv = list(argv)
     if not kind:
         return argv, lambda: None
@@ -533,7 +535,7 @@ def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[l
         return train_argv(argv, checkout=checkout, out_dir=run / "out",
                           data_dir=Path(env.get("LOOPER_DATA", "data")), env=env,
                           policy=SandboxPolicy(network=network),
-                          pretrained=_present(env.get("LOOPER_PRETRAINED_DIR"))), lambda: None
+                          pretrained=_present(env.get("LOOPER_PRETRAINED_DIR")), tmp_bytes=tmp_bytes), lambda: None
     if kind != "eval":
         raise ValueError(f"LOOPER_SANDBOX must be train or eval, got {kind!r}")
     opts = dict(zip(argv[2::2], argv[3::2], strict=False))  # python evaluate.py --weights W --data D --out O ...
@@ -541,7 +543,7 @@ def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[l
     package = run / "eval" / "pkg"
     shutil.copytree(checkout / "looper", package / "looper", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     wrapped = eval_argv(argv[0], copy, weights=Path(opts["--weights"]), data_dir=Path(opts["--data"]), out_dir=out,
-                        env=env, device=opts.get("--device", ""), package=package)
+                        env=env, device=opts.get("--device", ""), package=package, tmp_bytes=tmp_bytes)
     target = Path(opts["--out"])
 
     def collect() -> None:

@@ -59,3 +59,13 @@ def test_the_box_wraps_the_argv_with_its_limits(tmp_path: Path) -> None:
             (tmp_path / f"f{i}").write_text("x")
         assert "out_max_files = 5" in box.check()
     assert limits.Box(Caps(), tmp_path).wrap(["a"]) == ["a"]  # run_limits = false: the argv as it is
+
+
+def test_every_sandbox_gets_size_limited_tmpfs_when_asked() -> None:
+    from looper import sandbox
+
+    args = sandbox._base_args(network=False, tmp_bytes=1 << 20)
+    for where in ("/tmp", "/dev/shm"):
+        i = args.index(where)
+        assert args[i - 3:i + 1] == ["--size", "1048576", "--tmpfs", where], args[i - 3:i + 1]
+    assert "--size" not in sandbox._base_args(network=False)  # 0: unbounded, as before

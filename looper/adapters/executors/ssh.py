@@ -256,7 +256,9 @@ class SshExecutor(DataFolder):
         (``kind``: train | eval; looper/sandbox.py ``wrap_on_host``); none when opted out."""
         if not self.sandbox.enabled:
             return {}
-        return {"LOOPER_SANDBOX": kind, **({"LOOPER_SANDBOX_NETWORK": "1"} if self.sandbox.network else {})}
+        tmp = run_limits.current().caps.tmp_max_bytes  # [limits] tmp_max_bytes: the host's /tmp, /dev/shm sizes
+        return {"LOOPER_SANDBOX": kind, **({"LOOPER_SANDBOX_NETWORK": "1"} if self.sandbox.network else {}),
+                **({"LOOPER_SANDBOX_TMP_BYTES": str(tmp)} if tmp else {})}
 
     def _env(self, **values: str) -> dict[str, str]:
         return child_env(f"{self.remote.root()}/.ultralytics", {"PYTHONPATH": self.remote.checkout}, **values)
