@@ -5,7 +5,8 @@ steps. Each is the fast fixture train.py (tests/fixture_ws) plus one attack afte
 weights and train.json. Each must end as the candidate's ``crash`` naming the limit (or the link,
 or both step counts), its out/ removed where a limit was hit, and the night must go on: a control
 change after the attacks is kept, ``looper run`` exits 0 at its stop rule, no page, no halt, the
-database intact (SQLite's integrity check, no row left running), the checkout clean.
+database intact (SQLite's integrity check, no row left running), the checkout clean, the next
+experiment started within 30 s of each attack's end, and a restart judges an honest change.
 
 The full disk is real: the attack's experiment folder is a 48 MiB tmpfs (root only), so its
 train.log and out/ meet ENOSPC together, as on a disk the run filled (before issue 39: "internal
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from datetime import datetime
 
 import pytest
 from faults.faultkit import assert_nothing_lost, baseline_only, patch_config
@@ -34,10 +36,15 @@ MIB = 1 << 20
 ATTACKS = {
     "fills the disk": ('''
 i = 0
-while True:  # 4 MiB files until the disk says no
-    with open(os.path.join(out, f"fill{i}.bin"), "wb") as f:
-        f.write(os.urandom(4 << 20))
-    i += 1
+try:
+    while True:  # 4 MiB files until the disk says no
+        with open(os.path.join(out, f"fill{i}.bin"), "wb") as f:
+            f.write(os.urandom(4 << 20))
+        i += 1
+except OSError:
+    for n in range(200):  # then 200 KiB of output: train.log (on the same disk) needs blocks it cannot get
+        print(f"disk full after {i} files, line {n}: " + "x" * 1000, flush=True)
+    raise
 ''', "train.py filled the disk"),
     "fills its /tmp": ('''
 with open("/tmp/big.bin", "wb") as f:
@@ -139,6 +146,15 @@ def test_a_run_that_hits_its_limits_is_the_candidates_crash_and_the_night_goes_o
         assert not any(TRUTH in s for s in stored)  # nothing of the link's target reached the database
         assert ws.git("status", "--porcelain", cwd=ws.worktree) == ""
         assert_nothing_lost(ws)
-        print("limits night:", {d: rows[d]["status"] for d in rows})
+        order = sorted(rows.values(), key=lambda row: row["id"])
+        gaps = [(datetime.fromisoformat(b["started_at"]) - datetime.fromisoformat(a["finished_at"])).total_seconds()
+                for a, b in zip(order, order[1:], strict=False)]
+        assert max(gaps) < 30, gaps  # the next experiment started within 30 s of each attack's end
+        # a restart works: the next night judges an honest change
+        ws.enqueue("a change after the restart", knobs={"QUALITY": 0.95})
+        again = ws.looper("run", "--max-experiments", "1", timeout=300)
+        assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
+        assert ws.by_description()["a change after the restart"]["status"] in ("keep", "discard", "inconclusive")
+        print("limits night:", {d: rows[d]["status"] for d in rows}, "gaps (s):", [round(g, 1) for g in gaps])
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
