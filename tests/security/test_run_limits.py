@@ -158,3 +158,43 @@ def test_a_run_that_hits_its_limits_is_the_candidates_crash_and_the_night_goes_o
         print("limits night:", {d: rows[d]["status"] for d in rows}, "gaps (s):", [round(g, 1) for g in gaps])
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_real_training_and_evaluation_run_under_the_default_limits(tiny_data, tmp_path):  # noqa: ANN001
+    """The repo's train.py (torch, Ultralytics) and evaluate.py, in the real sandboxes, under the limits a
+    user gets by default (derived from this machine): a few real steps, weights that evaluate, and the
+    run's argv carrying the limits (cgroups joined where this machine gives them, prlimit, oom_score_adj)."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from looper.adapters.executors.base import EvalJob, TrainJob
+    from looper.adapters.executors.local import LocalExecutor
+    from looper.config import LimitsConfig
+
+    repo = Path(__file__).resolve().parents[2]
+    before = limits.current()
+    settings = limits.configure(LimitsConfig())
+    try:
+        ck = tmp_path / "ck"
+        ck.mkdir()
+        for name in ("train.py", "evaluate.py"):
+            shutil.copy(repo / name, ck / name)
+        shutil.copytree(repo / "looper" / "pretrained", tmp_path / "pretrained")  # what `looper init` copies
+        ex = LocalExecutor(tmp_path, python=sys.executable)
+        ex.use_data(str(tiny_data))
+        job = TrainJob(checkout=ck, out_dir=tmp_path / "run" / "out", seed=0, budget_seconds=120, grace_seconds=30,
+                       stall_seconds=120, log_path=tmp_path / "run" / "train.log", max_steps=4)
+        argv = ex.train_argv(job)
+        assert "--size" in argv and str(settings.caps.tmp_max_bytes) in argv  # the tmpfs sizes
+        r = ex.train(job, None, None)
+        assert r.clean_exit and r.limit == "", (r, r.log_tail[-3000:])
+        assert json.loads((job.out_dir / "train.json").read_text())["steps"] == 4
+        metrics = tmp_path / "run" / "METRICS.json"
+        e = ex.evaluate(EvalJob(checkout=ck, weights=job.out_dir / "weights.pt", metrics_path=metrics,
+                                log_path=tmp_path / "run" / "eval.log", timeout_seconds=300, stall_seconds=120), None, None)
+        assert e.clean_exit, (e, e.log_tail[-3000:])
+        assert json.loads(metrics.read_text())["pages"] > 0
+        print("default limits:", settings.caps, "applied through", limits.backend())
+    finally:
+        limits._SETTINGS[0] = before
