@@ -186,13 +186,15 @@ _SETTINGS = [Settings()]
 
 def configure(section: Any) -> Settings:
     """The daemon's ``[limits]`` for every later run (looper.context, once per daemon); the empty run
-    cgroups a killed daemon left behind are removed (one still holding processes stays)."""
+    cgroups a daemon that is gone left behind are removed (one still holding processes stays)."""
     _SETTINGS[0] = Settings(caps_from(section), int(getattr(section, "oom_score_adj", 1000)),
                             int(getattr(section, "min_free_bytes", 0)))
     if _SETTINGS[0].caps != core.Caps():
         for parent in cgroup_parents().values():
             for left in parent.glob("looper-run-*"):
-                Box._remove(left)
+                pid = left.name.split("-")[2]
+                if pid.isdigit() and not Path(f"/proc/{pid}").exists():  # its daemon is gone (never a live one's)
+                    Box._remove(left)
     return _SETTINGS[0]
 
 

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from looper import limits, proc
 from looper.core.limits import Caps
 from looper.guard import read_json
@@ -69,3 +71,25 @@ def test_every_sandbox_gets_size_limited_tmpfs_when_asked() -> None:
         i = args.index(where)
         assert args[i - 3:i + 1] == ["--size", "1048576", "--tmpfs", where], args[i - 3:i + 1]
     assert "--size" not in sandbox._base_args(network=False)  # 0: unbounded, as before
+
+
+def test_only_a_gone_daemons_run_cgroups_are_removed_at_start() -> None:
+    """A daemon starting beside another never removes the other's run cgroups (its runs could not join them)."""
+    from looper.config import LimitsConfig
+
+    parents = limits.cgroup_parents()
+    if not parents:
+        pytest.skip("no cgroup this daemon may make here (the rlimits path): nothing to leave behind")
+    parent = next(iter(parents.values()))
+    mine, gone = parent / f"looper-run-{os.getpid()}-999999", parent / "looper-run-4194304-1"  # above pid_max
+    before = limits.current()
+    try:
+        mine.mkdir()
+        gone.mkdir()
+        limits.configure(LimitsConfig())
+        assert mine.is_dir() and not gone.exists()
+    finally:
+        limits._SETTINGS[0] = before
+        for d in (mine, gone):
+            if d.exists():
+                d.rmdir()
