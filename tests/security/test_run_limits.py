@@ -198,3 +198,46 @@ def test_real_training_and_evaluation_run_under_the_default_limits(tiny_data, tm
         print("default limits:", settings.caps, "applied through", limits.backend())
     finally:
         limits._SETTINGS[0] = before
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_the_limits_hold_with_and_without_the_sandbox(mode, tmp_path):  # noqa: ANN001
+    """Through the local executor alone: the run's processes carry oom_score_adj 1000 and the memory and
+    file-size limits, with the bwrap sandbox and with ``sandbox = "none"`` (the limits wrap the command,
+    not the sandbox); only with bwrap is /tmp a size-limited tmpfs."""
+    import sys
+
+    from looper.adapters.executors.base import TrainJob
+    from looper.adapters.executors.local import LocalExecutor
+    from looper.core.limits import Caps
+    from looper.sandbox import SandboxPolicy
+
+    before = limits.current()
+    limits._SETTINGS[0] = limits.Settings(Caps(memory_max_bytes=256 * MIB, pids_max=64, tmp_max_bytes=4 * MIB,
+                                               out_max_bytes=8 * MIB, out_max_files=100))
+    try:
+        ck = tmp_path / "ck"
+        ck.mkdir()
+        (ck / "train.py").write_text(
+            "import os, resource, shutil\nout = os.environ['LOOPER_OUT']\n"
+            "facts = {'adj': open('/proc/self/oom_score_adj').read().strip(),\n"
+            "         'data': resource.getrlimit(resource.RLIMIT_DATA)[0],\n"
+            "         'fsize': resource.getrlimit(resource.RLIMIT_FSIZE)[0],\n"
+            "         'tmp': shutil.disk_usage('/tmp').total}\n"
+            "open(os.path.join(out, 'facts.json'), 'w').write(__import__('json').dumps(facts))\n"
+            "hog = bytearray(1 << 30)\n")
+        (tmp_path / "data").mkdir()
+        ex = LocalExecutor(tmp_path, python=sys.executable, sandbox=SandboxPolicy(mode=mode))
+        ex.use_data(str(tmp_path / "data"))
+        job = TrainJob(checkout=ck, out_dir=tmp_path / "run" / "out", seed=0, budget_seconds=60, grace_seconds=5,
+                       stall_seconds=60, log_path=tmp_path / "run" / "train.log")
+        r = ex.train(job, None, None)
+        facts = json.loads((job.out_dir / "facts.json").read_text())
+        assert facts["adj"] == "1000" and facts["data"] == 256 * MIB and 0 < facts["fsize"] <= 8 * MIB, facts
+        assert (facts["tmp"] == 4 * MIB) == (mode == "bwrap"), facts
+        assert not r.clean_exit and "MemoryError" in r.log_tail
+        from looper.measure import limit_hit
+
+        assert "out of memory at [limits] memory_max_bytes = 268435456" in limit_hit(r)
+    finally:
+        limits._SETTINGS[0] = before
