@@ -117,9 +117,14 @@ def systemd_scope() -> bool:
     from looper import proc
 
     try:
-        return proc.run([exe, "--scope", "--quiet", "--collect", "-p", "TasksMax=64", "true"], timeout=20).ok
+        return proc.run([exe, *_user(), "--scope", "--quiet", "--collect", "-p", "TasksMax=64", "true"], timeout=20).ok
     except OSError:
         return False
+
+
+def _user() -> list[str]:
+    """A daemon that is not root asks its own user manager (systemd delegates memory and pids to it)."""
+    return ["--user"] if os.getuid() != 0 else []
 
 
 def backend() -> str:
@@ -275,7 +280,7 @@ class Box:
             rl.append(f"--nproc={n}:{n}")
         prefix: list[str] = []
         if self.caps.pids_max and "pids" not in self.cgroups and "memory" not in self.cgroups and systemd_scope():
-            prefix = ["systemd-run", "--scope", "--quiet", "--collect",
+            prefix = ["systemd-run", *_user(), "--scope", "--quiet", "--collect",
                       "-p", f"TasksMax={self.caps.pids_max}", "-p", f"MemoryMax={self.caps.memory_max_bytes}"]
         joins = [str(f / "cgroup.procs") for f in self.cgroups.values()]
         limited = [shutil.which("prlimit") or "prlimit", *rl, "--core=0:0", "--", *argv]
