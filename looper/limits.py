@@ -22,8 +22,10 @@ reports what it saw (:meth:`Box.seen`); looper.core.limits decides which limit a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
+import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -205,6 +207,29 @@ def configure(section: Any) -> Settings:
 
 def current() -> Settings:
     return _SETTINGS[0]
+
+
+REQUEST = "LOOPER_LIMITS"  # the environment entry asking ``looper.remote run`` for these limits on its host
+
+
+def request() -> dict[str, str]:
+    """The daemon's limits as an environment entry for a run on an ssh host (none when off)."""
+    s = current()
+    if s.caps == core.Caps():
+        return {}
+    return {REQUEST: json.dumps({**dataclasses.asdict(s.caps), "oom_score_adj": s.oom_score_adj,
+                                 "min_free_bytes": s.min_free_bytes}, sort_keys=True)}
+
+
+def from_request(env: dict[str, str], out_dir: Path | None) -> Box:
+    """The host's side of :func:`request` (taken out of ``env``): a Box with those limits, none when absent."""
+    raw = env.pop(REQUEST, "")
+    try:
+        asked = json.loads(raw) if raw else {}
+        caps = core.Caps(**{f: int(asked.get(f, 0)) for f in core.Caps.__dataclass_fields__})
+        return Box(caps, out_dir, int(asked.get("oom_score_adj", 1000)), int(asked.get("min_free_bytes", 0)))
+    except (ValueError, TypeError, AttributeError):
+        return Box(core.Caps(), out_dir)
 
 
 def box(out_dir: Path | None = None) -> Box:

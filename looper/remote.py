@@ -37,6 +37,7 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -48,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from looper import proc, sandbox
+from looper import limits, proc, sandbox
 from looper.datahash import TEST_SEED_ENV, file_sha256, secret_seed_file, tree_hash
 
 
@@ -167,6 +168,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = Path(args.run)
     (run / "out").mkdir(parents=True, exist_ok=True)
     env = dict(kv.split("=", 1) for kv in args.env)
+    kind = env.get("LOOPER_SANDBOX", "")
+    box = limits.from_request(env, run / "out" if kind != "eval" else None)  # LOOPER_LIMITS: the run's own limits
     argv, after = sandbox.wrap_on_host(args.argv, run, env)  # LOOPER_SANDBOX=train|eval: this host's sandbox
     sampler = None
     if args.gpu_index is not None:
@@ -175,10 +178,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         gpu_json = run / "gpu.json"
         sampler = GpuSampler(args.gpu_index, on_sample=lambda summary: _write_json(gpu_json, summary)).start()
         _write_json(gpu_json, sampler.summary())
-    limits = proc.Limits(budget_seconds=args.budget or None, kill_after=args.kill_after)
+    bounds = proc.Limits(budget_seconds=args.budget or None, kill_after=args.kill_after)
     try:
-        s = proc.supervise(argv, cwd=Path.cwd(), env=env, log_path=run / "run.log", limits=limits,
-                           on_line=_print_line, on_start=lambda pid: (run / "run.pid").write_text(str(pid)))
+        with box:
+            bounds.check = box.check if box.on else None
+            s = proc.supervise(box.wrap(argv), cwd=Path.cwd(), env=env, log_path=run / "run.log", limits=bounds,
+                               on_line=_print_line, on_start=lambda pid: (run / "run.pid").write_text(str(pid)))
+            if box.on:  # what this host saw of the run's limits: `end` hands it to the daemon
+                _write_json(run / "limits.json", dataclasses.asdict(box.seen(s.log_error, s.limit)))
     finally:
         if sampler is not None:
             _write_json(run / "gpu.json", sampler.stop())
@@ -203,7 +210,12 @@ def cmd_end(args: argparse.Namespace) -> int:
         gpu = json.loads((run / "gpu.json").read_text())
     except (OSError, ValueError):
         gpu = None
-    return _say({"what": what, "status": code, "gpu": gpu, "out": out_usage(run / "out")})
+    try:
+        seen = json.loads((run / "limits.json").read_text())
+    except (OSError, ValueError):
+        seen = None
+    return _say({"what": what, "status": code, "gpu": gpu, "out": out_usage(run / "out"),
+                 **({"seen": seen} if seen else {})})
 
 
 def out_usage(out: Path, stop_at: int = 1_000_000) -> dict[str, Any]:
