@@ -281,6 +281,15 @@ class LimitsConfig(_Section):
     reserve_bytes: int = Field(default=16_777_216, ge=0)  # .looper/reserve: released before an outcome is written
     eval_time_factor: float = Field(default=5.0, ge=1.0)  # a candidate's evaluation may take factor x the best's
     eval_time_floor: int = Field(default=60, ge=1)  # ... + this many seconds; longer: the candidate's crash
+    # Issue 39: each sandboxed run's own resources (looper/executors/limits.py; docs/SECURITY.md "Resources").
+    # 0 = derived from this machine when the run starts (the numbers the docs give).
+    run_limits: bool = True  # false: none of the limits below is applied
+    memory_max_bytes: int = Field(default=0, ge=0)  # 0: 75 % of physical memory (at least 1 GiB)
+    pids_max: int = Field(default=0, ge=0)  # processes + threads; 0: 128 x cores (at least 512, at most pid_max/2)
+    tmp_max_bytes: int = Field(default=0, ge=0)  # each of the private /tmp and /dev/shm; 0: 1/8 of memory
+    out_max_bytes: int = Field(default=0, ge=0)  # $LOOPER_OUT; 0: 16 GiB; never more than the free disk - min_free_bytes
+    out_max_files: int = Field(default=100_000, ge=1)  # files and folders in $LOOPER_OUT
+    oom_score_adj: int = Field(default=1000, ge=0, le=1000)  # the kernel's OOM killer picks the run before the daemon
 
 
 class Config(_Section):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper.executors.runlog import CAPS, CappedLog, LineCutter, capped_log, set_output_caps
+from looper.executors.runlog import CAPS, CappedLog, LineCutter, capped_log, close_quietly, set_output_caps
 
 __all__ = ["CappedLog", "LineCutter", "capped_log", "set_output_caps"]  # bounded run output (looper.executors.runlog)
 
@@ -240,7 +240,9 @@ class Supervised:
     seconds: float
     log_tail: str
     lines: int = 0
-    stopped_by: str = ""  # "budget" | "stall" | "cancel" | ""
+    stopped_by: str = ""  # "budget" | "stall" | "cancel" | "limit" | ""
+    limit: str = ""  # stopped_by "limit": the words of Limits.check that stopped it
+    log_error: str = ""  # writing the run's log failed (a full disk): the log is cut there, the run went on
 
 
 def split_lines(buf: bytes, final: bool = False) -> tuple[list[str], bytes]:
@@ -272,6 +274,10 @@ class Limits:
     tail_lines: int = 80
     log_max_bytes: int = field(default_factory=lambda: CAPS["log_max_bytes"])  # the log file on disk
     line_max_bytes: int = field(default_factory=lambda: CAPS["line_max_bytes"])  # one line, cut past it
+    # Polled every ``check_every`` seconds while the child runs (a disk quota, looper.executors.limits): words
+    # stop it (SIGTERM to its group, as the budget does), None lets it go on.
+    check: Callable[[], str | None] | None = None
+    check_every: float = 1.0
 
 
 @dataclass
@@ -279,6 +285,8 @@ class _State:
     last_output: float = field(default_factory=time.monotonic)
     tail: deque = field(default_factory=lambda: deque(maxlen=80))
     lines: int = 0
+    next_check: float = 0.0
+    limit: str = ""
 
 
 def _pump(proc: subprocess.Popen, state: _State, log: Any, on_line: Callable[[str], None] | None,
@@ -304,10 +312,19 @@ def _pump(proc: subprocess.Popen, state: _State, log: Any, on_line: Callable[[st
         pass
 
 
+def _check(limits: Limits, state: _State, now: float) -> bool:
+    """Poll ``limits.check`` when it is due; True when it asked to stop the run (its words kept)."""
+    if limits.check is None or now < state.next_check:
+        return False
+    state.next_check = now + limits.check_every
+    state.limit = limits.check() or ""
+    return bool(state.limit)
+
+
 def _enforce(proc: subprocess.Popen, state: _State, limits: Limits, start: float,
              cancel: threading.Event | None) -> str:
-    """Wait for the child, enforcing the budget, the stall limit and a cancel from outside
-    (SIGTERM to the group, SIGKILL ``kill_after`` later); what stopped it, "" when it ended itself."""
+    """Wait for the child, enforcing the budget, the stall limit, ``limits.check`` and a cancel from
+    outside (SIGTERM to the group, SIGKILL ``kill_after`` later); what stopped it, "" when it ended itself."""
     stopped_by = ""
     term_at: float | None = None
     while proc.poll() is None:
@@ -319,6 +336,8 @@ def _enforce(proc: subprocess.Popen, state: _State, limits: Limits, start: float
                 stopped_by = "stall"
             elif cancel is not None and cancel.is_set():
                 stopped_by = "cancel"
+            elif _check(limits, state, now):
+                stopped_by = "limit"
             if stopped_by:
                 _kill_group(proc, signal.SIGTERM)
                 term_at = now
@@ -345,8 +364,11 @@ def supervise(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     state = _State(tail=deque(maxlen=limits.tail_lines))
     start = time.monotonic()
-    with open(log_path, "a", encoding="utf-8", errors="replace") as raw_log:
-        log = CappedLog(raw_log, limits.log_max_bytes)
+    # Not ``with open``: closing flushes, and on a disk the run filled that raises (issue 39); the
+    # failure is the run's evidence (Supervised.log_error), never an exception in the daemon.
+    raw_log = open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+    log = CappedLog(raw_log, limits.log_max_bytes)
+    try:
         proc = subprocess.Popen(
             list(argv),
             cwd=str(cwd),
@@ -356,26 +378,32 @@ def supervise(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        trail = _trail_add(proc.pid, argv)
+    except BaseException:
+        close_quietly(raw_log)
+        raise
+    trail = _trail_add(proc.pid, argv)
+    try:
         if on_start:
             on_start(proc.pid)
         reader = threading.Thread(target=_pump, args=(proc, state, log, on_line, limits.line_max_bytes), daemon=True)
         reader.start()
         stopped_by = _enforce(proc, state, limits, start, cancel)
-        # The leader is gone; make sure nothing of its group outlives it.
+    finally:
+        # The leader is gone (or this thread was interrupted); make sure nothing of its group outlives it.
         _kill_group(proc, signal.SIGKILL)
-        reader.join(timeout=5)
-        if reader.is_alive():  # a grandchild outside the group still holds the pipe: stop reading
-            try:
-                assert proc.stdout is not None
-                proc.stdout.close()
-            except (OSError, ValueError):
-                pass
-            reader.join(timeout=1)
+    reader.join(timeout=5)
+    if reader.is_alive():  # a grandchild outside the group still holds the pipe: stop reading
         try:
-            log.close_tail()
-        except (OSError, ValueError, RuntimeError):  # disk full, or a reader still alive: the head stays
+            assert proc.stdout is not None
+            proc.stdout.close()
+        except (OSError, ValueError):
             pass
+        reader.join(timeout=1)
+    try:
+        log.close_tail()
+    except (ValueError, RuntimeError):  # a reader still alive: the head stays
+        pass
+    failed = log.error or close_quietly(raw_log)
     _trail_remove(trail)
     rc = proc.returncode
     sig = -rc if rc is not None and rc < 0 else None
@@ -388,4 +416,6 @@ def supervise(
         log_tail="\n".join(state.tail),
         lines=state.lines,
         stopped_by=stopped_by,
+        limit=state.limit if stopped_by == "limit" else "",
+        log_error=f"writing {log_path.name} failed: {failed.strerror or failed}" if failed else "",
     )

@@ -37,16 +37,19 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
 import shutil
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import looper.executors.limits as limits
 import looper.executors.sandbox as sandbox
 from looper import proc
 from looper.workspace.hashes import TEST_SEED_ENV, file_sha256, secret_seed_file, tree_hash
@@ -167,6 +170,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = Path(args.run)
     (run / "out").mkdir(parents=True, exist_ok=True)
     env = dict(kv.split("=", 1) for kv in args.env)
+    kind = env.get("LOOPER_SANDBOX", "")
+    box = limits.from_request(env, run / "out" if kind != "eval" else None)  # LOOPER_LIMITS: the run's own limits
     argv, after = sandbox.wrap_on_host(args.argv, run, env)  # LOOPER_SANDBOX=train|eval: this host's sandbox
     sampler = None
     if args.gpu_index is not None:
@@ -175,10 +180,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         gpu_json = run / "gpu.json"
         sampler = GpuSampler(args.gpu_index, on_sample=lambda summary: _write_json(gpu_json, summary)).start()
         _write_json(gpu_json, sampler.summary())
-    limits = proc.Limits(budget_seconds=args.budget or None, kill_after=args.kill_after)
+    bounds = proc.Limits(budget_seconds=args.budget or None, kill_after=args.kill_after)
     try:
-        s = proc.supervise(argv, cwd=Path.cwd(), env=env, log_path=run / "run.log", limits=limits,
-                           on_line=_print_line, on_start=lambda pid: (run / "run.pid").write_text(str(pid)))
+        with box:
+            bounds.check = box.check if box.on else None
+            s = proc.supervise(box.wrap(argv), cwd=Path.cwd(), env=env, log_path=run / "run.log", limits=bounds,
+                               on_line=_print_line, on_start=lambda pid: (run / "run.pid").write_text(str(pid)))
+            if box.on:  # what this host saw of the run's limits: `end` hands it to the daemon
+                _write_json(run / "limits.json", dataclasses.asdict(box.seen(s.log_error, s.limit)))
     finally:
         if sampler is not None:
             _write_json(run / "gpu.json", sampler.stop())
@@ -203,7 +212,33 @@ def cmd_end(args: argparse.Namespace) -> int:
         gpu = json.loads((run / "gpu.json").read_text())
     except (OSError, ValueError):
         gpu = None
-    return _say({"what": what, "status": code, "gpu": gpu})
+    try:
+        seen = json.loads((run / "limits.json").read_text())
+    except (OSError, ValueError):
+        seen = None
+    return _say({"what": what, "status": code, "gpu": gpu, "out": out_usage(run / "out"),
+                 **({"seen": seen} if seen else {})})
+
+
+def out_usage(out: Path, stop_at: int = 1_000_000) -> dict[str, Any]:
+    """What a run's out/ holds, measured here before anything is fetched (issue 39): its files' apparent
+    bytes, its entries, and the files that are sparse (fewer blocks on disk than their size says)."""
+    total = entries = 0
+    sparse: list[str] = []
+    for folder, dirs, files in os.walk(out):
+        for name in dirs + files:
+            entries += 1
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+                if st.st_size > 65536 and st.st_blocks * 512 < st.st_size // 2:
+                    sparse.append(os.path.relpath(os.path.join(folder, name), out)[:200])
+        if entries > stop_at:
+            break
+    return {"bytes": total, "entries": entries, "sparse": sparse[:5]}
 
 
 def cmd_reap(args: argparse.Namespace) -> int:

@@ -33,12 +33,15 @@ class RunResult:
     transport_exit_code: int | None = None  # e.g. ssh's own 255; None for local runs
     transport_error: str = ""  # a transport fault described in words
     gpu: dict = field(default_factory=dict)  # peak memory, mean utilisation, ... when known
+    limit: str = ""  # a run limit stopped it (looper.executors.limits: its quota watch), in words
+    log_error: str = ""  # the daemon could not write the run's log (a full disk): the log is cut there
+    seen: dict = field(default_factory=dict)  # what the harness saw of the run's limits (looper.core.limits.Seen)
 
     @property
     def clean_exit(self) -> bool:
         return (self.exit_code == 0 and not self.timed_out and not self.stalled
                 and not self.cancelled and self.transport_exit_code in (None, 0)
-                and not self.transport_error)
+                and not self.transport_error and not self.limit)
 
 
 @dataclass

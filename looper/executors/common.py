@@ -78,7 +78,8 @@ def eval_command(python: str, evaluate_py: str, weights: str, data: str, out: st
 def run_result(s: proc.Supervised) -> RunResult:
     """A supervised child's end as a :class:`RunResult`."""
     return RunResult(exit_code=s.exit_code, signal=s.signal, timed_out=s.timed_out, stalled=s.stalled,
-                     cancelled=s.stopped_by == "cancel", seconds=s.seconds, log_tail=s.log_tail)
+                     cancelled=s.stopped_by == "cancel", seconds=s.seconds, log_tail=s.log_tail,
+                     limit=s.limit, log_error=s.log_error)
 
 
 def fault_result(message: str, code: int, seconds: float = 0.0) -> RunResult:
@@ -142,8 +143,9 @@ def sandboxed_eval_argv(python: str, job: EvalJob, data_dir: Path, env: dict[str
                         **node: Any) -> list[str]:
     """``python -I`` on the harness's copy of evaluate.py (``eval/`` next to METRICS.json) in the
     evaluation sandbox, writing ``eval/out/METRICS.json``; ``node``: a compute node's device list and bwrap."""
+    import looper.executors.limits as limits
     import looper.executors.sandbox as sandbox
-
     eval_dir = job.metrics_path.parent / "eval"
+    node.setdefault("tmp_bytes", limits.current().caps.tmp_max_bytes)  # [limits] tmp_max_bytes (issue 39)
     return sandbox.eval_argv(python, eval_dir / "evaluate.py", weights=job.weights, data_dir=data_dir,
                              out_dir=eval_dir / "out", env=env, device=job.device, policy=policy, **node)

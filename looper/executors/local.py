@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
 from pathlib import Path
 
+import looper.executors.limits as run_limits
 import looper.executors.sandbox as sandbox
 from looper import proc
 from looper.core.verdict import Verdict
@@ -57,7 +59,8 @@ class LocalExecutor(DataFolder):
             return self.plain_train_argv(job)
         return sandbox.train_argv(self.plain_train_argv(job), checkout=job.checkout, out_dir=job.out_dir,
                                   data_dir=self._data_path(self._data_dir), env=self.train_env(job),
-                                  policy=self.sandbox, pretrained=pretrained_dir(self.workspace))
+                                  policy=self.sandbox, pretrained=pretrained_dir(self.workspace),
+                                  tmp_bytes=run_limits.current().caps.tmp_max_bytes)
 
     def eval_argv(self, job: EvalJob) -> list[str]:
         """``python -I`` on the harness's copy of evaluate.py (``eval/`` next to METRICS.json) in the
@@ -87,6 +90,8 @@ class LocalExecutor(DataFolder):
         boxed = sandbox.preflight(self.sandbox)
         metrics.update(boxed.metrics)
         problems += boxed.blocking
+        metrics["run_limits"], missing = run_limits.preflight()
+        problems += missing
         if require_gpu:
             reading = self.probe.read()
             metrics["gpu"] = reading.as_dict()
@@ -112,12 +117,16 @@ class LocalExecutor(DataFolder):
             index = int(job.device.split(":")[-1]) if job.device.split(":")[-1].isdigit() else self.gpu_index
             sampler = GpuSampler(index).start()
         try:
-            s = proc.supervise(self.train_argv(job), cwd=job.checkout, env=self.train_env(job),
-                               log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
+            with run_limits.box(job.out_dir) as box:  # memory, processes, the quota of out/ (issue 39)
+                limits.check = box.check
+                s = proc.supervise(box.wrap(self.train_argv(job)), cwd=job.checkout, env=self.train_env(job),
+                                   log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
+                seen = box.seen(s.log_error, s.limit)
         finally:
             gpu = sampler.stop() if sampler else {}
         result = run_result(s)
         result.gpu = gpu
+        result.seen = dataclasses.asdict(seen)
         return result
 
     def evaluate(self, job: EvalJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
@@ -129,9 +138,10 @@ class LocalExecutor(DataFolder):
                 return RunResult(exit_code=sandbox.WEIGHTS_REFUSED_EXIT,
                                  log_tail=f"evaluate.py: weights refused: {refused}")
             sandbox.prepare_evaluator(job.checkout / "evaluate.py", job.metrics_path.parent / "eval")
-        s = proc.supervise(self.eval_argv(job), cwd=job.checkout,
-                           env=self._env(job.threads, LOOPER_DEVICE=job.device or "cpu"),
-                           log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
+        with run_limits.box() as box:  # memory, processes (the evaluator reads the candidate's weights)
+            s = proc.supervise(box.wrap(self.eval_argv(job)), cwd=job.checkout,
+                               env=self._env(job.threads, LOOPER_DEVICE=job.device or "cpu"),
+                               log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
         if self.sandbox.enabled:
             sandbox.collect_metrics(job.metrics_path.parent / "eval" / "out", job.metrics_path)
         return run_result(s)

@@ -71,6 +71,7 @@ class CappedLog:
 
     def __init__(self, log: Any, max_bytes: int) -> None:
         self.log = log
+        self.error: OSError | None = None  # the first write that failed (a full disk): later ones are dropped
         self.max = max(2, int(max_bytes))
         self.head_left = self.max // 2
         self.tail: deque[str] = deque()
@@ -82,7 +83,7 @@ class CappedLog:
         n = len(text.encode("utf-8", "replace"))
         if not self.tail and n <= self.head_left:
             self.head_left -= n
-            self.log.write(text)
+            self._put(lambda: self.log.write(text))
             return
         self.head_left = 0
         self.tail.append(text)
@@ -93,27 +94,49 @@ class CappedLog:
             self.cut_bytes += len(old.encode("utf-8", "replace"))
             self.cut_lines += 1
 
+    def _put(self, write: Any) -> None:
+        """One write to the file; a failure (ENOSPC: the disk is full) is kept in :attr:`error` and every
+        later write is dropped, so the run's output is still drained and the run still ends (issue 39)."""
+        if self.error is not None:
+            return
+        try:
+            write()
+        except OSError as exc:
+            self.error = exc
+
     def flush(self) -> None:
-        self.log.flush()
+        self._put(self.log.flush)
 
     def close_tail(self) -> None:
         if self.cut_lines:
-            self.log.write(f"[looper: {self.cut_bytes} bytes ({self.cut_lines} lines) of output cut here: the log "
-                           f"keeps its head and its tail within [limits] log_max_bytes = {self.max}]\n")
-        self.log.writelines(self.tail)
+            note = (f"[looper: {self.cut_bytes} bytes ({self.cut_lines} lines) of output cut here: the log "
+                    f"keeps its head and its tail within [limits] log_max_bytes = {self.max}]\n")
+            self._put(lambda: self.log.write(note))
+        tail = list(self.tail)
+        self._put(lambda: self.log.writelines(tail))
         self.tail.clear()
-        self.log.flush()
+        self._put(self.log.flush)
+
+
+def close_quietly(f: Any) -> OSError | None:
+    """Close a log file whose last buffered bytes may not fit on a full disk: the error, never raised."""
+    try:
+        f.close()
+    except OSError as exc:
+        return exc
+    return None
 
 
 @contextmanager
 def capped_log(path: str | Path, max_bytes: int | None = None) -> Iterator[CappedLog]:
     """A run log opened for appending, capped as :class:`CappedLog`; its kept tail is written at exit."""
-    with open(path, "a", encoding="utf-8", errors="replace") as raw:
-        log = CappedLog(raw, max_bytes or CAPS["log_max_bytes"])
+    raw = open(path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below, quietly)
+    log = CappedLog(raw, max_bytes or CAPS["log_max_bytes"])
+    try:
+        yield log
+    finally:
         try:
-            yield log
-        finally:
-            try:
-                log.close_tail()
-            except (OSError, ValueError, RuntimeError):  # the disk is full: the head already written stays
-                pass
+            log.close_tail()
+        except (ValueError, RuntimeError):  # a reader still alive: the head already written stays
+            pass
+        close_quietly(raw)

@@ -100,6 +100,13 @@ WATCH = (
     "        continue\n"
     "    if int(p) not in (1, me) and cmd.strip():\n"
     "        left.append(f'pid {p}: {cmd.strip()[:80]}')\n"
+    "for d in ('/tmp', '/dev/shm'):  # a private tmpfs it filled ([limits] tmp_max_bytes): said, for the harness\n"
+    "    try:\n"
+    "        st = os.statvfs(d)\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    if st.f_bavail < 16:\n"
+    "        print(f'looper sandbox: {d} is full ({st.f_blocks * st.f_frsize} bytes)', file=sys.stderr, flush=True)\n"
     "if left:\n"
     "    print(f'looper sandbox: train.py exited (status {rc}) but left {len(left)} process(es) running, '\n"
     "          'ended with its sandbox: ' + '; '.join(left[:5]), file=sys.stderr, flush=True)\n"
@@ -186,10 +193,16 @@ NODE_GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"
                     "/dev/nvidia-caps", *(f"/dev/nvidia{i}" for i in range(16)))
 
 
-def _base_args(network: bool) -> list[str]:
+def _tmpfs(path: str, size: int = 0) -> list[str]:
+    """A private tmpfs at ``path``; ``size`` > 0: at most that many bytes (bwrap >= 0.8 ``--size``;
+    ``[limits] tmp_max_bytes``, issue 39), so its pages, charged to no process, cannot take the host's memory."""
+    return [*(["--size", str(int(size))] if size > 0 else []), "--tmpfs", path]
+
+
+def _base_args(network: bool, tmp_bytes: int = 0) -> list[str]:
     """The namespaces and the bare system every sandbox starts from: ``/usr`` and its symlinks, the
-    named files of ``/etc``, ``/sys`` facts, fresh ``/dev`` and ``/proc``, an empty private ``/tmp``,
-    ``/dev/shm`` and ``/run``. Nothing else of the host is there."""
+    named files of ``/etc``, ``/sys`` facts, fresh ``/dev`` and ``/proc``, an empty private ``/tmp``
+    and ``/dev/shm`` (each at most ``tmp_bytes``, when > 0) and ``/run``. Nothing else of the host is there."""
     args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if not network:
@@ -203,7 +216,7 @@ def _base_args(network: bool) -> list[str]:
         args += ["--ro-bind-try", f, f]
     for d in SYS_DIRS:
         args += ["--ro-bind-try", d, d]
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", PRIVATE_TMP, "--tmpfs", "/dev/shm"]
+    args += ["--dev", "/dev", "--proc", "/proc", *_tmpfs(PRIVATE_TMP, tmp_bytes), *_tmpfs("/dev/shm", tmp_bytes)]
     # /run holds the host's sockets (docker, dbus, munge ...): the sandbox gets an empty, read-only
     # /run instead (DNS kept when the network is on).
     args += ["--tmpfs", "/run"]
@@ -363,7 +376,7 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
                env: Mapping[str, str], policy: SandboxPolicy = SandboxPolicy(),
                python: str = "", devices: Sequence[str] | None = None,
                home: Path | None = None, bwrap: str | None = None,
-               readable: Sequence[Path] = (), pretrained: Path | None = None) -> list[str]:
+               readable: Sequence[Path] = (), pretrained: Path | None = None, tmp_bytes: int = 0) -> list[str]:
     """``command`` (``[python, "train.py"]``) wrapped in the training sandbox (deny by default).
 
     Shown read-only: the system (:func:`_base_args`), the Python runtime, ``checkout/train.py``
@@ -372,7 +385,8 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
     Writable: ``out_dir`` and the private tmp. Nothing else: not ``home`` (default: this user's),
     not the workspace. ``devices``: device nodes to bind (default: the NVIDIA nodes present here;
     :data:`NODE_GPU_DEVICES` where the argv runs on another machine). ``bwrap``: the bwrap to call
-    (default: the one on this machine's PATH). The policy must be enabled: with
+    (default: the one on this machine's PATH). ``tmp_bytes``: the size of ``/tmp`` and ``/dev/shm``
+    each (0: unbounded). The policy must be enabled: with
     ``sandbox = "none"`` there is no argv to build.
     """
     if not policy.enabled:
@@ -384,7 +398,7 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
     # and /proc/1/environ would show train.py the daemon's environment (API keys, notify URLs).
     # PATH alone (no secret) so that a bare "bwrap" (a SLURM node's) is still found where it is installed.
     args = [CLEAN_START, "-i", f"PATH={os.environ.get('PATH') or '/usr/local/bin:/usr/bin:/bin'}",
-            bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network)]
+            bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network, tmp_bytes)]
     m = _Mounts()
     _show_runtime(m, python, keep_out=[home, checkout, data_dir, out_dir], not_inside=checkout)
     m.empty(checkout)
@@ -413,7 +427,7 @@ BOOT = "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[
 def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, out_dir: Path,
               env: Mapping[str, str], device: str = "", policy: SandboxPolicy = SandboxPolicy(),
               devices: Sequence[str] | None = None, bwrap: str | None = None,
-              package: Path | None = None) -> list[str]:
+              package: Path | None = None, tmp_bytes: int = 0) -> list[str]:
     """``python -I evaluate.py`` from the harness's copy, writable only ``out_dir``, no network.
 
     It keeps the environment bwrap is started with (``python -I`` ignores ``PYTHON*``), plus
@@ -431,7 +445,7 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
         cmd += ["--device", device]
     if not policy.enabled:
         return cmd
-    args = [bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(network=False)]
+    args = [bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(network=False, tmp_bytes=tmp_bytes)]
     m = _Mounts()
     _show_runtime(m, python, keep_out=[Path(os.path.realpath(os.path.expanduser("~"))), data_dir, out_dir])
     m.ro(evaluator.parent)  # the harness's copy (and, on an ssh host, its copy of the looper package)
@@ -511,6 +525,8 @@ def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[l
     """
     kind = env.pop("LOOPER_SANDBOX", "")
     network = env.pop("LOOPER_SANDBOX_NETWORK", "") == "1"
+    tmp = env.pop("LOOPER_SANDBOX_TMP_BYTES", "")  # [limits] tmp_max_bytes (issue 39)
+    tmp_bytes = int(tmp) if tmp.isdigit() else 0
     argv = list(argv)
     if not kind:
         return argv, lambda: None
@@ -519,7 +535,7 @@ def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[l
         return train_argv(argv, checkout=checkout, out_dir=run / "out",
                           data_dir=Path(env.get("LOOPER_DATA", "data")), env=env,
                           policy=SandboxPolicy(network=network),
-                          pretrained=_present(env.get("LOOPER_PRETRAINED_DIR"))), lambda: None
+                          pretrained=_present(env.get("LOOPER_PRETRAINED_DIR")), tmp_bytes=tmp_bytes), lambda: None
     if kind != "eval":
         raise ValueError(f"LOOPER_SANDBOX must be train or eval, got {kind!r}")
     opts = dict(zip(argv[2::2], argv[3::2], strict=False))  # python evaluate.py --weights W --data D --out O ...
@@ -527,7 +543,7 @@ def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[l
     package = run / "eval" / "pkg"
     shutil.copytree(checkout / "looper", package / "looper", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     wrapped = eval_argv(argv[0], copy, weights=Path(opts["--weights"]), data_dir=Path(opts["--data"]), out_dir=out,
-                        env=env, device=opts.get("--device", ""), package=package)
+                        env=env, device=opts.get("--device", ""), package=package, tmp_bytes=tmp_bytes)
     target = Path(opts["--out"])
 
     def collect() -> None:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import looper.executors.limits as run_limits
 import looper.executors.sandbox as sandbox
 from looper import proc
 from looper.core.verdict import Verdict
@@ -368,7 +369,8 @@ class SlurmExecutor(DataFolder):
         return sandbox.train_argv(self.plain_train_argv(job), checkout=job.checkout, out_dir=job.out_dir,
                                   data_dir=self._data_path(self._data_dir), env=self.train_env(job),
                                   policy=self.sandbox, devices=NODE_GPU_DEVICES, bwrap="bwrap",
-                                  pretrained=pretrained_dir(self.workspace))
+                                  pretrained=pretrained_dir(self.workspace),
+                                  tmp_bytes=run_limits.current().caps.tmp_max_bytes)
 
     def eval_argv(self, job: EvalJob) -> list[str]:
         """``python -I`` on the harness's copy of evaluate.py (``eval/`` next to METRICS.json, on the

@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import looper
+import looper.executors.limits as run_limits
 from looper import proc
+from looper.core import limits as core_limits
 from looper.core.verdict import Verdict
 from looper.errors import ConfigError
 from looper.executors.base import FIXED_FILES, EvalJob, LineSink, RunResult, TrainJob
@@ -253,8 +255,10 @@ class SshExecutor(DataFolder):
         """Environment entries asking ``looper.remote run`` to wrap the command in the host's sandbox
         (``kind``: train | eval; looper/executors/sandbox.py ``wrap_on_host``); none when opted out."""
         if not self.sandbox.enabled:
-            return {}
-        return {"LOOPER_SANDBOX": kind, **({"LOOPER_SANDBOX_NETWORK": "1"} if self.sandbox.network else {})}
+            return run_limits.request()  # the run's own limits on the host (issue 39), sandbox or not
+        tmp = run_limits.current().caps.tmp_max_bytes  # [limits] tmp_max_bytes: the host's /tmp, /dev/shm sizes
+        return {"LOOPER_SANDBOX": kind, **({"LOOPER_SANDBOX_NETWORK": "1"} if self.sandbox.network else {}),
+                **({"LOOPER_SANDBOX_TMP_BYTES": str(tmp)} if tmp else {}), **run_limits.request()}
 
     def _env(self, **values: str) -> dict[str, str]:
         return child_env(f"{self.remote.root()}/.ultralytics", {"PYTHONPATH": self.remote.checkout}, **values)
@@ -383,8 +387,16 @@ class SshExecutor(DataFolder):
         result, ended = self._supervised(run, self.train_argv(job), env, job, limits, on_line, cancel, sample)
         if ended is None:
             return result  # nothing more can be fetched from a host that does not answer
+        if isinstance(ended.get("seen"), dict):  # what the host saw of the run's limits
+            result.seen = {k: v for k, v in ended["seen"].items() if k in core_limits.Seen.__dataclass_fields__}
+        caps = run_limits.current().caps  # what comes back is bounded (issue 39): measured there first
+        refused = core_limits.fetch_refused(ended.get("out"), caps.out_max_bytes, caps.out_max_files)
+        if refused:
+            result.limit = refused
+            return result
         # train.py's own scratch (a linked view of the data, Ultralytics' caches) stays there
-        self._fetch(result, ["--exclude", "/data/", "--exclude", "*.cache", self.link.spec(f"{run}/out/"),
+        bound = [f"--max-size={caps.out_max_bytes}"] if caps.out_max_bytes else []
+        self._fetch(result, [*bound, "--exclude", "/data/", "--exclude", "*.cache", self.link.spec(f"{run}/out/"),
                              str(job.out_dir) + "/"], f"fetching the run output from {run}")
         weights = job.out_dir / "weights.pt"
         if weights.is_file():

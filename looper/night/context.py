@@ -192,10 +192,13 @@ class Context:
 
 
 def open_daemon(root: Path, cfg: Config) -> None:
-    """What the daemon sets before its first run: every run's log and line caps (``[limits]``), and the
-    disk reserve a daemon killed on a full disk left behind released."""
+    """What the daemon sets before its first run: every run's log and line caps and its own limits (memory,
+    processes, tmpfs, the out/ quota: ``[limits]``), and the disk reserve a daemon killed on a full disk left
+    behind released."""
+    import looper.executors.limits as run_limits
     from looper import proc
     from looper.night.guard import release_reserve
 
     proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)
+    run_limits.configure(cfg.limits)
     release_reserve(Path(root), cfg.limits.reserve_bytes)

@@ -13,8 +13,10 @@ free disk checked before a run, space reserved so an outcome can always be writt
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +26,39 @@ RESERVE = Path(".looper") / "reserve"
 
 
 def read_json(path: Path, max_bytes: int, max_depth: int) -> tuple[Any, str | None]:
-    """(value, None); (None, None) when the file does not exist; (None, problem) when refused."""
+    """(value, None); (None, None) when the file does not exist; (None, problem) when refused.
+
+    Opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked on the open descriptor (issue 39): a symbolic
+    link is refused unread, naming it (a train.json pointing at an earlier run's MATCHES.json would
+    carry test truth into the database), a FIFO never blocks the daemon, a folder is not a plain file."""
     try:
-        size = path.stat().st_size
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None, None
     except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            return None, (f"{path.name} is a symbolic link (to {_link_target(path)}): run outputs must be "
+                          "plain files; it was not followed")
         return None, f"{path.name} cannot be read ({exc.strerror or exc})"
-    if not path.is_file():
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
         return None, f"{path.name} is not a plain file"
-    if size > max_bytes:  # never read it
-        return loads_bounded("", size, path.name, max_bytes, max_depth)
-    try:
-        with open(path, "rb") as f:
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > max_bytes:  # never read it
+            return loads_bounded("", st.st_size, path.name, max_bytes, max_depth)
+        try:
             raw = f.read(max_bytes + 1)
-    except OSError as exc:
-        return None, f"{path.name} cannot be read ({exc.strerror or exc})"
+        except OSError as exc:
+            return None, f"{path.name} cannot be read ({exc.strerror or exc})"
     return loads_bounded(raw.decode("utf-8", "replace"), len(raw), path.name, max_bytes, max_depth)
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)[:200]
+    except OSError:
+        return "?"
 
 
 def _free(folder: Path) -> int:

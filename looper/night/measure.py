@@ -22,6 +22,7 @@ from looper.core import blame as core_blame
 from looper.core import budget as core_budget
 from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
+from looper.core import limits as core_limits
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError
 from looper.executors import EvalJob, Executor, RunResult, TrainJob
@@ -241,15 +242,25 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
     after = integrity(ctx, "during the training run", ck, w.executor)
     if not after.ok:
         return m.ended(Outcome.ERROR, *after.blocking)
+    hit = None if tr.clean_exit else limit_hit(tr)
+    if hit:  # memory, processes, tmpfs, its quota, a disk it filled: its crash; its out/ goes (issue 39)
+        shutil.rmtree(out, ignore_errors=True)
+        m.signature = core_failure.signature_of(f"run limit: {hit}")
+        return m.ended(Outcome.CRASH, hit)
     if tr.gpu.get("lost"):
         lost = f"GPU lost during the run: {tr.gpu.get('lost_reason', 'NVML error')}"
         return _proven(ctx, w, exp_id, role, m.ended(Outcome.ERROR, lost), None)
     if not tr.clean_exit:
         return classify_failed(ctx, w, m, tr, exp_id, role)
     m.train_json, refused = _read_json(ctx, out / "train.json")
-    if refused:  # too large or too deep to read: the change's crash, naming the limit
-        m.signature = core_failure.signature_of("train.json refused: over [limits]")
+    if refused:  # too large, too deep, or a link: the change's crash, naming the limit or the link
+        why = "over [limits]" if "[limits]" in refused else "a symbolic link"
+        m.signature = core_failure.signature_of(f"train.json refused: {why}")
         return m.ended(Outcome.CRASH, refused)
+    lied = core_budget.steps_disagree(m.train_json, core_budget.log_steps(tr.log_tail))
+    if lied:  # train.json says one step count, its own log another: the change's crash
+        m.signature = core_failure.signature_of("steps: train.json disagrees with the log")
+        return m.ended(Outcome.CRASH, lied)
     weights = out / "weights.pt"
     tv = core_evidence.judge_training(core_evidence.TrainEvidence(
         exit_code=tr.exit_code or 0, weights_bytes=weights.stat().st_size if weights.is_file() else None,
@@ -262,6 +273,17 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         return m.ended(Outcome.CRASH, overran)
     m.cut_short = core_budget.cut_short(m.train_json, max_steps)
     return m
+
+
+def limit_hit(tr: RunResult) -> str | None:
+    """The run limit (looper.executors.limits) a failed run hit, in words naming it; None when none. Only what the
+    harness saw itself counts where it applied the limits (a local run); elsewhere its stop and log alone."""
+    from looper.executors import limits
+
+    seen = core_limits.Seen(**tr.seen) if tr.seen else core_limits.Seen(
+        stopped=tr.limit, log_full="No space left" in tr.log_error)
+    caps = limits.current().caps if tr.seen else core_limits.Caps()
+    return core_limits.limit_hit(caps, seen, tr.log_tail)
 
 
 def weights_sha256(m: Measurement) -> str | None:
@@ -279,7 +301,7 @@ def _read_json(ctx: Context, path: Path) -> tuple[dict | None, str | None]:
 
     lim = ctx.cfg.limits
     value, problem = read_json(path, lim.json_max_bytes, lim.json_max_depth)
-    if problem and ("[limits]" in problem):
+    if problem and ("[limits]" in problem or "symbolic link" in problem):
         return None, problem
     return value, None
 

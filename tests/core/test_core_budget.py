@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from looper.core import budget
 from looper.core.budget import HEADROOM, cut_short, overran, step_budget
 
 
@@ -65,3 +66,23 @@ def test_a_float_step_count_is_checked_like_an_int():
         "train.py trained 400 optimizer steps; the tag's step budget is 291 (LOOPER_MAX_STEPS): a run must stop at it")
     assert cut_short({"steps": 150.5, "stopped_by": "time"}, 200) == "stopped by the wall clock at 150.5 of 200 steps"
     assert overran({"steps": float("inf")}, 5) is None and cut_short({"steps": float("nan")}, 5) is None
+
+
+@pytest.mark.parametrize("tail, train_json, words", [
+    ("LOOPER_SUMMARY steps=48 epochs=2", {"steps": 26}, "train.json says 26 optimizer steps but the run's log showed steps=48 (LOOPER_SUMMARY)"),
+    ("LOOPER_SUMMARY steps=26", {"steps": 26}, None),
+    ("LOOPER_SUMMARY steps=26", {"steps": 48}, "says 48"),  # more than it showed: a lie too
+    ("LOOPER_EPOCH epoch=1 steps=20 elapsed=3.0\nLOOPER_EPOCH epoch=2 steps=40", {"steps": 45}, None),  # stopped mid-epoch
+    ("LOOPER_EPOCH epoch=1 steps=20\nLOOPER_EPOCH epoch=2 steps=40", {"steps": 26}, "steps=40 (LOOPER_EPOCH)"),
+    ("LOOPER_EPOCH epoch=2 steps=40\nLOOPER_SUMMARY steps=41", {"steps": 41}, None),  # the summary decides
+    ("LOOPER_SUMMARY steps=41\nLOOPER_EPOCH epoch=2 steps=40", {"steps": 41}, None),  # the summary decides
+    ("no step lines", {"steps": 26}, None),  # no evidence: nothing compared
+    ("LOOPER_SUMMARY steps=26", {"epochs": 1}, None),  # no steps in train.json: evidence judges that
+    ("LOOPER_SUMMARY steps=26", None, None),
+    ("  LOOPER_SUMMARY steps=99", {"steps": 26}, None),  # only whole lines that start with it
+])
+def test_steps_disagree_with_the_log(tail: str, train_json: dict | None, words: str | None) -> None:
+    got = budget.steps_disagree(train_json, budget.log_steps(tail))
+    assert (got is None) == (words is None), got
+    if words is not None:
+        assert words in got

@@ -67,7 +67,8 @@ def test_end_kills_a_group_that_ignores_sigterm(root: Path, capsys: pytest.Captu
         assert child.stdout is not None and child.stdout.readline().strip() == "up"
         (run / "run.pid").write_text(str(child.pid))
         assert remote.main(["end", str(run), "--kill-after", "0.5"]) == 0
-        assert _answer(capsys) == {"what": "KILLED", "status": "", "gpu": None}
+        assert _answer(capsys) == {"what": "KILLED", "status": "", "gpu": None,
+                                   "out": {"bytes": 0, "entries": 0, "sparse": []}}  # no out/ yet: nothing to fetch
         child.wait(timeout=10)
         assert group_gone(child.pid) and not (run / "run.pid").exists()
         assert remote.main(["end", str(run), "--kill-after", "0.5"]) == 0  # nothing twice

@@ -464,3 +464,69 @@ def test_data_hash_missing_and_dirty_folder_are_errors(make_executor: Make, chec
     (dirty / "x").write_text("x")
     v2 = ex.ensure_data(checkout / "prepare.py", "half", "tiny", 0)
     assert v2.status is Status.ERROR and "no manifest.json" in v2.blocking[0]
+
+
+def test_a_sparse_or_outsized_out_is_refused_unfetched(make_executor: Make, checkout: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39, finding 7: the host measures out/ before rsync fetches it; a 1 TB sparse file (a few
+    blocks on its disk, 1 TB on ours) or more than [limits] out_max_bytes is the run's limit, nothing
+    comes back; an honest out/ still arrives whole. The run's own limits are not sent to the host here
+    (``RLIMIT_FSIZE`` there would stop both writes first): the fetch bound is the line that holds where
+    they do not apply."""
+    from looper.core.limits import Caps
+    from looper.executors import limits
+
+    monkeypatch.setattr(limits, "request", lambda: {})
+    before = limits.current()
+    limits._SETTINGS[0] = limits.Settings(Caps(out_max_bytes=1 << 20, out_max_files=100))
+    try:
+        (checkout / "train.py").write_text(
+            "import os\nout = os.environ['LOOPER_OUT']\n"
+            "with open(os.path.join(out, 'weights.pt'), 'wb') as f:\n"
+            "    f.truncate(1 << 40)\n")  # 1 TB on paper
+        r = make_executor().train(_job(checkout, tmp_path, name="sparse"), None, None)
+        assert "sparse file(s), refused unfetched: weights.pt" in r.limit and not r.clean_exit
+        assert not (tmp_path / "sparse" / "out" / "weights.pt").exists()
+        (checkout / "train.py").write_text(
+            "import os\nout = os.environ['LOOPER_OUT']\n"
+            "open(os.path.join(out, 'weights.pt'), 'wb').write(os.urandom(2 << 20))\n")
+        r = make_executor().train(_job(checkout, tmp_path, name="big"), None, None)
+        assert "over [limits] out_max_bytes = 1048576: refused unfetched" in r.limit
+        assert not (tmp_path / "big" / "out" / "weights.pt").exists()
+        (checkout / "train.py").write_text(
+            "import os\nout = os.environ['LOOPER_OUT']\n"
+            "open(os.path.join(out, 'weights.pt'), 'wb').write(b'w' * 1000)\n")
+        r = make_executor().train(_job(checkout, tmp_path, name="fine"), None, None)
+        assert r.clean_exit and r.limit == "", (r, r.log_tail)
+        assert (tmp_path / "fine" / "out" / "weights.pt").stat().st_size == 1000
+    finally:
+        limits._SETTINGS[0] = before
+
+
+def test_the_runs_limits_apply_on_the_host_and_name_what_was_hit(make_executor: Make, checkout: Path,
+                                                                  tmp_path: Path) -> None:
+    """Issue 39 on an ssh host: ``looper.remote run`` applies the daemon's [limits] there (oom_score_adj,
+    RLIMIT_DATA, the sandbox's /tmp size) and ``end`` hands back what it saw; a 1 GiB allocation under
+    256 MiB is the limit named."""
+    from looper.core.limits import Caps
+    from looper.executors import limits
+    from looper.night.measure import limit_hit
+
+    before = limits.current()
+    limits._SETTINGS[0] = limits.Settings(Caps(memory_max_bytes=256 << 20, pids_max=64, tmp_max_bytes=4 << 20,
+                                               out_max_bytes=8 << 20, out_max_files=100))
+    try:
+        (checkout / "train.py").write_text(
+            "import os, resource, shutil, json\nout = os.environ['LOOPER_OUT']\n"
+            "facts = {'adj': open('/proc/self/oom_score_adj').read().strip(),\n"
+            "         'data': resource.getrlimit(resource.RLIMIT_DATA)[0], 'tmp': shutil.disk_usage('/tmp').total}\n"
+            "open(os.path.join(out, 'facts.json'), 'w').write(json.dumps(facts))\n"
+            "hog = bytearray(1 << 30)\n")
+        job = _job(checkout, tmp_path, name="limited")
+        r = make_executor().train(job, None, None)
+        assert not r.clean_exit and "MemoryError" in r.log_tail and r.seen, r
+        assert "out of memory at [limits] memory_max_bytes = 268435456" in limit_hit(r)
+        facts = json.loads((job.out_dir / "facts.json").read_text())
+        assert facts == {"adj": "1000", "data": 256 << 20, "tmp": 4 << 20}, facts
+    finally:
+        limits._SETTINGS[0] = before

@@ -1,0 +1,105 @@
+"""looper.core.limits: which run limit a run hit, from the harness's own evidence (issue 39)."""
+
+from __future__ import annotations
+
+import pytest
+
+from looper.core.limits import Caps, Seen, derived, limit_hit, over_quota, quota
+
+CAPS = Caps(memory_max_bytes=1 << 30, pids_max=64, tmp_max_bytes=8 << 20, out_max_bytes=16 << 20, out_max_files=10)
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize("caps, seen, tail, words", [
+    # the quota watch stopped it: its words stand
+    (CAPS, Seen(stopped="$LOOPER_OUT grew past its quota"), "", "$LOOPER_OUT grew past its quota"),
+    # cgroup counters
+    (CAPS, Seen(oom_kills=2), "", "killed 2 process(es) of the run at its memory limit ([limits] memory_max_bytes = 1073741824)"),
+    (Caps(), Seen(oom_kills=2), "", None),
+    (CAPS, Seen(pids_refused=3), "", "more than [limits] pids_max = 64 processes and threads (3 fork(s) refused)"),
+    (Caps(), Seen(pids_refused=3), "", None),
+    # the run's own error lines, each only where its limit applied
+    (CAPS, Seen(), "OSError: [Errno 28] No space left on device: '/tmp/x.bin'", "filled its private /tmp ([limits] tmp_max_bytes"),
+    (CAPS, Seen(), "OSError: [Errno 28] No space left on device: '/dev/shm/y'", "filled its private /dev/shm"),
+    (CAPS, Seen(), "OSError: [Errno 28] No space left on device: '/tmpfoo/y'", None),
+    (CAPS, Seen(), "OSError: [Errno 28] No space left on device\nlooper sandbox: /dev/shm is full (8388608 bytes)",
+     "filled its private /dev/shm"),
+    (CAPS, Seen(), "OSError: [Errno 28] No space left on device", None),  # words alone: the canary decides
+    (Caps(), Seen(), "OSError: [Errno 28] No space left on device: '/tmp/x.bin'", None),
+    (CAPS, Seen(), "OSError: [Errno 27] File too large", "larger than [limits] out_max_bytes = 16777216"),
+    (Caps(), Seen(), "OSError: [Errno 27] File too large", None),
+    (CAPS, Seen(), "BlockingIOError: [Errno 11] Resource temporarily unavailable", "[limits] pids_max = 64"),
+    (CAPS, Seen(), "RuntimeError: can't start new thread", "[limits] pids_max = 64"),
+    (Caps(), Seen(), "RuntimeError: can't start new thread", None),
+    (CAPS, Seen(), "Traceback (most recent call last):\nMemoryError", "out of memory at [limits] memory_max_bytes"),
+    (CAPS, Seen(), "MemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", None),  # the GPU's, not ours
+    (Caps(), Seen(), "MemoryError", None),
+    # a full disk: the run's only when its $LOOPER_OUT holds what is missing
+    (CAPS, Seen(log_full=True, out_bytes=GIB, disk_free=10, min_free_bytes=100), "",
+     "train.py filled the disk: its $LOOPER_OUT holds 1073741824 bytes"),
+    (CAPS, Seen(out_bytes=GIB, disk_free=10, min_free_bytes=100), "OSError: [Errno 28] No space left on device: '/o/w'",
+     "train.py filled the disk"),
+    (CAPS, Seen(log_full=True, out_bytes=5, disk_free=0, min_free_bytes=0), "", "train.py filled the disk"),
+    (CAPS, Seen(log_full=True, out_bytes=0, disk_free=0, min_free_bytes=0), "", None),  # an empty out/ filled nothing
+    (CAPS, Seen(log_full=True, out_bytes=90, disk_free=10, min_free_bytes=100), "", None),  # nor does one short of it
+    (CAPS, Seen(log_full=True, out_bytes=5, disk_free=10, min_free_bytes=100), "", None),  # something else filled it
+    (CAPS, Seen(log_full=True, out_bytes=GIB, disk_free=500, min_free_bytes=100), "", None),  # the disk is fine
+    (CAPS, Seen(log_full=True, out_bytes=GIB, disk_free=-1, min_free_bytes=100), "", None),  # not measured
+    (CAPS, Seen(out_bytes=GIB, disk_free=10, min_free_bytes=100), "", None),  # full, but nothing failed on it
+    (CAPS, Seen(), "ValueError: boom", None),
+])
+def test_limit_hit(caps: Caps, seen: Seen, tail: str, words: str | None) -> None:
+    got = limit_hit(caps, seen, tail)
+    assert (got is None) == (words is None), got
+    if words is not None:
+        assert words in got
+
+
+@pytest.mark.parametrize("used, entries, max_bytes, max_files, words", [
+    (10, 1, 100, 10, None),
+    (101, 1, 100, 10, "out_max_bytes = 100 (101 bytes)"),
+    (10, 11, 100, 10, "out_max_files = 10 entries (11)"),
+    (10**12, 10**9, 0, 0, None),  # no quota
+])
+def test_over_quota(used: int, entries: int, max_bytes: int, max_files: int, words: str | None) -> None:
+    got = over_quota(used, entries, max_bytes, max_files)
+    assert (got is None) == (words is None) and (words is None or words in got), got
+
+
+@pytest.mark.parametrize("out_max, free, min_free, expected", [
+    (1000, 10_000, 100, 1000),  # the configured quota fits
+    (1000, 600, 100, 500),  # never more than the disk can give
+    (1000, 50, 100, 1),  # no room at all: 1 byte, never "no quota"
+    (0, 600, 100, 500),  # no configured quota: the disk's room
+])
+def test_quota(out_max: int, free: int, min_free: int, expected: int) -> None:
+    assert quota(out_max, free, min_free) == expected
+
+
+@pytest.mark.parametrize("memory, cores, pid_max, expected", [
+    (24 * GIB, 2, 32768, {"memory_max_bytes": 18 * GIB, "pids_max": 512, "tmp_max_bytes": 3 * GIB,
+                          "out_max_bytes": 16 * GIB}),
+    (GIB, 1, 32768, {"memory_max_bytes": GIB, "pids_max": 512, "tmp_max_bytes": 128 << 20, "out_max_bytes": 16 * GIB}),
+    (256 * GIB, 256, 32768, {"memory_max_bytes": 192 * GIB, "pids_max": 16384, "tmp_max_bytes": 32 * GIB,
+                             "out_max_bytes": 16 * GIB}),  # at most half of pid_max
+    (256 << 20, 1, 1000, {"memory_max_bytes": GIB, "pids_max": 512, "tmp_max_bytes": 64 << 20,
+                          "out_max_bytes": 16 * GIB}),  # floors; a tiny pid_max leaves pids as derived
+])
+def test_derived(memory: int, cores: int, pid_max: int, expected: dict) -> None:
+    assert derived(memory, cores, pid_max) == expected
+
+
+@pytest.mark.parametrize("usage, words", [
+    ({"bytes": 10, "entries": 2, "sparse": []}, None),
+    ({"bytes": 10, "entries": 2, "sparse": ["big.bin"]}, "sparse file(s), refused unfetched: big.bin"),
+    ({"bytes": 1001, "entries": 2, "sparse": []}, "1001 bytes, over [limits] out_max_bytes = 1000"),
+    ({"bytes": 10, "entries": 11}, "11 entries, over [limits] out_max_files = 10"),
+    (None, None),  # an older host measured nothing: rsync --max-size alone
+    ({}, None),
+])
+def test_fetch_refused(usage: object, words: str | None) -> None:
+    from looper.core.limits import fetch_refused
+
+    got = fetch_refused(usage, 1000, 10)
+    assert (got is None) == (words is None) and (words is None or words in got), got
+    assert fetch_refused({"bytes": 10**15, "entries": 10**9}, 0, 0) is None  # no bound configured

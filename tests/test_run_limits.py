@@ -1,0 +1,96 @@
+"""Issue 39, the fast parts: a full disk under the run's log never raises out of proc.supervise,
+run outputs are read with O_NOFOLLOW, and a run's limits wrap its argv (real files, /dev/full)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from looper import proc
+from looper.core.limits import Caps
+from looper.executors import limits
+from looper.night.guard import read_json
+
+
+def test_a_full_disk_under_the_run_log_is_evidence_not_an_exception() -> None:
+    """/dev/full answers every write with ENOSPC: the run still ends, its tail is kept, the failure said."""
+    s = proc.supervise([sys.executable, "-c", "print('line one'); print('line two')"], cwd="/", env=None,
+                       log_path="/dev/full", limits=proc.Limits(budget_seconds=30))
+    assert s.exit_code == 0 and "line two" in s.log_tail
+    assert "No space left on device" in s.log_error and "full" in s.log_error
+
+
+def test_a_limit_check_stops_the_run_with_its_words(tmp_path: Path) -> None:
+    calls = []
+
+    def check() -> str | None:
+        calls.append(1)
+        return "over its quota" if len(calls) > 1 else None
+
+    s = proc.supervise([sys.executable, "-c", "import time; time.sleep(30)"], cwd=tmp_path, env=None,
+                       log_path=tmp_path / "log", limits=proc.Limits(budget_seconds=60, check=check, check_every=0.1,
+                                                                       kill_after=1))
+    assert s.stopped_by == "limit" and s.limit == "over its quota" and s.seconds < 10
+    assert not s.timed_out and not s.stalled
+
+
+def test_read_json_refuses_a_link_unread_naming_it(tmp_path: Path) -> None:
+    truth = tmp_path / "MATCHES.json"
+    truth.write_text(json.dumps({"matched": [[1, 2, 3, 4]]}))
+    (tmp_path / "train.json").symlink_to(truth)
+    value, problem = read_json(tmp_path / "train.json", 1 << 20, 64)
+    assert value is None and "train.json is a symbolic link" in problem and "not followed" in problem
+    os.mkfifo(tmp_path / "fifo.json")  # never blocks the daemon
+    assert read_json(tmp_path / "fifo.json", 1 << 20, 64) == (None, "fifo.json is not a plain file")
+    (tmp_path / "ok.json").write_text('{"steps": 3}')
+    assert read_json(tmp_path / "ok.json", 1 << 20, 64) == ({"steps": 3}, None)
+
+
+def test_the_box_wraps_the_argv_with_its_limits(tmp_path: Path) -> None:
+    caps = Caps(memory_max_bytes=1 << 30, pids_max=100, tmp_max_bytes=1 << 20, out_max_bytes=1 << 20, out_max_files=5)
+    with limits.Box(caps, tmp_path, oom_score_adj=1000) as box:
+        argv = box.wrap(["python", "train.py"])
+        assert argv[-3:] == ["--", "python", "train.py"]
+        assert "--data=1073741824:1073741824" in argv and "--fsize=1048576:1048576" in argv
+        assert argv[argv.index("sh") + 1] == "1000"  # oom_score_adj
+        assert box.check() is None
+        for i in range(7):
+            (tmp_path / f"f{i}").write_text("x")
+        assert "out_max_files = 5" in box.check()
+    assert limits.Box(Caps(), tmp_path).wrap(["a"]) == ["a"]  # run_limits = false: the argv as it is
+
+
+def test_every_sandbox_gets_size_limited_tmpfs_when_asked() -> None:
+    from looper.executors import sandbox
+
+    args = sandbox._base_args(network=False, tmp_bytes=1 << 20)
+    for where in ("/tmp", "/dev/shm"):
+        i = args.index(where)
+        assert args[i - 3:i + 1] == ["--size", "1048576", "--tmpfs", where], args[i - 3:i + 1]
+    assert "--size" not in sandbox._base_args(network=False)  # 0: unbounded, as before
+
+
+def test_only_a_gone_daemons_run_cgroups_are_removed_at_start() -> None:
+    """A daemon starting beside another never removes the other's run cgroups (its runs could not join them)."""
+    from looper.config import LimitsConfig
+
+    parents = limits.cgroup_parents()
+    if not parents:
+        pytest.skip("no cgroup this daemon may make here (the rlimits path): nothing to leave behind")
+    parent = next(iter(parents.values()))
+    mine, gone = parent / f"looper-run-{os.getpid()}-999999", parent / "looper-run-4194304-1"  # above pid_max
+    before = limits.current()
+    try:
+        mine.mkdir()
+        gone.mkdir()
+        limits.configure(LimitsConfig())
+        assert mine.is_dir() and not gone.exists()
+    finally:
+        limits._SETTINGS[0] = before
+        for d in (mine, gone):
+            if d.exists():
+                d.rmdir()
