@@ -38,7 +38,7 @@ def _ssh(workspace: Path, section: Any) -> Executor:
 
 @register("slurm")
 def _slurm(workspace: Path, section: Any) -> Executor:
-    from looper.executors.slurm import SlurmExecutor
+    from looper.executors.slurm.executor import SlurmExecutor
 
     return SlurmExecutor(workspace, section)
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import tiers
 
-from looper.executors.slurm import SlurmExecutor
+from looper.executors.slurm.executor import SlurmExecutor
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM_UP = ROOT / "scripts" / "slurm_up.sh"

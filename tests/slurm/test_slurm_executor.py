@@ -14,7 +14,7 @@ import pytest
 from looper.core.failure import FailureEvidence, classify_failure
 from looper.core.verdict import Outcome, Status
 from looper.executors.base import EvalJob, RunResult, TrainJob
-from looper.executors.slurm import SlurmExecutor
+from looper.executors.slurm.executor import SlurmExecutor
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

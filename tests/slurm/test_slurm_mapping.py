@@ -15,13 +15,8 @@ from looper.core.failure import FailureEvidence, classify_failure
 from looper.core.verdict import Outcome
 from looper.errors import ConfigError
 from looper.executors import make_executor
-from looper.executors.slurm import (
-    SlurmExecutor,
-    job_end,
-    parse_exit_code,
-    parse_scontrol,
-    time_limit_minutes,
-)
+from looper.executors.slurm.executor import SlurmExecutor
+from looper.executors.slurm.scheduler import job_end, parse_exit_code, parse_scontrol, time_limit_minutes
 
 _HEAD = "JobId={id} JobName=looper-556d0810-r1-train UserId=root(0) GroupId=root(0) Priority=4294901759 "
 _TAIL = (" RunTime=00:00:01 TimeLimit=00:01:00 Partition=debug NodeList=vm BatchHost=vm "

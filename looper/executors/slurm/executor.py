@@ -31,9 +31,7 @@ or the ``looper-<short hash>-`` name prefix) in ``squeue`` and cancels them.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -41,7 +39,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,247 +63,14 @@ from looper.executors.common import (
     train_vars,
 )
 from looper.executors.sandbox import NODE_GPU_DEVICES, SandboxPolicy
-
-TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo")
-
-#: states in which the job still holds (or waits for) resources
-ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED",
-                 "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SIGNALING", "STAGE_OUT", "STOPPED"}
-WAITING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
-#: end states that are the cluster's fault, never the change's
-HARNESS_STATES = {"NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
-
-_UNREACHABLE = re.compile(
-    r"Unable to contact slurm controller|Socket timed out|Connection refused|connect failure|"
-    r"Zero Bytes were transmitted|Communication connection failure|Transport endpoint is not connected|"
-    r"slurm_load_partitions|Unable to establish controller",
-    re.IGNORECASE,
+from looper.executors.slurm.client import TOOLS, Attempt, SlurmClient, SlurmFault, pump_output
+from looper.executors.slurm.scheduler import (
+    ACTIVE_STATES,
+    WAITING_STATES,
+    job_end,
+    partition_problems,
+    time_limit_minutes,
 )
-_MEM_EXCEEDED = re.compile(r"Exceeded job memory limit|exceeded memory limit|oom-kill event", re.IGNORECASE)
-
-
-# -- the pure part: scheduler output -> what happened ------------------------------------------
-def parse_scontrol(text: str) -> dict[str, str]:
-    """``scontrol show job -o ID`` output -> {key: value} (first job only)."""
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    fields: dict[str, str] = {}
-    key = ""
-    for token in line.split(" "):
-        if "=" in token and re.match(r"^[A-Za-z][A-Za-z0-9/:_.-]*=", token):
-            key, _, value = token.partition("=")
-            fields[key] = value
-        elif key and token:  # a value with spaces (Comment=..., Command=...)
-            fields[key] += " " + token
-    return fields
-
-
-def parse_exit_code(value: str) -> tuple[int | None, int | None]:
-    """SLURM's ``ExitCode=n:s`` -> (exit code n, signal s or None)."""
-    code, _, sig = value.partition(":")
-    try:
-        n = int(code)
-    except ValueError:
-        return None, None
-    try:
-        s = int(sig) if sig else 0
-    except ValueError:
-        s = 0
-    return n, (s or None)
-
-
-@dataclass(frozen=True)
-class JobEnd:
-    """What a finished job means for looper."""
-
-    kind: str  # "done": the job's own end (success or the change's failure) | "harness": requeue
-    exit_code: int | None = None
-    signal: int | None = None
-    timed_out: bool = False
-    oom: bool = False
-    reason: str = ""  # in words, for harness faults and the OOM line
-
-
-def job_end(fields: dict[str, str], *, job_id: str, stopped_by: str = "", output: str = "") -> JobEnd:
-    """Map a finished job's ``scontrol`` fields to an outcome.
-
-    ``stopped_by`` is what looper itself did to the job ("budget", "stall", "cancel" or "");
-    ``output`` is the tail of the job's output file (the non-cgroup memory kill says it there).
-    """
-    state = fields.get("JobState", "").split("+")[0].upper()
-    reason = fields.get("Reason", "")
-    code, sig = parse_exit_code(fields.get("ExitCode", ""))
-    if state == "COMPLETED":
-        return JobEnd("done", exit_code=code if code is not None else 0, signal=None)
-    if state == "OUT_OF_MEMORY" or (state == "FAILED" and _MEM_EXCEEDED.search(output)):
-        # the change used more memory than the job asked for: its own fault (a crash)
-        return JobEnd("done", exit_code=code if code else None, signal=None if code else 9, oom=True,
-                      reason=f"slurm: OUT_OF_MEMORY: job {job_id} was killed for exceeding its memory "
-                             f"limit (out of memory; JobState={state}, ExitCode={fields.get('ExitCode', '?')})")
-    if stopped_by:
-        # looper cancelled it (budget, stall, cancel): whatever SLURM says, that is how it ended
-        return JobEnd("done", exit_code=code if code and not sig else None, signal=sig or 15)
-    if state == "TIMEOUT":
-        return JobEnd("done", exit_code=None, signal=sig or 15, timed_out=True,
-                      reason=f"slurm: job {job_id} hit its SLURM time limit")
-    if state == "FAILED":
-        if reason in ("JobLaunchFailure", "launch_failed_requeued_held", "Prolog", "NodeDown",
-                      "BadConstraints", "SystemFailure"):
-            return JobEnd("harness", reason=f"slurm: job {job_id} FAILED ({reason}): the job could not be "
-                                            "started on its node")
-        if code:
-            return JobEnd("done", exit_code=code, signal=None)
-        if sig:
-            return JobEnd("done", exit_code=None, signal=sig)
-        return JobEnd("harness", reason=f"slurm: job {job_id} FAILED with no exit code ({reason or 'no reason'})")
-    if state == "CANCELLED":
-        return JobEnd("harness", reason=f"slurm: job {job_id} CANCELLED by someone other than looper")
-    if state in HARNESS_STATES:
-        return JobEnd("harness", reason=f"slurm: job {job_id} {state} ({reason or 'no reason given'})")
-    return JobEnd("harness", reason=f"slurm: job {job_id} ended in a state looper does not know: "
-                                    f"{state or 'none'} ({reason or 'no reason'})")
-
-
-def partition_problems(sinfo: str, partition: str, need_gpu: bool, metrics: dict[str, Any]) -> list[str]:
-    """``sinfo -h -o "%P %a %G"`` output -> what is wrong with the partition jobs go to (in words).
-
-    ``partition`` empty means the cluster's default; ``metrics`` gets the partition and its gres.
-    """
-    table: dict[str, tuple[str, set[str]]] = {}
-    default = ""
-    for line in sinfo.splitlines():
-        bits = line.split()
-        if len(bits) < 2:
-            continue
-        pname, avail, gres = bits[0], bits[1], (bits[2] if len(bits) > 2 else "(null)")
-        if pname.endswith("*"):
-            pname = pname[:-1]
-            default = pname
-        old = table.get(pname, (avail, set()))
-        table[pname] = (old[0], old[1] | ({gres} if gres != "(null)" else set()))
-    wanted = partition or default
-    metrics["partition"] = wanted
-    if not wanted:
-        return ["slurm: no partition configured and the cluster has no default partition"]
-    if wanted not in table:
-        return [f"slurm: partition {wanted!r} does not exist (known: {', '.join(sorted(table))})"]
-    avail, gres_set = table[wanted]
-    metrics["gres"] = sorted(gres_set)
-    problems = []
-    if avail != "up":
-        problems.append(f"slurm: partition {wanted!r} is {avail}, not up")
-    if need_gpu and not any(g.startswith("gpu") for g in gres_set):
-        problems.append(f"slurm: GPU required but partition {wanted!r} has no gpu gres "
-                        f"(node gres: {', '.join(sorted(gres_set)) or 'none'})")
-    return problems
-
-
-def time_limit_minutes(seconds: float) -> int:
-    """SLURM's ``--time`` in whole minutes, rounded up, at least 1."""
-    return max(1, math.ceil(seconds / 60.0))
-
-
-class _Fault(Exception):
-    """The cluster could not do what was asked: a harness fault (may be retried)."""
-
-    def __init__(self, message: str, code: int = NO_TOOL_CODE, retry: bool = True) -> None:
-        super().__init__(message)
-        self.code = code
-        self.retry = retry
-
-
-@dataclass
-class _Attempt:
-    """One submitted job and what the watcher saw of it."""
-
-    job_id: str
-    output: Path
-    submitted: float
-    started: float | None = None
-    stopped_by: str = ""
-    stop_at: float | None = None
-    killed: bool = False
-    offset: int = 0
-    cut: proc.LineCutter = field(default_factory=lambda: proc.LineCutter(proc.Limits().line_max_bytes))
-    last_growth: float = 0.0
-
-
-def _pump(at: _Attempt, log: Any, tail: deque[str], on_line: LineSink | None, final: bool) -> None:
-    """Read what the job's output file grew by; every complete line to the log and on_line."""
-    try:
-        with open(at.output, "rb") as fh:
-            fh.seek(at.offset)
-            while chunk := fh.read(1 << 20):  # in bounded chunks, each line cut as it arrives
-                at.offset += len(chunk)
-                at.last_growth = time.monotonic()
-                proc.emit_lines(at.cut.feed(chunk), log, tail, on_line)
-    except FileNotFoundError:
-        return
-    if final:
-        proc.emit_lines(at.cut.feed(b"", final=True), log, tail, on_line)
-
-
-class SlurmClient:
-    """The SLURM client tools (sbatch, squeue, scontrol, scancel) with a timeout, faults in words."""
-
-    def __init__(self, tool_timeout: float = 30.0) -> None:
-        self.tool_timeout = tool_timeout
-
-    def tool(self, argv: Sequence[str], what: str, cwd: Path | None = None) -> proc.Completed:
-        """Run a SLURM client command; a connection failure or timeout is a :class:`_Fault`."""
-        try:
-            got = proc.run(list(argv), cwd=cwd, timeout=self.tool_timeout)
-        except OSError as exc:
-            raise _Fault(f"slurm: {what}: {argv[0]} could not be started ({exc})", NO_TOOL_CODE, False) from exc
-        if got.timed_out:
-            raise _Fault(f"slurm: {what}: {argv[0]} did not answer within {self.tool_timeout:.0f} s "
-                         "(controller unreachable?)", NO_TOOL_CODE)
-        if got.exit_code != 0 and _UNREACHABLE.search(got.stderr + got.stdout):
-            raise _Fault(f"slurm: {what}: controller unreachable ({last_lines(got.stderr or got.stdout, 2)})",
-                         got.exit_code if got.exit_code is not None else NO_TOOL_CODE)
-        return got
-
-    def submit(self, script: Path, cwd: Path) -> str:
-        got = self.tool(["sbatch", "--parsable", str(script)], "submitting the job", cwd=cwd)
-        if got.exit_code != 0:
-            raise _Fault(f"slurm: sbatch refused the job (exit {got.exit_code}): "
-                         f"{last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE, retry=False)
-        job_id = got.stdout.strip().split(";")[0].strip()
-        if not job_id.isdigit():
-            raise _Fault(f"slurm: sbatch printed no job id: {got.stdout.strip()!r}", NO_TOOL_CODE, retry=False)
-        return job_id
-
-    def state(self, job_id: str) -> str:
-        """The job's state from squeue ('' when squeue no longer lists it)."""
-        got = self.tool(["squeue", "-h", "-j", job_id, "-o", "%T"], f"watching job {job_id}")
-        if got.exit_code != 0:
-            if "Invalid job id" in got.stderr:
-                return ""
-            raise _Fault(f"slurm: squeue failed for job {job_id} (exit {got.exit_code}): "
-                         f"{last_lines(got.stderr or got.stdout)}", got.exit_code or NO_TOOL_CODE)
-        return got.stdout.strip().splitlines()[0].strip() if got.stdout.strip() else ""
-
-    def details(self, job_id: str) -> dict[str, str]:
-        got = self.tool(["scontrol", "show", "job", "-o", job_id], f"reading job {job_id}")
-        if got.exit_code != 0:
-            raise _Fault(f"slurm: job {job_id} is gone from the controller: {last_lines(got.stderr or got.stdout)}",
-                         got.exit_code or NO_TOOL_CODE)
-        return parse_scontrol(got.stdout)
-
-    def scancel(self, job_id: str, *extra: str) -> bool:
-        try:
-            return self.tool(["scancel", *extra, job_id], f"cancelling job {job_id}").exit_code == 0
-        except _Fault:
-            return False
-
-    def wait_gone(self, job_id: str, seconds: float = 30.0) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            try:
-                if self.state(job_id) not in ACTIVE_STATES:
-                    return
-            except _Fault:
-                return
-            time.sleep(0.5)
 
 
 class SlurmExecutor(DataFolder):
@@ -451,7 +215,7 @@ class SlurmExecutor(DataFolder):
                     job_id = self.cluster.submit(script, cwd)
                     note(f"slurm: submitted job {job_id} ({name}, attempt {attempt + 1})")
                     result = self._watch(job_id, output, limit_seconds, stall_seconds, log, tail, on_line, cancel)
-                except _Fault as fault:
+                except SlurmFault as fault:
                     faults.append(str(fault))
                     last_code = fault.code
                     note(f"{fault}")
@@ -471,23 +235,23 @@ class SlurmExecutor(DataFolder):
 
     def _watch(self, job_id: str, output: Path, limit_seconds: float, stall_seconds: float, log: Any,
                tail: deque[str], on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
-        at = _Attempt(job_id=job_id, output=output, submitted=time.monotonic())
+        at = Attempt(job_id=job_id, output=output, submitted=time.monotonic())
         unreachable_since: float | None = None
         next_poll = 0.0
         state = "PENDING"
         while True:
             now = time.monotonic()
-            _pump(at, log, tail, on_line, final=False)
+            pump_output(at, log, tail, on_line, final=False)
             if now >= next_poll:
                 next_poll = now + self.poll
                 try:
                     state = self.cluster.state(job_id)
                     unreachable_since = None
-                except _Fault as fault:
+                except SlurmFault as fault:
                     unreachable_since = unreachable_since or now
                     if now - unreachable_since >= self.unreachable_seconds:
                         self.cluster.scancel(job_id)  # best effort: the controller may be back
-                        raise _Fault(f"{fault} for {now - unreachable_since:.0f} s while job {job_id} was "
+                        raise SlurmFault(f"{fault} for {now - unreachable_since:.0f} s while job {job_id} was "
                                      "in flight", fault.code) from None
                     time.sleep(0.2)
                     continue
@@ -496,39 +260,54 @@ class SlurmExecutor(DataFolder):
                 if state == "RUNNING" and at.started is None:
                     at.started = now
                     at.last_growth = now
-            if not at.stopped_by:
-                if cancel is not None and cancel.is_set():
-                    at.stopped_by = "cancel"
-                elif at.started is None and state in WAITING_STATES and now - at.submitted > self.start_timeout:
-                    self.cluster.scancel(job_id)
-                    self.cluster.wait_gone(job_id)
-                    raise _Fault(f"slurm: job {job_id} did not start within start_timeout "
-                                 f"({self.start_timeout:.0f} s; still {state})")
-                elif at.started is not None and now - at.started > limit_seconds:
-                    at.stopped_by = "budget"
-                elif at.started is not None and stall_seconds and now - at.last_growth > stall_seconds:
-                    at.stopped_by = "stall"
-                if at.stopped_by:
-                    self.cluster.scancel(job_id)
-                    at.stop_at = now
-            elif not at.killed and at.stop_at is not None and now - at.stop_at > self.kill_after:
-                self.cluster.scancel(job_id, "--signal=KILL", "--full")
-                self.cluster.scancel(job_id)
-                at.killed = True
-            elif at.stop_at is not None and now - at.stop_at > self.kill_after * 3 + 30:
+            if self._stop_if_due(at, state, now, limit_seconds, stall_seconds, cancel):
                 break  # it would not end: report how looper stopped it
             time.sleep(0.2)
-        _pump(at, log, tail, on_line, final=True)
+        return self._result(at, log, tail, on_line)
+
+    def _stop_if_due(self, at: Attempt, state: str, now: float, limit_seconds: float, stall_seconds: float,
+                     cancel: threading.Event | None) -> bool:
+        """Stop the job when the budget, the stall rule or a cancel says so (scancel, then KILL after
+        ``kill_after``); a job that never started within ``start_timeout`` is a fault. True: it would not
+        end, give up waiting."""
+        job_id = at.job_id
+        if not at.stopped_by:
+            if cancel is not None and cancel.is_set():
+                at.stopped_by = "cancel"
+            elif at.started is None and state in WAITING_STATES and now - at.submitted > self.start_timeout:
+                self.cluster.scancel(job_id)
+                self.cluster.wait_gone(job_id)
+                raise SlurmFault(f"slurm: job {job_id} did not start within start_timeout "
+                                 f"({self.start_timeout:.0f} s; still {state})")
+            elif at.started is not None and now - at.started > limit_seconds:
+                at.stopped_by = "budget"
+            elif at.started is not None and stall_seconds and now - at.last_growth > stall_seconds:
+                at.stopped_by = "stall"
+            if at.stopped_by:
+                self.cluster.scancel(job_id)
+                at.stop_at = now
+        elif not at.killed and at.stop_at is not None and now - at.stop_at > self.kill_after:
+            self.cluster.scancel(job_id, "--signal=KILL", "--full")
+            self.cluster.scancel(job_id)
+            at.killed = True
+        elif at.stop_at is not None and now - at.stop_at > self.kill_after * 3 + 30:
+            return True
+        return False
+
+    def _result(self, at: Attempt, log: Any, tail: deque[str], on_line: LineSink | None) -> RunResult:
+        """What the ended job's output and the scheduler's own verdict say happened (a fault raises)."""
+        job_id = at.job_id
+        pump_output(at, log, tail, on_line, final=True)
         try:
             fields = self.cluster.details(job_id)
-        except _Fault:
+        except SlurmFault:
             if at.stopped_by:
                 fields = {"JobState": "CANCELLED"}
             else:
                 raise
         end = job_end(fields, job_id=job_id, stopped_by=at.stopped_by, output="\n".join(tail))
         if end.kind == "harness":
-            raise _Fault(end.reason)
+            raise SlurmFault(end.reason)
         if end.oom:
             tail.append(end.reason)
             log.write(end.reason + "\n")
@@ -555,7 +334,7 @@ class SlurmExecutor(DataFolder):
                 return Verdict.errored(f"slurm: controller not up: {last_lines(ping.stdout + ping.stderr)}",
                                        metrics=metrics)
             parts = self.cluster.tool(["sinfo", "-h", "-o", "%P %a %G"], "listing partitions")
-        except _Fault as fault:
+        except SlurmFault as fault:
             return Verdict.errored(str(fault), metrics=metrics)
         if parts.exit_code != 0:
             return Verdict.errored(f"slurm: sinfo failed: {last_lines(parts.stderr or parts.stdout)}",
@@ -600,7 +379,7 @@ class SlurmExecutor(DataFolder):
         """Cancel this workspace's jobs a previous daemon left in the queue."""
         try:
             got = self.cluster.tool(["squeue", "-h", "-o", "%i|%j|%k|%T"], "listing jobs")
-        except _Fault:
+        except SlurmFault:
             return []  # preflight reports the unreachable controller
         if got.exit_code != 0:
             return []
