@@ -15,7 +15,7 @@ from looper.cli import app
 from looper.config import Config
 from looper.core.verdict import Outcome
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = (ROOT / "docs" / "REFERENCE.md").read_text()
 CONFIG_SECTION = REFERENCE.split("## 5. looper.toml", 1)[1].split("\n## ", 1)[0]
 

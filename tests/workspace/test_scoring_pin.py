@@ -17,7 +17,7 @@ from harness import make_ws, pages  # noqa: F401  (pytest fixtures)
 import looper.core.metrics
 from looper.workspace.hashes import PACKAGE_PARENT, SCORING_MODULES, file_sha256, fixed_hashes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _imported_looper_modules(script: str) -> set[str]:

@@ -20,7 +20,7 @@ import pytest
 
 from looper.core.hyperblock import read_knobs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _load():
