@@ -1,6 +1,6 @@
 """One build step: the workspace files at the repository root ship inside the built package.
 
-`looper init` copies the workspace files (``WORKSPACE_FILES`` in looper/workspace/__init__.py:
+`looper init` copies the workspace files (``WORKSPACE_FILES`` in looper/workspace/create.py:
 program.md, train.py, prepare.py, evaluate.py, looper.toml) into a new workspace. In the
 repository they sit at the root, where people read and edit them; a built wheel carries copies
 in ``looper/workspace_template/`` so that a non-editable install (``pip install .``, pipx) can
@@ -21,13 +21,13 @@ TEMPLATE = Path("looper") / "workspace_template"  # inside the built package
 
 
 def workspace_files() -> tuple[str, ...]:
-    """``WORKSPACE_FILES`` of looper/workspace/__init__.py, read without importing looper (the build has
+    """``WORKSPACE_FILES`` of looper/workspace/create.py, read without importing looper (the build has
     none of its dependencies): the one list of what a workspace is made of."""
-    tree = ast.parse((ROOT / "looper" / "workspace" / "__init__.py").read_text())
+    tree = ast.parse((ROOT / "looper" / "workspace" / "create.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "WORKSPACE_FILES" for t in node.targets):
             return tuple(ast.literal_eval(node.value))
-    raise RuntimeError("looper/workspace/__init__.py defines no WORKSPACE_FILES = (...) to ship")
+    raise RuntimeError("looper/workspace/create.py defines no WORKSPACE_FILES = (...) to ship")
 
 
 class BuildPyWithWorkspace(build_py):

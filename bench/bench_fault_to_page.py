@@ -42,7 +42,7 @@ if SCENARIO == "delete_data_timed":
 def one_run(tmp: Path, i: int) -> dict:
     from harness import WS, PageSink, write_config
 
-    from looper.workspace import init_workspace
+    from looper.workspace.create import init_workspace
 
     sink = PageSink()
     arrived: list[float] = []

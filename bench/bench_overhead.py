@@ -35,7 +35,7 @@ def main() -> None:
     args = ap.parse_args()
     from harness import write_config
 
-    from looper.workspace import init_workspace
+    from looper.workspace.create import init_workspace
 
     tmp = Path(tempfile.mkdtemp(prefix="looper-bench-"))
     try:

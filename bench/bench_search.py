@@ -60,7 +60,7 @@ from typing import Any
 from looper.core.hyperblock import read_knobs, rewrite_knobs
 
 REPO = Path(__file__).resolve().parents[1]
-from looper.workspace import PRESETS  # noqa: E402
+from looper.workspace.create import PRESETS  # noqa: E402
 
 DEMO = PRESETS["demo"]["loop"]
 BIN = Path(sys.executable).parent
@@ -220,7 +220,7 @@ START = read_knobs((REPO / "train.py").read_text()).get("PRETRAINED") or ""  # "
 def pretrained_dir(near: Path) -> Path:
     """The folder train.py's PRETRAINED is read from: the starting checkpoint looper ships (what
     ``looper init`` copies into a workspace), copied once next to the bench's output."""
-    from looper.workspace import shipped_pretrained
+    from looper.workspace.create import shipped_pretrained
 
     root = next((up for up in (near, *near.parents) if up.name.startswith("repeat")), near)
     folder = root / "pretrained"

@@ -28,7 +28,7 @@ def one(workers: int, n: int, sleep: float, tmp: Path) -> float:
     """Experiments per hour for one configuration (candidates only: the baseline is excluded)."""
     from harness import write_config
 
-    from looper.workspace import init_workspace
+    from looper.workspace.create import init_workspace
 
     root = init_workspace(tmp / f"ws{workers}")
     for name in ("train.py", "evaluate.py", "prepare.py"):

@@ -106,7 +106,7 @@ def init(directory: Path = typer.Argument(Path("."), help="Folder for the new wo
          data_format: str | None = typer.Option(None, "--format", help="The export's format (guessed when not given)."),
          images: Path | None = typer.Option(None, "--images", help="COCO: the folder of its images.")) -> None:
     """Make a new workspace: the same files as looper's root, in a new git repository."""
-    from looper.workspace import init_workspace
+    from looper.workspace.create import init_workspace
 
     path = init_workspace(directory, preset, data=data, data_format=data_format, images=images)
     if data is not None:

@@ -30,7 +30,7 @@ from typing import Any
 
 from looper import proc
 from looper.core.hyperblock import read_knobs, rewrite_knobs
-from looper.workspace import template_root
+from looper.workspace.create import template_root
 
 DATA_SEED = 1000  # the pages the checkpoint learns from: a seed no preset uses (presets: data.seed = 0)
 SCALE = "demo"

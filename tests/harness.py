@@ -150,7 +150,7 @@ def write_config(root: Path, notify_url: str, agent_cmd: str, **over: object) ->
 
 def build_ws(root: Path, queue: Path, notify_url: str, **over: object) -> WS:
     """A committed fixture workspace in ``root`` (new), its agent's queue in ``queue`` (new)."""
-    from looper.workspace import init_workspace
+    from looper.workspace.create import init_workspace
 
     init_workspace(root)
     for name in ("train.py", "evaluate.py", "prepare.py"):

@@ -222,6 +222,6 @@ def test_the_secret_is_kept_mode_600_and_used_again(tmp_path: Path, monkeypatch:
 def test_the_workspace_template_copy_is_this_file() -> None:
     """`looper init` copies prepare.py from the package's workspace template (setup.py ships the root's
     file; an editable install reads the root): both are the one file changed here."""
-    from looper.workspace import template_root
+    from looper.workspace.create import template_root
 
     assert (template_root() / "prepare.py").read_bytes() == (REPO / "prepare.py").read_bytes()

@@ -31,7 +31,7 @@ def _local(workspace: Path, section: Any) -> Executor:
 
 @register("ssh")
 def _ssh(workspace: Path, section: Any) -> Executor:
-    from looper.executors.ssh import SshExecutor
+    from looper.executors.ssh.executor import SshExecutor
 
     return SshExecutor(workspace, section)
 

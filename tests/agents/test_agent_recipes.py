@@ -24,7 +24,7 @@ from harness import make_ws, pages  # noqa: F401  (pytest fixtures)
 
 from looper.agents.program import load_program
 from looper.config import config_from_dict
-from looper.workspace import init_workspace
+from looper.workspace.create import init_workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS_MD = (ROOT / "docs" / "AGENTS.md").read_text()

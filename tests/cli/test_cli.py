@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from looper.cli import app
 from looper.core.verdict import Outcome, Verdict
 from looper.store import Store
-from looper.workspace import init_workspace
+from looper.workspace.create import init_workspace
 
 runner = CliRunner()
 
@@ -38,7 +38,7 @@ def test_init_makes_a_committed_workspace_with_the_project_files(tmp_path: Path)
     from looper.config import load_config
 
     cfg = load_config(root / "looper.toml")
-    from looper.workspace import PRESETS
+    from looper.workspace.create import PRESETS
 
     want = PRESETS["demo"]
     assert (cfg.loop.tag, cfg.loop.budget_seconds, cfg.loop.noise_reruns, cfg.data.scale) == (

@@ -11,7 +11,7 @@ import pytest
 
 from looper.config import load_config
 from looper.data.importer import DataError
-from looper.workspace import init_workspace, program_data_facts
+from looper.workspace.create import init_workspace, program_data_facts
 from tests.data.exports import write_coco
 
 FOUR = ["thermostat", "vav_box", "exhaust_fan", "fire_damper"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from looper.core.hyperblock import read_knobs
-from looper.workspace import shipped_pretrained
+from looper.workspace.create import shipped_pretrained
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

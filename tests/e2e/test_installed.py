@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from looper.agents.program import load_program
-from looper.workspace import WORKSPACE_FILES, shipped_pretrained
+from looper.workspace.create import WORKSPACE_FILES, shipped_pretrained
 
 pytestmark = pytest.mark.e2e
 
@@ -122,7 +122,7 @@ def test_wheel_carries_the_workspace_files(installed: Installed) -> None:
     assert "looper/pretrained/start.safetensors" in names  # the starting checkpoint `looper init` copies
     where = json.loads(_ok(installed.run(
         installed.venv / "bin" / "python", "-c",
-        "import json, looper, looper.workspace as w; "
+        "import json, looper, looper.workspace.create as w; "
         "print(json.dumps({'looper': looper.__file__, 'template': str(w.template_root())}))",
         cwd=installed.outside)))
     assert Path(where["looper"]).resolve() == (installed.site / "looper" / "__init__.py").resolve(), where

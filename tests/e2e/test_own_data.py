@@ -19,7 +19,7 @@ import pytest
 from looper.core.verdict import Status
 from looper.data.importer import import_data
 from looper.night.startcheck import check_pretrained
-from looper.workspace import shipped_pretrained
+from looper.workspace.create import shipped_pretrained
 from tests.data.exports import write_coco
 from tests.e2e.test_pretrained import _env, _train
 

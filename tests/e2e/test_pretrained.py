@@ -19,7 +19,7 @@ import tiers
 from looper.core.hyperblock import rewrite_knobs
 from looper.core.verdict import Status
 from looper.night.startcheck import check_pretrained
-from looper.workspace import shipped_pretrained
+from looper.workspace.create import shipped_pretrained
 
 pytestmark = pytest.mark.e2e
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import tiers
 
-from looper.executors.ssh import SshExecutor
+from looper.executors.ssh.executor import SshExecutor
 
 SSHD = "/usr/sbin/sshd"
 HOST = "looper-test"

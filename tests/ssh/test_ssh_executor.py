@@ -22,7 +22,7 @@ import tiers
 
 from looper.core.verdict import Status
 from looper.executors.base import EvalJob, RunResult, TrainJob
-from looper.executors.ssh import NO_TOOL_CODE, SshExecutor
+from looper.executors.ssh.executor import NO_TOOL_CODE, SshExecutor
 from looper.proc import group_gone
 from looper.workspace.hashes import tree_hash
 
@@ -200,7 +200,7 @@ def test_train_runs_remotely_and_brings_evidence_back(make_executor: Make, check
     assert json.loads((job.out_dir / "train.json").read_text())["steps"] == 3
     assert "done" in job.log_path.read_text()  # the log streamed back
     assert not list(remote.glob("runs/*/run.pid"))  # a finished run leaves no pid file
-    assert (remote / "checkout" / "looper" / "datahash.py").is_file()  # the package went along
+    assert (remote / "checkout" / "looper" / "workspace" / "hashes.py").is_file()  # the package went along
 
 
 @tiers.NEEDS_NO_GPU
@@ -363,7 +363,7 @@ def test_reap_ends_a_run_a_dead_daemon_left_behind(make_executor: Make, checkout
     remote = (tmp_path / "remote").resolve()
     daemon = (
         "import sys\nfrom pathlib import Path\n"
-        "from looper.executors.ssh import SshExecutor\n"
+        "from looper.executors.ssh.executor import SshExecutor\n"
         "from looper.executors.base import TrainJob\n"
         f"ex = SshExecutor(Path({str(tmp_path / 'ws')!r}), {{'sandbox': 'none', 'host': 'looper-test', 'remote_dir': {str(remote)!r},"
         f" 'python': sys.executable, 'ssh_options': ['-F {sshd.ssh_config}']}})\n"

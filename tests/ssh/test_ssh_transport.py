@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.executors.transport import SshTransport, TransportFault
+from looper.executors.ssh.transport import SshTransport, TransportFault
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

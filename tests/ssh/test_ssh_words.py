@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from looper import proc
-from looper.executors.ssh import SshExecutor
-from looper.executors.transport import parse_options
+from looper.executors.ssh.executor import SshExecutor
+from looper.executors.ssh.transport import parse_options
 
 
 def _ex(tmp_path: Path) -> SshExecutor:

@@ -1,6 +1,6 @@
 """Run training and evaluation on an SSH host, with the local supervisor in charge.
 
-Layers: :mod:`looper.executors.transport` (the ssh command line, connection sharing,
+Layers: :mod:`looper.executors.ssh.transport` (the ssh command line, connection sharing,
 retries, faults in words); :mod:`looper.remote` (what runs on the host, as
 ``python -m looper.remote ...`` from the synced package); :class:`RemoteHost` here (remote_dir
 on the host as calls of that module: layout, sync and hash checks, run folders, data); and
@@ -21,15 +21,11 @@ failed) and ``transport_error`` in words.
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import shutil
 import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +35,7 @@ from looper import proc
 from looper.core import limits as core_limits
 from looper.core.verdict import Verdict
 from looper.errors import ConfigError
-from looper.executors.base import FIXED_FILES, EvalJob, LineSink, RunResult, TrainJob
+from looper.executors.base import EvalJob, LineSink, RunResult, TrainJob
 from looper.executors.common import (
     MIN_FREE_BYTES,
     NO_TOOL_CODE,
@@ -48,160 +44,13 @@ from looper.executors.common import (
     eval_command,
     fault_result,
     get,
-    last_lines,
-    run_result,
     train_vars,
 )
 from looper.executors.sandbox import SandboxPolicy
-from looper.executors.transport import SshTransport, TransportFault
-from looper.workspace.hashes import PRETRAINED_DIR, SCORING_MODULES, file_sha256
-
-KEEP_RUNS = 6  # remote run folders kept (older ones are deleted, never a live one)
-REMOTE_BUDGET_MARGIN = 60.0  # the host ends a run on its own this long after the local limit
-
-__all__ = ["NO_TOOL_CODE", "RemoteHost", "SshExecutor", "TransportFault"]
-
-
-def _home_relative(remote_dir: str) -> str:
-    """remote_dir as a path ssh and rsync both read the same way (relative = under the login's home)."""
-    if remote_dir in ("~", "~/"):
-        return "."
-    return remote_dir[2:] if remote_dir.startswith("~/") else remote_dir
-
-
-class RemoteHost:
-    """``remote_dir`` on one host, through ``python -m looper.remote``: layout, sync, runs, data."""
-
-    def __init__(self, link: SshTransport, remote_dir: str, python: str, package_dir: Path,
-                 kill_after: float) -> None:
-        self.link = link
-        self.host = link.host
-        self.remote_dir = remote_dir
-        self.python = python
-        self.package_dir = package_dir
-        self.kill_after = kill_after
-        self._root: str | None = None
-
-    # -- talking to looper.remote on the host -------------------------------------------------------
-    def line(self, *args: str, module: str = "looper.remote", checkout: str = "") -> str:
-        """The one shell line: into the checkout, then ``python -m module args``."""
-        return (f"cd {shlex.quote(checkout or self.checkout)} && "
-                f"exec {shlex.quote(self.python)} -B -m {module} {shlex.join(args)}")
-
-    def ask(self, *args: str, what: str, timeout: float | None = None, retries: int | None = None,
-             module: str = "looper.remote", checkout: str = "") -> dict[str, Any]:
-        """One remote command; its JSON answer. TransportFault naming ``what`` when it fails."""
-        got = self.link.control(self.line(*args, module=module, checkout=checkout), timeout=timeout,
-                                retries=retries)
-        if got.exit_code != 0:
-            detail = last_lines(got.stderr or got.stdout) or "no message"
-            code = got.exit_code if got.exit_code is not None else NO_TOOL_CODE
-            if code in (126, 127):
-                raise TransportFault(f"remote python {self.python!r} does not run on {self.host} ({what}, "
-                                     f"exit {code}): {detail}", code)
-            if "no space left on device" in detail.lower() or "disk quota exceeded" in detail.lower():
-                what = f"remote disk full: {what}"
-            raise TransportFault(f"{what} on {self.host} failed (exit {code}): {detail}", code)
-        try:
-            answer = json.loads(got.stdout.strip().splitlines()[-1])
-        except (json.JSONDecodeError, IndexError):
-            answer = None
-        if not isinstance(answer, dict):
-            raise TransportFault(f"{what} on {self.host}: no answer from {module} "
-                                 f"({last_lines(got.stdout + got.stderr) or 'no output'})", NO_TOOL_CODE)
-        return answer
-
-    # -- remote layout --------------------------------------------------------------------------
-    def root(self) -> str:
-        """The absolute remote_dir on the host, created with the looper package synced into it."""
-        if self._root is None:
-            rel = _home_relative(self.remote_dir)
-            checkout = f"{rel}/checkout"
-            mk = self.link.control(f"mkdir -p -- {shlex.quote(checkout)}")
-            if mk.exit_code != 0:
-                raise TransportFault(f"creating remote_dir {self.remote_dir} on {self.host} failed "
-                                     f"(exit {mk.exit_code}): {last_lines(mk.stderr) or 'no message'}",
-                                     mk.exit_code if mk.exit_code is not None else NO_TOOL_CODE)
-            self.push([], checkout)
-            self._root = str(self.ask("root", what=f"resolving remote_dir {self.remote_dir}",
-                                       checkout=checkout)["root"])
-        return self._root
-
-    @property
-    def checkout(self) -> str:
-        return f"{self.root()}/checkout"
-
-    def data_path(self, data_dir: str) -> str:
-        return data_dir if data_dir.startswith("/") else f"{self.root()}/{data_dir}"
-
-    def new_run(self, kind: str) -> str:
-        run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}"
-        return f"{self.root()}/runs/{run_id}"
-
-    # -- sync ------------------------------------------------------------------------------------
-    def push(self, files: list[Path], checkout: str = "") -> None:
-        """Copy files and the looper package into remote checkout/ (package mirrored exactly)."""
-        pkg = str(self.package_dir).rstrip("/")
-        self.link.rsync(["--delete", "--exclude", "__pycache__", "--exclude", "*.pyc",
-                         *[str(f) for f in files], pkg, self.link.spec((checkout or self.checkout) + "/")],
-                        f"copying {', '.join(f.name for f in files) or 'the looper package'} to {self.host}")
-
-    def sync_checked(self, checkout: Path, run: str = "", folders: Sequence[Path] = ()) -> list[str]:
-        """Push and verify (and create ``run``'s folder); problems in words; TransportFault on a link fault.
-        ``folders``: whole local folders (the workspace's pretrained/) pushed into checkout/ beside the files."""
-        checkout = Path(checkout)
-        names = ["train.py", *FIXED_FILES]
-        missing = [n for n in names if not (checkout / n).is_file()]
-        if missing:
-            return [f"missing in the local checkout {checkout}: {', '.join(missing)}"]
-        inside = {f"{d.name}/{f.name}": f for d in folders for f in sorted(Path(d).iterdir()) if f.is_file()}
-        self.push([checkout / n for n in names] + [Path(d) for d in folders])
-        extra = ["--run", run, "--keep", str(KEEP_RUNS)] if run else []
-        remote = self.ask("check", *names, *inside, *SCORING_MODULES, *extra, what="checking the synced files")["sha256"]
-        problems = []
-        local_of = {**{n: checkout / n for n in names}, **inside,
-                    **{m: self.package_dir.parent / m for m in SCORING_MODULES}}
-        for n, path in local_of.items():
-            local = file_sha256(path)
-            if remote.get(n) != local:
-                kind = "fixed file" if n in FIXED_FILES else "scoring module" if n in SCORING_MODULES else "file"
-                problems.append(f"{kind} {n} on {self.host} differs from the local copy after sync "
-                                f"(remote sha256 {remote.get(n) or 'missing'}, local {local})")
-        return problems
-
-    # -- runs ---------------------------------------------------------------------------------------
-    def run_command(self, run: str, argv: list[str], env: dict[str, str], gpu_index: int | None,
-                    budget_seconds: float | None) -> list[str]:
-        """The ssh argv (a connection of its own) that runs ``argv`` under ``looper.remote run``."""
-        args = ["run", run, *[f"--env={k}={v}" for k, v in env.items()]]
-        if gpu_index is not None:
-            args.append(f"--gpu-index={gpu_index}")
-        if budget_seconds:
-            args.append(f"--budget={budget_seconds + self.kill_after + REMOTE_BUDGET_MARGIN:.0f}")
-        args += [f"--kill-after={self.kill_after}", "--", *argv]
-        return self.link.command(self.line(*args), solo=True)
-
-    def end_run(self, run: str, wait_for_pid: bool = True) -> dict[str, Any]:
-        """SIGTERM then SIGKILL the run's process group: what happened, its status, its GPU summary."""
-        extra = ["--wait-for-pid"] if wait_for_pid else []
-        return self.ask("end", run, *extra, "--kill-after", str(self.kill_after),
-                        what=f"ending remote run {run}", timeout=self.kill_after + 30)
-
-    def run_dir(self, run: str, cached: str) -> bool:
-        """Create the run folder (pruning old ones); whether the remote file ``cached`` exists."""
-        made = self.ask("run-dir", run, "--keep", str(KEEP_RUNS), "--cached", cached,
-                        what=f"creating run folder {run}")
-        return bool(cached) and bool(made.get("cached"))
-
-    def data(self, data: str, *prepare: str, timeout: float = 3600, retries: int | None = None) -> dict[str, Any]:
-        """The data folder's state and hash (``prepare``: build it first when missing)."""
-        return self.ask("data", data, *prepare, what=f"the data folder {data}", timeout=timeout, retries=retries)
-
-    def reap(self) -> list[tuple[int, str]]:
-        """(process group, run folder) of every run left behind that was ended."""
-        got = self.ask("reap", "--kill-after", str(self.kill_after), what="ending runs left behind",
-                       timeout=self.kill_after * 20 + 60)
-        return [(int(pgid), str(name)) for pgid, name in got.get("ended", [])]
+from looper.executors.ssh.host import RemoteHost
+from looper.executors.ssh.outcome import data_verdict, gpu_summary, settle_run, unreachable_after
+from looper.executors.ssh.transport import SshTransport, TransportFault
+from looper.workspace.hashes import PRETRAINED_DIR
 
 
 class SshExecutor(DataFolder):
@@ -278,8 +127,8 @@ class SshExecutor(DataFolder):
         try:
             ended = self.remote.end_run(run)
         except TransportFault as fault:
-            return _unreachable_after(s, fault, self.link.drop_words(s.log_tail)), None
-        return _settle(s, ended, self.host, self.link.drop_words(s.log_tail)), ended
+            return unreachable_after(s, fault, self.link.drop_words(s.log_tail)), None
+        return settle_run(s, ended, self.host, self.link.drop_words(s.log_tail)), ended
 
     # -- Executor -------------------------------------------------------------------------------
     def preflight(self, require_gpu: bool) -> Verdict:
@@ -356,7 +205,7 @@ class SshExecutor(DataFolder):
                                          "--seed", str(int(seed)), *env, retries=1)
         except TransportFault as fault:
             return Verdict.errored(str(fault), metrics={"host": self.host})
-        return _data_verdict(found, data, self.host)
+        return data_verdict(found, data, self.host)
 
     def data_hash(self, data_dir: str) -> Verdict:
         """The same hash as :func:`looper.workspace.hashes.tree_hash`, computed on the host."""
@@ -365,7 +214,7 @@ class SshExecutor(DataFolder):
             found = self.remote.data(data)
         except TransportFault as fault:
             return Verdict.errored(str(fault), metrics={"host": self.host})
-        return _data_verdict(found, data, self.host)
+        return data_verdict(found, data, self.host)
 
     def train(self, job: TrainJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
         job.out_dir.mkdir(parents=True, exist_ok=True)
@@ -403,7 +252,7 @@ class SshExecutor(DataFolder):
             st = weights.stat()
             self._weights[str(weights.resolve())] = (st.st_size, st.st_mtime_ns, f"{run}/out/weights.pt")
         if sample:
-            result.gpu = _gpu_summary(ended, self.host)
+            result.gpu = gpu_summary(ended, self.host)
         return result
 
     def evaluate(self, job: EvalJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
@@ -469,62 +318,4 @@ class SshExecutor(DataFolder):
         return [f"ended a run left behind on {self.host}: {root}/runs/{name} (process group {pgid})"
                 for pgid, name in ended]
 
-
-# -- what a remote run's end means ------------------------------------------------------------------
-def _unreachable_after(s: proc.Supervised, fault: TransportFault, drop_words: str) -> RunResult:
-    """The run's result when its remote process group could not be ended (or checked) afterwards."""
-    result = run_result(s)
-    result.transport_exit_code = 255
-    if s.stopped_by:
-        result.transport_error = (f"could not end the remote run after {s.stopped_by}: {fault} "
-                                  "(looper reap will end it at the next start)")
-    elif s.exit_code == 255 or s.signal is not None:
-        result.transport_error = (f"{drop_words}; and reconnecting failed: {fault} "
-                                  "(the remote run may still be alive; looper reap will end it)")
-    else:
-        result.transport_error = f"the run finished but its remote process group was not checked: {fault}"
-    return result
-
-
-def _settle(s: proc.Supervised, ended: dict[str, Any], host: str, drop_words: str) -> RunResult:
-    """The run's result once ``looper.remote end`` answered: what the REMOTE run died of."""
-    result = run_result(s)
-    what, status = str(ended.get("what", "GONE")), str(ended.get("status", ""))
-    ssh_failed = not s.stopped_by and (s.exit_code == 255 or s.signal is not None)
-    if s.stopped_by:  # not what ended the local ssh client
-        result.exit_code = None
-        result.signal = 9 if what == "KILLED" else 15
-        result.log_tail += f"\n[looper] remote process group ended ({what.lower()}) after {s.stopped_by}"
-    elif ssh_failed and status != "255":  # a 255 in the status file is the command's own
-        result.transport_exit_code = 255
-        alive = "; the remote run was still alive and was ended" if not status else ""
-        result.transport_error = f"{drop_words} during the run{alive}"
-    elif not ssh_failed:
-        code = s.exit_code
-        if code is not None and 128 < code < 128 + 65:
-            result.exit_code, result.signal = None, code - 128  # a signal death is reported as 128+N
-        if code not in (0, None) and "no space left on device" in s.log_tail.lower():
-            result.transport_exit_code = NO_TOOL_CODE
-            result.transport_error = f"remote disk full on {host} (the run hit 'No space left on device')"
-    return result
-
-
-def _gpu_summary(ended: dict[str, Any], host: str) -> dict:
-    data = ended.get("gpu")
-    if not isinstance(data, dict):
-        return {"available": False, "problem": f"the GPU sampler on {host} wrote nothing"}
-    if data.get("lost"):
-        data["lost_reason"] = f"on {host}: {data.get('lost_reason', 'GPU lost mid-run')}"
-    return data
-
-
-def _data_verdict(found: dict[str, Any], data: str, host: str) -> Verdict:
-    state = found.get("state")
-    if state == "dirty":
-        return Verdict.errored(f"data folder {data} on {host} exists but has no manifest.json: "
-                               "move it away or finish preparing it")
-    if state == "missing":
-        return Verdict.errored(f"data missing on {host}: {data}/manifest.json does not exist")
-    if state == "prepare failed":
-        return Verdict.errored(f"prepare.py failed on {host} (exit {found.get('exit')}): {found.get('tail', '')}")
-    return Verdict.passed({"hash": str(found["hash"]), "files": int(found["files"]), "host": host, "path": data})
+__all__ = ["NO_TOOL_CODE", "RemoteHost", "SshExecutor", "TransportFault"]
