@@ -291,6 +291,15 @@ def confirm(tag: str | None = typer.Option(None, "--tag")) -> None:
     raise typer.Exit(0 if record.status == "confirmed" else 1)
 
 
+def _register_export() -> None:
+    from looper.cli_export import export_command
+
+    app.command("export")(_errors(export_command))
+
+
+_register_export()
+
+
 @baseline_app.command("approve")
 @_errors
 def baseline_approve(experiment_id: int = typer.Argument(..., help="A finished, measured experiment.")) -> None:

@@ -192,10 +192,19 @@ def _m3_confirmations(conn: Connection) -> None:
     conn.exec_driver_sql("CREATE INDEX ix_confirmations_tag_id ON confirmations (tag, id)")
 
 
+def _m4_run_weights(conn: Connection) -> None:
+    """Each run's weights as the harness found them right after its evaluation: the file (relative
+    to the workspace) and its sha256, so ``looper export`` ships only weights the harness scored."""
+    conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN weights_path TEXT")
+    conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN weights_sha256 TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create experiments, class_metrics, runs, events, tags", _m1_create),
     Migration(2, "indexes for per-tag history, status and journal queries", _m2_indexes),
     Migration(3, "confirmations: the night's best re-run on fresh seeds", _m3_confirmations),
+    Migration(4, "runs.weights_path, runs.weights_sha256: the weights each run left, hashed by the harness",
+              _m4_run_weights),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 
