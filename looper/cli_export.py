@@ -52,5 +52,5 @@ def _to_mlflow(root: Path, cfg: object, uri: str | None) -> None:
     target = uri or getattr(getattr(cfg, "tracking", None), "mlflow_uri", "") or ""
     if not target:
         raise UsageError("looper export --mlflow: no MLflow URI: set [tracking] mlflow_uri or pass --mlflow-uri")
-    done = export_database(_store(root), target)
+    done = export_database(_store(root), target, root, getattr(getattr(cfg, "tracking", None), "mlflow_experiment", ""))
     typer.echo(f"mlflow {target}: {done.created} run(s) created, {done.unchanged} already there")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper import proc
+from looper import proc, tracking
 from looper.adapters.executors.base import FIXED_FILES
 from looper.context import Context, Worker, fault_pause, now_iso
 from looper.core import failure as core_failure
@@ -496,6 +496,7 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
         failure_signature=result.signature,
         harness_seconds=max(0.0, time.monotonic() - cand.started - cand.agent_seconds - cand.spent), **cand.timing)
     result = dataclasses.replace(result, verdict=verdict, exp_id=cand.exp_id)
+    tracking.on_settled(ctx, cand.exp_id)  # [tracking]: MLflow; bounded wait, a warning at most, decides nothing
     if outcome is Outcome.INTERRUPTED:
         ctx.event("interrupted", verdict.blocking[0], cand.exp_id)
     elif cand.kind == "candidate":

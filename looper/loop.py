@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from looper import proc
+from looper import proc, tracking
 from looper.adapters.executors import Executor
 from looper.adapters.executors.base import FIXED_FILES
 from looper.adapters.notify import Notifier
@@ -225,6 +225,7 @@ class Loop:
         """The night. Returns the process exit code (0 stop rule/signal, 3 error, 4 stuck)."""
         ctx = self.ctx
         ctx.event("start", f"daemon started (pid {os.getpid()}, {ctx.cfg.loop.workers} worker(s))")
+        tracking.warm(ctx.cfg, ctx.root)  # [tracking]: open MLflow in the background while the baseline runs
         reaped = proc.reap_trail(ctx.root / ".looper" / "pids")  # before anything new is noted there
         proc.set_trail(ctx.root / ".looper" / "pids")
         for line in reaped:
