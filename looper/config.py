@@ -283,6 +283,13 @@ class LimitsConfig(_Section):
     eval_time_floor: int = Field(default=60, ge=1)  # ... + this many seconds; longer: the candidate's crash
 
 
+class ConfirmConfig(_Section):
+    """The transfer check after the morning's confirmation (docs/SHIPPING.md)."""
+
+    transfer_steps: int = Field(default=0, ge=-1)  # 0 off; -1 a multiple of the night's steps per preset; N steps
+    transfer_seeds: int = Field(default=3, ge=2)  # fresh seeds a side (the best and the baseline each)
+
+
 class TrackingConfig(_Section):
     """Where the night is also written for people (MLflow); it never decides anything (docs/SHIPPING.md)."""
 
@@ -311,6 +318,7 @@ class Config(_Section):
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
 
     @model_validator(mode="after")
     def _side_by_side(self) -> Config:

@@ -248,7 +248,9 @@ class Loop:
                 self.restore_last_kept()
                 record_nothing(ctx, "the night was stopped by a signal before its confirmation")
                 return 0
-            _, error = confirm(ctx, "night_end")  # a stop rule ended the night: confirm its best
+            cid, error = confirm(ctx, "night_end")  # a stop rule ended the night: confirm its best
+            if error is None and not ctx.cancel.is_set():
+                error = self.transfer(cid, "night_end")  # [confirm] transfer_steps: does it hold trained longer?
             if error is not None:
                 return self.halt(Halted(error))
             if ctx.cancel.is_set():
@@ -339,6 +341,17 @@ class Loop:
     def confirm(self) -> int:
         """The tag's best on fresh seeds, compared with its baseline (looper.confirm); the confirmation id."""
         return run_confirm(self.ctx)
+
+    def transfer(self, cid: int | None, trigger: str) -> HarnessError | None:
+        """The transfer check after confirmation ``cid`` (looper.transfer); a person is told when the
+        gain does not hold at the longer budget. Returns the harness error that ended it, if any."""
+        from looper import transfer
+
+        record, error = transfer.check(self.ctx, trigger, cid)
+        if record is not None and record.flagged:
+            self.page(f"looper: {self.ctx.tag}: #{record.experiment_id}'s confirmed gain {record.status} when "
+                      f"trained longer ({record.steps} steps)", record.headline, record.experiment_id)
+        return error
 
     # ------------------------------------------------------------------ looper verify
     def verify(self) -> Verdict:

@@ -56,8 +56,7 @@ def judge(best: Sequence[float], baseline: Sequence[float], key: str, steps: int
                               "the check needs 2 a side")
         return Transfer(NOTHING, f"transfer check: nothing: {why}")
     iv = stats.diff_interval(best, baseline, confidence)
-    figure = (f"{name} {iv.diff:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}] {at} on "
-              f"{len(best)} + {len(baseline)} fresh seeds")
+    figure = f"{name} {iv.diff:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}] on {len(best)} + {len(baseline)} fresh seeds"
     if iv.high < 0:
         return Transfer(REVERSES, f"REVERSES {at}: {figure}: the baseline is better when trained longer",
                         iv.diff, iv.low, iv.high, flagged=True)
