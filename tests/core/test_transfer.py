@@ -41,7 +41,7 @@ def test_without_a_night_step_budget_the_words_name_only_the_steps() -> None:
     assert t.headline.startswith("holds at 500 steps: map50 +0.100")
 
 
-@pytest.mark.parametrize(("night", "scale", "want"), [(169, "demo", 845), (40, "tiny", 120), (100, "full", 1000),
+@pytest.mark.parametrize(("night", "scale", "want"), [(169, "demo", 338), (40, "tiny", 120), (100, "full", 1000),
                                                       (100, "other", 500), (0, "demo", 0)])
 def test_default_steps(night: int, scale: str, want: int) -> None:
     assert default_steps(night, scale) == want
