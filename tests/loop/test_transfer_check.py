@@ -81,3 +81,35 @@ def test_off_by_default_and_after_a_confirmation_that_confirmed_nothing(ws):
 
 
 
+
+
+def test_looper_confirm_transfer_prints_both_and_refuses_when_off(ws):
+    import subprocess
+    import sys
+
+    loop = ready(ws, **{"loop.max_steps": 2})
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    assert run_candidate(loop.ctx, loop.ctx.workers[0]).outcome is Outcome.KEEP
+    cfg = (ws.root / "looper.toml").read_text().replace("confirm_seeds = 0", "confirm_seeds = 2")
+    (ws.root / "looper.toml").write_text(cfg.replace("[loop]\n", "[loop]\nmax_steps = 2\n", 1))
+    ws.git("commit", "-qam", "confirm on")
+
+    def confirm(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "looper.cli", "confirm", *args], cwd=ws.root, env=ws.env(),
+                              capture_output=True, text=True, timeout=300)
+
+    off = confirm("--transfer")
+    assert off.returncode == 2 and "[confirm] transfer_steps is 0 (off)" in off.stderr
+    with open(ws.root / "looper.toml", "a") as f:
+        f.write("\n[confirm]\ntransfer_steps = 8\ntransfer_seeds = 2\n")
+    ws.git("commit", "-qam", "transfer on")
+    done = confirm("--transfer")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "transfer check: holds at 8 steps (4x the night's 2): weighted F1 +" in done.stdout
+    assert "4 run(s)" in done.stdout.split("transfer check:")[1]
+    (t,) = transfers(loop.ctx.store, "t")
+    assert t.trigger == "command" and t.steps == 8
+    from looper.report import write_html
+
+    page = write_html(loop.ctx.store, ws.root, ws.root / "report.html").read_text()
+    assert "Trained longer: holds at 8 steps" in page
