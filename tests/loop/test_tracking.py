@@ -132,3 +132,66 @@ def test_a_tracking_server_that_is_down_is_a_warning_and_the_night_goes_on(make_
     assert all(json.loads(e["data_json"])["seconds"] <= 4.0 for e in notes), notes  # bounded: timeout 2 s
     assert "queued for the next settle" in notes[-1]["message"] and "the night goes on" in notes[-1]["message"]
     assert [r["status"] for r in ws.rows()] == ["keep", "discard"] and took < 170
+
+
+def _chromium() -> str:
+    import os
+    import shutil
+
+    import tiers
+
+    if "browser" in tiers.skipped():
+        tiers.require("browser", [])  # opted out by name: skip even where chromium exists
+    for name in (os.environ.get("LOOPER_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if name and shutil.which(name):
+            return str(shutil.which(name))
+    tiers.require("browser", ["a chromium binary on PATH (or LOOPER_CHROMIUM)"])
+    raise AssertionError("unreachable: tiers.require skips or fails")
+
+
+def test_the_mlflow_ui_shows_a_night_s_run(make_ws, tmp_path: Path) -> None:
+    """`mlflow server` on loopback over the store looper wrote; a real headless Chromium opens one
+    experiment's run page and finds its name, its status tag and its weighted F1."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    chromium = _chromium()
+    ws = make_ws()
+    _night(ws)
+    db = tmp_path / "m.db"
+    assert ws.looper("export", "--mlflow", "--mlflow-uri", f"sqlite:///{db}").returncode == 0
+    df = _runs(db)
+    keep = df[df["tags.looper.status"].eq("keep") & df["tags.mlflow.parentRunId"].isna()
+              & df["tags.looper.kind"].eq("candidate")].iloc[0]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mlflow_bin = str(Path(sys.executable).with_name("mlflow"))
+    server = subprocess.Popen([mlflow_bin, "server", "--backend-store-uri", f"sqlite:///{db}", "--host", "127.0.0.1",
+                               "--port", str(port), "--workers", "1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "mlflow server did not come up"
+            time.sleep(0.5)
+        url = f"http://127.0.0.1:{port}/#/experiments/{keep['experiment_id']}/runs/{keep['run_id']}"
+        dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                              f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=15000", "--dump-dom",
+                              url], capture_output=True, text=True, timeout=120, env={"HOME": str(tmp_path),
+                                                                                     "PATH": "/usr/bin:/bin"})
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    page = dom.stdout
+    assert "QUALITY 0.5 -&gt; 0.8" in page  # the run's name: "#<id> QUALITY 0.5 -> 0.8"
+    assert "weighted_f1" in page and f"{float(keep['metrics.weighted_f1']):.4f}"[:5] in page
+    assert "looper.status" in page
