@@ -52,5 +52,13 @@ def _to_mlflow(root: Path, cfg: object, uri: str | None) -> None:
     target = uri or getattr(getattr(cfg, "tracking", None), "mlflow_uri", "") or ""
     if not target:
         raise UsageError("looper export --mlflow: no MLflow URI: set [tracking] mlflow_uri or pass --mlflow-uri")
-    done = export_database(_store(root), target, root, getattr(getattr(cfg, "tracking", None), "mlflow_experiment", ""))
+    from looper.errors import HarnessError
+
+    try:
+        done = export_database(_store(root), target, root,
+                               getattr(getattr(cfg, "tracking", None), "mlflow_experiment", ""))
+    except Exception as exc:  # noqa: BLE001 - MLflow's own errors, named: what was written stays (idempotent)
+        raise HarnessError(f"looper export --mlflow: MLflow at {target}: {type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:300] if str(exc) else ''} (run it again: runs written "
+                           "so far are kept and not written twice)") from None
     typer.echo(f"mlflow {target}: {done.created} run(s) created, {done.unchanged} already there")

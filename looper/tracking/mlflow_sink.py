@@ -40,7 +40,10 @@ class MlflowSink:
         self.root = root
         self.experiment_name = experiment_name
         bound_http(timeout)
-        from mlflow import MlflowClient
+        try:
+            from mlflow import MlflowClient
+        except ImportError as exc:
+            raise RuntimeError(f"MLflow is not installed here ({exc}): pip install 'looper[tracking]'") from exc
 
         self.client = MlflowClient(tracking_uri=self.uri)
         self._experiments: dict[str, str] = {}
