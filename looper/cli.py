@@ -270,7 +270,9 @@ def verify(as_json: bool = typer.Option(False, "--json", help="Print exactly one
 
 @app.command()
 @_errors
-def confirm(tag: str | None = typer.Option(None, "--tag")) -> None:
+def confirm(tag: str | None = typer.Option(None, "--tag"),
+            transfer: bool = typer.Option(False, "--transfer", help="Then the transfer check: the best and the "
+                                                                    "baseline trained at \\[confirm] transfer_steps.")) -> None:
     """Re-run the tag's best on fresh seeds and compare it with the tag's baseline (the confirmed figure)."""
     from looper.executors import make_executor
     from looper.night.display import Display
@@ -290,13 +292,40 @@ def confirm(tag: str | None = typer.Option(None, "--tag")) -> None:
         loop = Loop(root, cfg, store, make_executor(root, cfg.executor), agent=None, notifier=AppriseNotifier([]),
                     display=Display(sys.stderr), secrets=_secrets(cfg))
         loop.install_signals()  # a signal ends the current run; what was confirmed so far is recorded
+        if transfer and cfg.confirm.transfer_steps == 0:
+            raise UsageError("--transfer: [confirm] transfer_steps is 0 (off): set it to the longer step budget, "
+                             "or -1 for a multiple of the night's")
         cid = loop.confirm()
+        error = loop.transfer(cid, "command") if transfer else None
     finally:
         lock.release()
     record = next(c for c in queries.confirmations(store, cfg.loop.tag) if c.id == cid)
     typer.echo(record.headline)
     typer.echo(f"{record.runs} run(s), {record.seconds / 60:.1f} min of runs, {record.wall_seconds / 60:.1f} min wall")
+    if transfer:
+        from looper.store.transfers import transfer_records
+
+        done = [t for t in transfer_records(store, cfg.loop.tag) if t.confirmation_id == cid]
+        if done:
+            t = done[-1]
+            typer.echo(f"transfer check: {t.headline}")
+            typer.echo(f"{t.runs} run(s), {t.seconds / 60:.1f} min of runs, {t.wall_seconds / 60:.1f} min wall")
+        else:
+            typer.echo("transfer check: not run (the confirmation confirmed no gain to carry to a longer budget)")
+        if error is not None:
+            raise error
+        if done and done[-1].status != "holds":
+            raise typer.Exit(1)
     raise typer.Exit(0 if record.status == "confirmed" else 1)
+
+
+def _register_export() -> None:
+    from looper.ship.cli import export_command
+
+    app.command("export")(_errors(export_command))
+
+
+_register_export()
 
 
 @baseline_app.command("approve")

@@ -292,6 +292,32 @@ class LimitsConfig(_Section):
     oom_score_adj: int = Field(default=1000, ge=0, le=1000)  # the kernel's OOM killer picks the run before the daemon
 
 
+class ConfirmConfig(_Section):
+    """The transfer check after the morning's confirmation (docs/SHIPPING.md)."""
+
+    transfer_steps: int = Field(default=0, ge=-1)  # 0 off; -1 a multiple of the night's steps per preset; N steps
+    transfer_seeds: int = Field(default=3, ge=2)  # fresh seeds a side (the best and the baseline each)
+
+
+class TrackingConfig(_Section):
+    """Where the night is also written for people (MLflow); it never decides anything (docs/SHIPPING.md)."""
+
+    mlflow_uri: str = ""  # "" off; sqlite:///mlflow.db (relative to the workspace) or http(s)://host:port
+    mlflow_experiment: str = ""  # the MLflow experiment's name ("" = "looper/<tag>")
+    timeout_seconds: float = Field(default=5.0, ge=0.5, le=60.0)  # the longest a settle waits for MLflow
+
+    @field_validator("mlflow_uri")
+    @classmethod
+    def _uri(cls, v: str) -> str:
+        parts = urlsplit(v.strip())
+        if v.strip() and parts.scheme not in ("sqlite", "http", "https", "file", "databricks", "postgresql", "mysql"):
+            raise ValueError(f"{v!r} is not an MLflow tracking URI (sqlite:///mlflow.db, http://host:5000, ...)")
+        if parts.password:
+            raise ValueError("holds a password: give MLflow's MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD "
+                             "in the environment instead")
+        return v.strip()
+
+
 class Config(_Section):
     loop: LoopConfig = Field(default_factory=LoopConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -300,6 +326,8 @@ class Config(_Section):
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
 
     @model_validator(mode="after")
     def _side_by_side(self) -> Config:

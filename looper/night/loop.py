@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from looper import proc
+from looper import proc, tracking
 from looper.agents.base import Agent
 from looper.config import Config
 from looper.core.verdict import Outcome, Verdict
@@ -257,6 +257,7 @@ class Loop:
         """The night. Returns the process exit code (0 stop rule/signal, 3 error, 4 stuck)."""
         ctx = self.ctx
         ctx.journal.event("start", f"daemon started (pid {os.getpid()}, {ctx.cfg.loop.workers} worker(s))")
+        tracking.warm(ctx.cfg, ctx.root)  # [tracking]: open MLflow in the background while the baseline runs
         reaped = proc.reap_trail(ctx.root / ".looper" / "pids")  # before anything new is noted there
         proc.set_trail(ctx.root / ".looper" / "pids")
         for line in reaped:
@@ -279,7 +280,9 @@ class Loop:
                 self.restore_last_kept()
                 record_nothing(ctx, "the night was stopped by a signal before its confirmation")
                 return 0
-            _, error = confirm(ctx, "night_end")  # a stop rule ended the night: confirm its best
+            cid, error = confirm(ctx, "night_end")  # a stop rule ended the night: confirm its best
+            if error is None and not ctx.night.cancel.is_set():
+                error = self.transfer(cid, "night_end")  # [confirm] transfer_steps: does it hold trained longer?
             if error is not None:
                 return self.halt(Halted(error))
             if ctx.night.cancel.is_set():
@@ -370,6 +373,17 @@ class Loop:
     def confirm(self) -> int:
         """The tag's best on fresh seeds, compared with its baseline (looper.night.confirm); the confirmation id."""
         return run_confirm(self.ctx)
+
+    def transfer(self, cid: int | None, trigger: str) -> HarnessError | None:
+        """The transfer check after confirmation ``cid`` (looper.night.transfer); a person is told when the
+        gain does not hold at the longer budget. Returns the harness error that ended it, if any."""
+        from looper.night import transfer
+
+        record, error = transfer.check(self.ctx, trigger, cid)
+        if record is not None and record.flagged:
+            self.page(f"looper: {self.ctx.tag.name}: #{record.experiment_id}'s confirmed gain {record.status} when "
+                      f"trained longer ({record.steps} steps)", record.headline, record.experiment_id)
+        return error
 
     # ------------------------------------------------------------------ looper verify
     def verify(self) -> Verdict:

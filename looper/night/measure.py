@@ -460,7 +460,18 @@ def record_best_run(ctx: Context, best_id: int, m: Measurement) -> None:
 def record_run(ctx: Context, exp_id: int, role: str, m: Measurement) -> None:
     score = m.metrics.get(ctx.cfg.gate.score) if m.metrics is not None else None
     tail = (m.train.log_tail if m.train else "")[-4000:]
+    weights = m.run_dir / "out" / "weights.pt" if m.run_dir is not None and m.metrics is not None else None
+    digest = weights_sha256(m) if weights is not None else None  # the scored weights, hashed as recorded
     ctx.store.add_run(exp_id, role=role, seed=m.seed,
                       exit_code=m.train.exit_code if m.train else None, score=score,
                       metrics=m.metrics, train=m.train_json, log_tail=ctx.journal.redact(tail),
-                      started_at=None, finished_at=now_iso())
+                      started_at=None, finished_at=now_iso(),
+                      weights_path=_relative(ctx.root, weights) if digest else None, weights_sha256=digest)
+
+
+def _relative(root: Path, path: Path | None) -> str | None:
+    """``path`` relative to the workspace root (as the store keeps it), or None outside it."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix() if path is not None else None
+    except ValueError:
+        return None

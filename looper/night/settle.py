@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from looper import proc
+from looper import proc, tracking
 from looper.core import failure as core_failure
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError
@@ -99,6 +99,7 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
         failure_signature=result.signature,
         harness_seconds=max(0.0, time.monotonic() - cand.started - cand.agent_seconds - cand.spent), **cand.timing)
     result = dataclasses.replace(result, verdict=verdict, exp_id=cand.exp_id)
+    tracking.on_settled(ctx, cand.exp_id)  # [tracking]: MLflow; bounded wait, a warning at most, decides nothing
     if outcome is Outcome.INTERRUPTED:
         ctx.journal.event("interrupted", verdict.blocking[0], cand.exp_id)
     elif cand.kind == "candidate":

@@ -31,6 +31,7 @@ class Morning:
     confirmation: ConfirmationRecord | None
     decisions: list[dict[str, Any]] = field(default_factory=list)  # {id, status, runs, best_runs, minutes, stopped}
     confirmations: list[ConfirmationRecord] = field(default_factory=list)  # in the window
+    transfer: Any = None  # the transfer check of that confirmation (looper.store.transfers.TransferRecord)
 
     @property
     def flagged(self) -> bool:
@@ -60,7 +61,22 @@ def morning(store: Store, tag: str | None, since: str | None = None) -> Morning:
                           "minutes": float(cost.get("minutes") or 0.0),
                           "wall_minutes": None if cost.get("wall_minutes") is None else float(cost["wall_minutes"]),
                           "stopped": str(cost.get("stopped") or "")})
-    return Morning(tag, every[-1] if every else None, decisions, window)
+    last = every[-1] if every else None
+    checks = [t for t in queries.transfers(store, tag) if last is not None and t.confirmation_id == last.id]
+    return Morning(tag, last, decisions, window, checks[-1] if checks else None)
+
+
+def transfer_lines(m: Morning) -> list[str]:
+    """The transfer check beside the confirmed figure: both budgets' gains, and a flag when it does not hold."""
+    t = m.transfer
+    if t is None:
+        return []
+    lines = [f"Trained longer: {clean(t.headline)} ({t.runs} run(s), {t.seconds / 60:.1f} min of runs"
+             f"{_wall(t.wall_seconds / 60)})"]
+    if t.flagged:
+        lines.append(f"!! #{t.experiment_id}'s confirmed gain {t.status} when trained longer ({t.steps} steps): "
+                     "a person should look before shipping it")
+    return lines
 
 
 def _confirmation_words(c: ConfirmationRecord) -> str:
@@ -118,6 +134,7 @@ def morning_lines(m: Morning) -> list[str]:
         if c.flagged:
             lines.append(f"!! #{c.experiment_id}'s kept gain did not confirm on fresh seeds: a person should look "
                          "before shipping it")
+    lines += transfer_lines(m)
     lines += [f"  {x}" for x in cost_lines(m)]
     return lines
 
@@ -136,6 +153,7 @@ def morning_html(m: Morning) -> str:
         if c.flagged:
             body += (f"<p><strong>#{c.experiment_id}'s kept gain did not confirm on fresh seeds: a person should "
                      "look before shipping it.</strong></p>")
+        body += "".join(f"<p>{html.escape(x)}</p>" for x in transfer_lines(m))
     costs = "".join(f"<li>{html.escape(x)}</li>" for x in cost_lines(m) if not x.startswith("  #"))
     rows = "".join(
         f"<tr><td>#{d['id']}</td><td>{html.escape(d['status'])}</td><td>{d['candidate_runs']}</td>"

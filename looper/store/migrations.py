@@ -192,10 +192,51 @@ def _m3_confirmations(conn: Connection) -> None:
     conn.exec_driver_sql("CREATE INDEX ix_confirmations_tag_id ON confirmations (tag, id)")
 
 
+def _m4_run_weights(conn: Connection) -> None:
+    """Each run's weights as the harness found them right after its evaluation: the file (relative
+    to the workspace) and its sha256, so ``looper export`` ships only weights the harness scored."""
+    conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN weights_path TEXT")
+    conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN weights_sha256 TEXT")
+
+
+def _m5_transfers(conn: Connection) -> None:
+    """The transfer check: the confirmed best and the baseline trained longer on fresh seeds
+    (looper/night/transfer.py, the rule in looper/core/transfer.py; rows read by looper/store/transfers.py)."""
+    iso = "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*'"
+    conn.exec_driver_sql(f"""
+        CREATE TABLE transfers (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            tag TEXT NOT NULL,
+            confirmation_id INTEGER REFERENCES confirmations(id) ON DELETE SET NULL,
+            experiment_id INTEGER REFERENCES experiments(id) ON DELETE SET NULL,
+            baseline_id INTEGER REFERENCES experiments(id) ON DELETE SET NULL,
+            trigger TEXT NOT NULL CHECK (trigger IN ('night_end', 'command', 'cut_short')),
+            status TEXT NOT NULL CHECK (status IN ('holds', 'shrinks', 'reverses', 'nothing')),
+            score_key TEXT NOT NULL,
+            steps INTEGER NOT NULL CHECK (steps >= 0),
+            night_steps INTEGER NOT NULL CHECK (night_steps >= 0),
+            seeds_json TEXT NOT NULL CHECK (json_valid(seeds_json)),
+            scores_json TEXT NOT NULL CHECK (json_valid(scores_json)),
+            baseline_scores_json TEXT NOT NULL CHECK (json_valid(baseline_scores_json)),
+            diff REAL, low REAL, high REAL,
+            flagged INTEGER NOT NULL DEFAULT 0 CHECK (flagged IN (0, 1)),
+            headline TEXT NOT NULL,
+            runs INTEGER NOT NULL CHECK (runs >= 0),
+            seconds REAL NOT NULL CHECK (seconds >= 0),
+            started_at TEXT NOT NULL CHECK (started_at GLOB {iso}),
+            finished_at TEXT NOT NULL CHECK (finished_at GLOB {iso})
+        )
+        """)
+    conn.exec_driver_sql("CREATE INDEX ix_transfers_tag_id ON transfers (tag, id)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create experiments, class_metrics, runs, events, tags", _m1_create),
     Migration(2, "indexes for per-tag history, status and journal queries", _m2_indexes),
     Migration(3, "confirmations: the night's best re-run on fresh seeds", _m3_confirmations),
+    Migration(4, "runs.weights_path, runs.weights_sha256: the weights each run left, hashed by the harness",
+              _m4_run_weights),
+    Migration(5, "transfers: the confirmed best and the baseline trained longer on fresh seeds", _m5_transfers),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

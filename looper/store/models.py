@@ -90,6 +90,8 @@ runs = Table(
     Column("log_tail", Text, nullable=False),
     Column("started_at", Text, nullable=False),
     Column("finished_at", Text),
+    Column("weights_path", Text),  # migration 4: the weights the run left, relative to the workspace
+    Column("weights_sha256", Text),  # migration 4: their sha256 when the harness recorded the run
     sqlite_autoincrement=True,
 )
 

@@ -188,3 +188,10 @@ def used_seeds(store: Store, tag: str) -> list[int]:
          .where(e.c.tag == tag, r.c.seed.is_not(None)).order_by(r.c.seed))
     with store._ro() as conn:  # noqa: SLF001
         return [int(s) for (s,) in conn.execute(q)]
+
+
+def transfers(store: Store, tag: str | None = None) -> list[Any]:
+    """The transfer checks of a tag (every tag when None), oldest first (looper.store.transfers)."""
+    from looper.store.transfers import transfer_records
+
+    return transfer_records(store, tag)

@@ -204,6 +204,8 @@ class RunRecord(_Record):
     log_tail: str
     started_at: str
     finished_at: str | None
+    weights_path: str | None = None  # relative to the workspace (migration 4; None before it)
+    weights_sha256: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
@@ -211,7 +213,8 @@ class RunRecord(_Record):
             id=row["id"], experiment_id=row["experiment_id"], role=row["role"], seed=row["seed"],
             exit_code=row["exit_code"], score=row["score"], metrics=_loads(row["metrics_json"]),
             train=_loads(row["train_json"]), log_tail=row["log_tail"], started_at=row["started_at"],
-            finished_at=row["finished_at"],
+            finished_at=row["finished_at"], weights_path=row.get("weights_path"),
+            weights_sha256=row.get("weights_sha256"),
         )
 
 

@@ -567,8 +567,11 @@ class Store:
         log_tail: str = "",
         started_at: str | _dt.datetime | None = None,
         finished_at: str | _dt.datetime | None = None,
+        weights_path: str | None = None,
+        weights_sha256: str | None = None,
     ) -> int:
-        """Record one training+evaluation run of an experiment; returns the run id."""
+        """Record one training+evaluation run of an experiment; returns the run id. ``weights_path``
+        (relative to the workspace) and ``weights_sha256``: the weights the run left, as hashed now."""
         if role not in m.RUN_ROLES:
             raise ValueError(f"run role must be one of {', '.join(m.RUN_ROLES)}, got {role!r}")
         if score is not None and (isinstance(score, bool) or not math.isfinite(score)):
@@ -585,6 +588,8 @@ class Store:
             "log_tail": log_tail,
             "started_at": _iso(started_at, "started_at") or now,
             "finished_at": _iso(finished_at, "finished_at") or now,
+            "weights_path": weights_path,
+            "weights_sha256": weights_sha256,
         }
         with self._tx() as conn:
             self._require_experiment(conn, experiment_id, "add a run")

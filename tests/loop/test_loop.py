@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from faults.faultkit import assert_nothing_lost, baseline_only
 
+from looper.workspace.hashes import file_sha256
 from looper.proc import group_gone
 
 pytestmark = pytest.mark.e2e
@@ -40,6 +41,11 @@ def test_keep_advances_the_branch_and_records_everything(make_ws, pages):
         classes = con.execute("SELECT class_name, recall FROM class_metrics WHERE experiment_id=?",
                               (exp["id"],)).fetchall()
         runs = con.execute("SELECT role, seed FROM runs WHERE experiment_id=?", (base["id"],)).fetchall()
+        weights = con.execute("SELECT weights_path, weights_sha256 FROM runs WHERE experiment_id=?",
+                              (exp["id"],)).fetchall()
+    # each scored run's weights, hashed when the harness recorded it (what looper export ships)
+    assert weights and all(p and p.startswith(f"runs/t/{exp['id']:05d}/") and p.endswith("/out/weights.pt")
+                           and file_sha256(ws.root / p) == h for p, h in weights), weights
     assert {c[0] for c in classes} == {"supply_diffuser", "return_grille", "vav_box", "thermostat"}
     assert len(runs) == 2  # noise_reruns = 1: the baseline ran with two seeds
     assert json.loads(exp["verdict_json"])["status"] == "pass"
