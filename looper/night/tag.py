@@ -4,6 +4,7 @@ which refreshes what it holds from the store, so no caller keeps a stale copy.""
 
 from __future__ import annotations
 
+import copy
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +113,13 @@ class TagState:
         if self._cfg_max_steps != "auto":
             return int(self._cfg_max_steps)
         return self.budget().max_steps
+
+    def with_max_steps(self, steps: int) -> TagState:
+        """The same tag whose runs train ``steps`` steps (the transfer check's longer budget); the checkout,
+        the record and the store are shared."""
+        other = copy.copy(self)
+        other._cfg_max_steps = int(steps)
+        return other
 
     # ------------------------------------------------------------------ queries
     def best(self) -> ExperimentRecord:

@@ -11,15 +11,15 @@ These runs are NOT the experiments' runs: they train another budget, so they are
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import functools
 from typing import Any
 
-from looper.night.context import Context, now_iso
 from looper.core import transfer as core_transfer
 from looper.core.intensify import fresh_seeds
 from looper.core.verdict import Outcome
 from looper.errors import HarnessError
+from looper.night.context import Context, now_iso
 from looper.store import queries
 from looper.store.transfers import add_transfer
 
@@ -33,9 +33,8 @@ def transfer_steps(ctx: Context) -> int:
 
 def _longer(ctx: Context, steps: int) -> Context:
     """The same context whose runs train ``steps`` steps (the store, display, locks and cancel are shared)."""
-    c = copy.copy(ctx)
-    c.cfg = ctx.cfg.model_copy(update={"loop": ctx.cfg.loop.model_copy(update={"max_steps": steps})})
-    return c
+    cfg = ctx.cfg.model_copy(update={"loop": ctx.cfg.loop.model_copy(update={"max_steps": steps})})
+    return dataclasses.replace(ctx, cfg=cfg, tag=ctx.tag.with_max_steps(steps))
 
 
 def _side(ctx: Context, exp: Any, seeds: list[int], budget: float) -> tuple[list[float], float, list[str], bool]:

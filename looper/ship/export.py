@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from looper.core.ship import RunView, pick_run
-from looper.workspace.hashes import file_sha256
 from looper.errors import UsageError
+from looper.workspace.hashes import file_sha256
 
 FORMATS = ("pt", "onnx")
 ONNX_NEEDS = ("onnx", "onnxslim")  # Ultralytics' ONNX exporter (simplify=True) imports these

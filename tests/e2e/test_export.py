@@ -16,8 +16,8 @@ import pytest
 
 from looper.core.metrics import Detection, drop_seam_boxes, merge_detections, tile_grid
 from looper.core.verdict import Outcome
-from looper.workspace.hashes import file_sha256
 from looper.store import Store
+from looper.workspace.hashes import file_sha256
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

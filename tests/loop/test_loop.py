@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from faults.faultkit import assert_nothing_lost, baseline_only
 
-from looper.workspace.hashes import file_sha256
 from looper.proc import group_gone
+from looper.workspace.hashes import file_sha256
 
 pytestmark = pytest.mark.e2e
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from looper.core.verdict import Outcome
-from looper.workspace.hashes import file_sha256
 from looper.ship.export import ExportError, WeightsChanged, choose, verified_weights
 from looper.store import Store
 from looper.store.migrations import migrate
 from looper.store.repo import open_engine
+from looper.workspace.hashes import file_sha256
 
 W = "runs/t/00001/main-s0/out/weights.pt"
 
