@@ -31,6 +31,7 @@ from looper.display import Display
 from looper.errors import HarnessError, LooperError, StuckError
 from looper.experiment import measure_baseline, run_candidate, verify
 from looper.measure import preflight
+from looper.runtimepin import runtime_hashes
 from looper.store import Store
 
 ADVICE = {
@@ -112,6 +113,7 @@ class Loop:
             if missing:
                 raise HarnessError(f"fixed files missing in the workspace: {', '.join(missing)}")
             fixed |= pretrained_hashes(ctx.root)  # the starting checkpoints: weights as data, pinned too
+            fixed |= runtime_hashes()  # the Python runtime, site-packages, the looper package (issue 39)
             ctx.store.put_tag(ctx.tag, branch=ctx.wt.branch, base_commit=ctx.wt.head(), fixed_hashes=fixed,
                               data_hash=data_hash, noise=None, started_at=now_iso())
             ctx.event("baseline", f"tag {ctx.tag} started at {ctx.wt.head()[:10]}; data hash {data_hash[:12]}")

@@ -21,8 +21,9 @@ executor wraps its two commands with the argv built here:
   kernel kills everything else in its PID namespace, so no process outlives it, whatever it
   forked; a run that left processes behind ends with exit status 86 and a line naming
   them (a crash of the change). GPU device nodes (``/dev/nvidia*``) are bound when present.
-- :func:`eval_argv`: ``python -I`` on a harness-owned copy of evaluate.py (no script folder,
-  no cwd, no user site, no ``PYTHON*`` variables on ``sys.path``), in a sandbox built the same
+- :func:`eval_argv`: ``python -I -S`` on a harness-owned copy of evaluate.py (no script folder,
+  no cwd, no user site, no ``.pth`` file run, no ``PYTHON*`` variables; ``sys.path`` set explicitly
+  by :data:`NOSITE`), in a sandbox built the same
   way that shows only the system, the Python runtime, that copy, the weights and the data's
   ``manifest.json`` and ``pages/``, and can write only its own output folder, which training
   never could; no network.
@@ -404,17 +405,42 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
     return [*args, "--", python, "-I", "-c", WATCH, *command]
 
 
-# ``python -I -c BOOT PACKAGE EVALUATOR ARGS...``: evaluate.py with PACKAGE (the harness's copy of
-# the looper package) first on sys.path, where looper is not installed (an ssh host).
-BOOT = "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; " \
-       "runpy.run_path(sys.argv[0], run_name='__main__')"
+# ``python -I -S -c NOSITE PACKAGES EVALUATOR ARGS...``: the evaluator without the site module, so no
+# ``.pth`` file and no user site runs (``-I`` alone still runs every ``.pth`` in site-packages: issue 39).
+# sys.path is explicit: the standard library, PACKAGES (``os.pathsep``-separated folders holding the
+# harness's looper package), then the site-packages folders of the interpreter's environment, found from
+# its ``pyvenv.cfg`` (and the base install's when that allows system packages), never from a ``.pth``.
+NOSITE = (
+    "import os, runpy, sys, sysconfig\n"
+    "env, v = os.path.dirname(os.path.dirname(sys.executable)), 'python%d.%d' % sys.version_info[:2]\n"
+    "cfg, dirs, system = os.path.join(env, 'pyvenv.cfg'), [], True\n"
+    "if os.path.isfile(cfg):\n"
+    "    system = 'include-system-site-packages=true' in open(cfg).read().replace(' ', '').lower()\n"
+    "    dirs += [os.path.join(env, lib, v, 'site-packages') for lib in (sys.platlibdir, 'lib')]\n"
+    "if system:\n"
+    "    dirs += [sysconfig.get_paths()[k] for k in ('purelib', 'platlib')]\n"
+    "extra = [p for p in sys.argv[1].split(os.pathsep) if p]\n"
+    "sys.path[:] = list(dict.fromkeys(sys.path + extra + [d for d in dirs if os.path.isdir(d)]))\n"
+    "sys.argv = sys.argv[2:]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+
+
+def package_parents(package: Path | None = None) -> list[str]:
+    """The folders put on the evaluator's sys.path for ``import looper``: ``package`` (the harness's copy)
+    when given, else the folder holding this looper package (an editable install's source tree: in the
+    sandbox only its ``looper`` folder is shown)."""
+    import looper
+
+    return [os.path.realpath(package)] if package is not None else [str(Path(looper.__file__).resolve().parent.parent)]
 
 
 def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, out_dir: Path,
               env: Mapping[str, str], device: str = "", policy: SandboxPolicy = SandboxPolicy(),
               devices: Sequence[str] | None = None, bwrap: str | None = None,
               package: Path | None = None) -> list[str]:
-    """``python -I evaluate.py`` from the harness's copy, writable only ``out_dir``, no network.
+    """``python -I -S evaluate.py`` from the harness's copy (:data:`NOSITE`: no ``.pth``, no user site,
+    an explicit ``sys.path``), writable only ``out_dir``, no network.
 
     It keeps the environment bwrap is started with (``python -I`` ignores ``PYTHON*``), plus
     ``env`` and the sandbox's home and cache folders. ``package``: a folder holding the harness's
@@ -424,8 +450,8 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
     ``python -I`` command is returned without ``bwrap``.
     """
     evaluator, weights, data_dir, out_dir = (Path(os.path.realpath(p)) for p in (evaluator, weights, data_dir, out_dir))
-    boot = ["-c", BOOT, os.path.realpath(package)] if package is not None else []
-    cmd = [python, "-I", *boot, str(evaluator), "--weights", str(weights), "--data", str(data_dir),
+    boot = ["-c", NOSITE, os.pathsep.join(package_parents(package))]
+    cmd = [python, "-I", "-S", *boot, str(evaluator), "--weights", str(weights), "--data", str(data_dir),
            "--out", str(out_dir / "METRICS.json")]
     if device:
         cmd += ["--device", device]
