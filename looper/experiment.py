@@ -17,7 +17,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,7 +139,7 @@ def run_candidate(ctx: Context, w: Worker) -> Result | None:
             ctx.event("stop", f"the agent has run out of ideas: {reply.rationale or reply.description}")
             return None
         cand = candidate_of(ctx, w, parent, parent_source, proposed, started_at)
-        scope = check_scope(ctx, cand, proposed.rejected)
+        scope = check_scope(ctx, cand, proposed.rejected, getattr(proposed.reply, "touched", ()) or ())
         if not scope.ok:
             return settle(ctx, cand, Result(Outcome(scope.metrics["outcome"]), Verdict.failed(*scope.blocking),
                                             signature=scope.metrics.get("signature")))
@@ -212,11 +212,12 @@ def candidate_of(ctx: Context, w: Worker, parent: str, parent_source: str, propo
     return cand
 
 
-def check_scope(ctx: Context, cand: Candidate, rejected: str | None) -> Verdict:
-    """Only train.py may change: anything else is put back as the parent has it."""
+def check_scope(ctx: Context, cand: Candidate, rejected: str | None, touched: Sequence[str] = ()) -> Verdict:
+    """Only train.py may change: anything else is put back as the parent has it. ``touched``: what a boxed
+    agent changed besides train.py in its private copy (never copied into the checkout)."""
     ctx.store.set_phase(cand.exp_id, "scope check")
     changed = [c.path for c in cand.worker.wt.changes()]
-    verdict = core_scope.check(changed, cand.source, cand.parent_source, rejected)
+    verdict = core_scope.check(sorted({*changed, *touched}), cand.source, cand.parent_source, rejected)
     others = [p for p in changed if p != "train.py"]
     if not verdict.ok and others:
         cand.worker.wt.restore(others)
@@ -485,6 +486,9 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
     off = sandbox_opt_out(ctx)
     if off:  # every verdict says when train.py ran without its sandbox
         verdict = verdict.model_copy(update={"metrics": {**verdict.metrics, "sandbox": off}})
+    unboxed = agent_opt_out(ctx)
+    if unboxed:  # ... and when the agent command ran without its box
+        verdict = verdict.model_copy(update={"metrics": {**verdict.metrics, "agent_sandbox": unboxed}})
     release_reserve(ctx.root, ctx.cfg.limits.reserve_bytes)  # a nearly full disk: room for the outcome
     if cand.moves_git and outcome.advances_branch:
         advance_branch(ctx, cand)
@@ -514,6 +518,15 @@ def sandbox_opt_out(ctx: Context) -> str | None:
     from looper.sandbox import SandboxPolicy, opt_out_line
 
     return opt_out_line(SandboxPolicy.from_section(ctx.cfg.executor))
+
+
+def agent_opt_out(ctx: Context) -> str | None:
+    """The line a verdict carries when a ``command`` agent runs with ``[agent] sandbox = "none"``."""
+    from looper.agent_sandbox import AgentBox, opt_out_line
+
+    if getattr(ctx.cfg.agent, "kind", "") != "command":
+        return None
+    return opt_out_line(AgentBox(mode=str(getattr(ctx.cfg.agent, "sandbox", "bwrap") or "bwrap")))
 
 
 def advance_branch(ctx: Context, cand: Candidate) -> None:

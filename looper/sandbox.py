@@ -239,6 +239,10 @@ class _Mounts:
         p = Path(os.path.realpath(path))
         self._add(p, 2, ["--bind", str(p), str(p)])
 
+    def rw_at(self, src: Path, dest: Path) -> None:
+        """``src`` writable, shown at ``dest`` (the agent's private copy of its checkout)."""
+        self._add(Path(os.path.realpath(dest)), 2, ["--bind", os.path.realpath(src), os.path.realpath(dest)])
+
     def empty(self, path: Path | str) -> None:
         """An empty, read-only folder at ``path`` (what is put in it later stays as mounted)."""
         p = Path(os.path.realpath(path))

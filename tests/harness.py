@@ -141,6 +141,12 @@ def write_config(root: Path, notify_url: str, agent_cmd: str, **over: object) ->
     text += '\n[data]\ndir = "data"\nscale = "tiny"\nseed = 0\n'
     text += "\n[gate]\n" + "".join(f"{k} = {val(v)}\n" for k, v in gate.items())
     text += f'\n[agent]\nkind = "command"\ncommand = {json.dumps(agent_cmd)}\ntimeout_seconds = 60\n'
+    # The fixture agent claims its queue (a folder beside the workspace) and writes its prompts there, which
+    # its box does not allow: it runs with the box's explicit opt-out unless a test asks for the box
+    # (agent_sandbox = "bwrap", with agent_pass_env / agent_readable / agent_network: tests/security/test_agent_box.py).
+    agent = {"sandbox": "none"}
+    agent.update({k[6:]: v for k, v in over.items() if k.startswith("agent_")})
+    text += "".join(f"{k} = {val(v)}\n" for k, v in agent.items())
     executor = {"kind": "local"}
     executor.update({k[5:]: v for k, v in over.items() if k.startswith("exec_")})
     text += "\n[executor]\n" + "".join(f"{k} = {val(v)}\n" for k, v in executor.items())
