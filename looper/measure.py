@@ -109,7 +109,8 @@ def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Exe
     now = fixed_hashes(folder or ctx.wt.path, FIXED_FILES) | pretrained_hashes(ctx.root)
     pinned = ctx.pinned.fixed_hashes or {}
     if runtime and core_runtime.pinned(pinned):
-        problems += core_runtime.changes(pinned, runtime_hashes(), when)
+        seen = "" if when == "since the tag began" else f" (seen {when.replace('during', 'after')})"
+        problems += core_runtime.changes(pinned, runtime_hashes(), "since the tag began" + seen)
     for name, h in pinned.items():
         if name.startswith(core_runtime.PREFIX):
             continue

@@ -127,6 +127,7 @@ class WS:
 
 
 def write_config(root: Path, notify_url: str, agent_cmd: str, **over: object) -> None:
+    agent_cmd = str(over.pop("agent_command", agent_cmd))  # a test's own agent program
     loop = {"tag": "t", "budget_seconds": 6, "grace_seconds": 2, "stall_seconds": 4, "max_experiments": 0,
             "stuck_after": 3, "noise_reruns": 1,
             "baseline_seeds": 2, "confirm_seeds": 0}  # a test that confirms turns it on (loop_confirm_seeds)

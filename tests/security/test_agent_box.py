@@ -1,0 +1,156 @@
+"""Issue 39's agent attacks through the real daemon (``looper run`` as a subprocess), the real agent box
+(looper/agent_sandbox.py: bubblewrap) and the fast fixture workspace (its train.py and evaluate.py take a
+second; the fixture evaluate.py writes MATCHES.json as the real one does).
+
+(a) a boxed ``command`` agent plants a ``.pth`` and a module in the venv's site-packages and nudges a
+    knob by 1e-7: the box makes the writes impossible (read-only), nothing forged is kept;
+(a') the same agent with the box's explicit opt-out, planting into a site-packages folder on the
+    daemon's path (a scratch one, never the shared venv): the runtime pin halts the night naming the file;
+(b) a boxed agent looks for the test seed, the test pages, the database, ``~/.config/looper`` and the
+    daemon's secrets: it sees none of them (what it saw is its own report, kept in the database);
+(c) a METRICS.json rewritten after evaluate.py wrote it is refused as a harness error naming both files.
+
+Each asserts the outcome named, the database intact and the checkout clean. About 15 s each here.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from harness import FIXTURE, make_ws, pages  # noqa: F401  (pytest fixtures)
+
+pytestmark = [pytest.mark.e2e]
+
+SITE = Path(next(p for p in sys.path if p.endswith("site-packages")))
+PLANTED = ("zz_looper_forge.pth", "looper_forge.py")
+
+
+def _agent(tmp_path: Path, body: str) -> Path:
+    """An agent program: reads the prompt, does ``body``, nudges QUALITY by 1e-7, says what it saw."""
+    path = tmp_path / "evil_agent.py"
+    path.write_text(f"""#!{sys.executable}
+import json, os, pathlib, re, sys
+sys.stdin.read()
+seen = {{}}
+{body}
+src = pathlib.Path("train.py").read_text()
+old = float(re.search(r"^QUALITY = ([0-9.e-]+)", src, re.M).group(1))
+pathlib.Path("train.py").write_text(re.sub(r"^QUALITY = [0-9.e-]+", f"QUALITY = {{old + 1e-7!r}}", src, flags=re.M))
+print("SEEN " + json.dumps(seen, sort_keys=True))
+print("QUALITY nudged by 1e-7")
+""")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _plant(site: Path) -> str:
+    return f"""
+for name, text in (({PLANTED[0]!r}, "import looper_forge\\n"), ({PLANTED[1]!r}, "FORGED = 0.99\\n")):
+    try:
+        pathlib.Path({str(site)!r}, name).write_text(text)
+        seen[name] = "written"
+    except OSError as exc:
+        seen[name] = exc.strerror
+"""
+
+
+def _intact(ws) -> None:  # noqa: ANN001
+    with sqlite3.connect(ws.root / "experiments.db") as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert con.execute("SELECT COUNT(*) FROM experiments WHERE status='keep' AND score >= 0.98").fetchone()[0] == 0
+    assert ws.git("status", "--porcelain", cwd=ws.worktree) == ""
+
+
+def _seen(row: dict) -> dict:
+    line = next(part for part in row["rationale"].split(" / ") if part.startswith("SEEN "))
+    return json.loads(line[5:])
+
+
+def test_a_boxed_agent_cannot_plant_in_the_venv_and_nothing_forged_is_kept(make_ws, tmp_path: Path) -> None:  # noqa: F811
+    agent = _agent(tmp_path, _plant(SITE))
+    ws = make_ws(agent_command=str(agent), agent_sandbox="bwrap", loop_noise_reruns=0)
+    try:
+        r = ws.looper("run", "--max-experiments", "1", timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        row = ws.rows()[-1]
+        seen = _seen(row)
+        assert seen == {PLANTED[0]: "Read-only file system", PLANTED[1]: "Read-only file system"}, seen
+        assert row["status"] in ("discard", "inconclusive"), (row["status"], row["blocking_json"])
+        assert row["score"] is None or row["score"] < 0.9
+        _intact(ws)
+    finally:
+        for name in PLANTED:  # never leave a plant in the shared venv, whatever happened
+            (SITE / name).unlink(missing_ok=True)
+    assert not any((SITE / name).exists() for name in PLANTED)
+
+
+def test_an_unboxed_agents_plant_is_a_harness_error_naming_the_file(make_ws, tmp_path: Path, pages) -> None:  # noqa: F811
+    site = tmp_path / "extra" / "site-packages"  # on the daemon's import path: pinned with the runtime
+    site.mkdir(parents=True)
+    (site / "honest.py").write_text("X = 1\n")
+    agent = _agent(tmp_path, _plant(site))
+    ws = make_ws(agent_command=str(agent), agent_sandbox="none")
+    env = {**ws.env(), "PYTHONPATH": str(site)}
+    r = ws.looper("run", "--max-experiments", "1", timeout=300, env=env)
+    assert r.returncode == 3, r.stdout + r.stderr
+    row = ws.rows()[-1]
+    reasons = " ".join(json.loads(row["blocking_json"]))
+    assert row["status"] == "error", (row["status"], reasons)
+    assert f"runtime file {site}/{PLANTED[0]} was added since the tag began" in reasons, reasons
+    assert f"runtime file {site}/{PLANTED[1]} was added" in reasons, reasons
+    assert pages.pages, "the halt paged nobody"
+    _intact(ws)
+
+
+def test_a_boxed_agent_sees_no_test_truth_no_database_no_home_and_no_secrets(make_ws, tmp_path: Path) -> None:  # noqa: F811
+    home = tmp_path / "home"
+    (home / ".config" / "looper").mkdir(parents=True)
+    (home / ".config" / "looper" / "ws.env").write_text("OPENAI_API_KEY=sk-from-env-file\n")
+    probe = """
+root = pathlib.Path(os.environ["LOOPER_CHECKOUT"]).parents[2]
+for rel in (".looper/test_seed", "data/pages", "data/manifest.json", "experiments.db", "looper.toml", ".git"):
+    seen[rel] = (root / rel).exists()
+seen["home_config"] = pathlib.Path(HOME_DIR, ".config", "looper", "ws.env").exists()
+seen["checkout"] = sorted(os.listdir("."))
+seen["env"] = sorted(k for k in os.environ if k in ("OPENAI_API_KEY", "LOOPER_NOTIFY_URLS", "FIXTURE_QUEUE",
+                                                     "FIXTURE_VISIBLE"))
+seen["pid1_env"] = "sk-test-secret" in open("/proc/1/environ", "rb").read().decode(errors="replace")
+""".replace("HOME_DIR", repr(str(home)))
+    agent = _agent(tmp_path, probe)
+    ws = make_ws(agent_command=str(agent), agent_sandbox="bwrap", agent_pass_env=["FIXTURE_VISIBLE"],
+                 loop_noise_reruns=0)
+    (ws.root / ".looper").mkdir(exist_ok=True)
+    (ws.root / ".looper" / "test_seed").write_text("123456789\n")  # where prepare.py keeps the test pages' seed
+    env = {**ws.env(), "HOME": str(home), "OPENAI_API_KEY": "sk-test-secret", "FIXTURE_VISIBLE": "1",
+           "LOOPER_NOTIFY_URLS": ws.notify_url}
+    r = ws.looper("run", "--max-experiments", "1", timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (ws.root / ".looper" / "test_seed").is_file() and (ws.root / "data" / "pages").is_dir()
+    seen = _seen(ws.rows()[-1])
+    assert seen == {".looper/test_seed": False, "data/pages": False, "data/manifest.json": False,
+                    "experiments.db": False, "looper.toml": False, ".git": False, "home_config": False,
+                    "checkout": ["program.md", "train.py"], "env": ["FIXTURE_VISIBLE"], "pid1_env": False}, seen
+    _intact(ws)
+
+
+def test_a_metrics_file_rewritten_after_evaluation_is_a_harness_error_naming_both_files(make_ws, pages) -> None:  # noqa: F811
+    ws = make_ws(loop_noise_reruns=0)
+    forge = '''
+with open(os.path.join(out, "weights.pt"), "w") as f:  # the evaluator's stand-in for planted code rewrites METRICS.json
+    json.dump({"quality": q, "weak_class": WEAK_CLASS, "weak_recall": WEAK_RECALL, "seed": seed, "forge": True}, f)
+'''
+    ws.enqueue("forged metrics", source=(FIXTURE / "train.py").read_text() + forge)
+    r = ws.looper("run", "--max-experiments", "1", timeout=300)
+    assert r.returncode == 3, r.stdout + r.stderr
+    row = ws.by_description()["forged metrics"]
+    reasons = " ".join(json.loads(row["blocking_json"]))
+    assert row["status"] == "error" and row["score"] is None, (row["status"], reasons)
+    assert "METRICS.json disagrees with MATCHES.json" in reasons, reasons
+    assert "weighted_f1: 0.99 in METRICS.json" in reasons, reasons
+    assert pages.pages, "the halt paged nobody"
+    _intact(ws)
