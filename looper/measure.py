@@ -103,7 +103,8 @@ def mean_metrics(runs: list[dict]) -> dict:
 def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Executor | None = None,
               runtime: bool = True) -> Verdict:
     """Fixed files and data exactly as pinned when the tag began; with ``runtime``, the Python runtime,
-    site-packages and the looper package too (looper/runtimepin.py: about 0.3 s with torch installed)."""
+    site-packages and the looper package too (looper/runtimepin.py: 0.3-0.7 s with torch installed;
+    taken after each training run, before its evaluation)."""
     assert ctx.wt is not None and ctx.pinned is not None
     problems: list[str] = []
     now = fixed_hashes(folder or ctx.wt.path, FIXED_FILES) | pretrained_hashes(ctx.root)
@@ -135,7 +136,9 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
 
     planted = unrecorded(ctx.root / "baselines", ctx.store)
     parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu),
-             "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor),
+             # the runtime is compared after each training run, before its evaluation (not here: nothing
+             # since the last run's check could change it but the agent, which runs after this preflight)
+             "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor, runtime=False),
              "pretrained": check_pretrained(ctx.root, (w.wt.path / "train.py").read_text()),
              "baselines": Verdict.errored(*planted) if planted else Verdict.passed(),
              "disk": _disk(ctx), "cores": _cores(ctx)}

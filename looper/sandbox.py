@@ -261,12 +261,28 @@ class _Mounts:
         return out
 
 
-# ``python -c`` run once per interpreter (a clean environment, as train.py starts): where its
-# runtime lives and where it finds the looper package.
-_ASK = ("import importlib.util, json, sys\n"
+# The site-packages folders of the running interpreter's environment, found without the site module
+# (so without running any ``.pth`` file): its ``pyvenv.cfg`` names a venv; the base install's folders
+# count only where that allows system packages. Defines ``dirs``; shared by :data:`_ASK` and :data:`NOSITE`.
+_SITE_DIRS = (
+    "import os, sys, sysconfig\n"
+    "env, v = os.path.dirname(os.path.dirname(sys.executable)), 'python%d.%d' % sys.version_info[:2]\n"
+    "cfg, dirs, system = os.path.join(env, 'pyvenv.cfg'), [], True\n"
+    "if os.path.isfile(cfg):\n"
+    "    system = 'include-system-site-packages=true' in open(cfg).read().replace(' ', '').lower()\n"
+    "    dirs += [os.path.join(env, lib, v, 'site-packages') for lib in (sys.platlibdir, 'lib')]\n"
+    "if system:\n"
+    "    dirs += [sysconfig.get_paths()[k] for k in ('purelib', 'platlib')]\n"
+    "dirs = [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]\n"
+)
+# ``python -I -S -c`` run once per interpreter (no site module: a planted ``.pth`` never runs in the
+# harness's own process tree): where its runtime lives and where it finds the looper package.
+_ASK = (_SITE_DIRS + "import importlib.util, json\n"
+        "sys.path += dirs\n"
         "s = importlib.util.find_spec('looper')\n"
-        "print(json.dumps({'prefixes': [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix],"
-        " 'path': sys.path, 'looper': list(s.submodule_search_locations or []) if s else []}))\n")
+        "print(json.dumps({'prefixes': [env if os.path.isfile(cfg) else sys.prefix, sys.prefix, sys.base_prefix,"
+        " sys.exec_prefix, sys.base_exec_prefix], 'path': sys.path,"
+        " 'looper': list(s.submodule_search_locations or []) if s else []}))\n")
 
 
 @functools.lru_cache(maxsize=16)
@@ -280,7 +296,7 @@ def _interpreter(python: str) -> dict[str, list[str]] | None:
     if not os.path.isfile(exe):
         return None
     try:
-        done = proc.run([exe, "-c", _ASK], inherit_env=False, timeout=60, cwd="/")
+        done = proc.run([exe, "-I", "-S", "-c", _ASK], inherit_env=False, timeout=60, cwd="/")
         found = json.loads(done.stdout.strip().splitlines()[-1]) if done.ok else None
     except (OSError, ValueError, IndexError):
         return None
@@ -414,20 +430,11 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
 # sys.path is explicit: the standard library, PACKAGES (``os.pathsep``-separated folders holding the
 # harness's looper package), then the site-packages folders of the interpreter's environment, found from
 # its ``pyvenv.cfg`` (and the base install's when that allows system packages), never from a ``.pth``.
-NOSITE = (
-    "import os, runpy, sys, sysconfig\n"
-    "env, v = os.path.dirname(os.path.dirname(sys.executable)), 'python%d.%d' % sys.version_info[:2]\n"
-    "cfg, dirs, system = os.path.join(env, 'pyvenv.cfg'), [], True\n"
-    "if os.path.isfile(cfg):\n"
-    "    system = 'include-system-site-packages=true' in open(cfg).read().replace(' ', '').lower()\n"
-    "    dirs += [os.path.join(env, lib, v, 'site-packages') for lib in (sys.platlibdir, 'lib')]\n"
-    "if system:\n"
-    "    dirs += [sysconfig.get_paths()[k] for k in ('purelib', 'platlib')]\n"
-    "extra = [p for p in sys.argv[1].split(os.pathsep) if p]\n"
-    "sys.path[:] = list(dict.fromkeys(sys.path + extra + [d for d in dirs if os.path.isdir(d)]))\n"
-    "sys.argv = sys.argv[2:]\n"
-    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
-)
+NOSITE = (_SITE_DIRS + "import runpy\n"
+          "extra = [p for p in sys.argv[1].split(os.pathsep) if p]\n"
+          "sys.path[:] = list(dict.fromkeys(sys.path + extra + dirs))\n"
+          "sys.argv = sys.argv[2:]\n"
+          "runpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
 def package_parents(package: Path | None = None) -> list[str]:

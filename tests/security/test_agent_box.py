@@ -154,3 +154,34 @@ with open(os.path.join(out, "weights.pt"), "w") as f:  # the evaluator's stand-i
     assert "weighted_f1: 0.99 in METRICS.json" in reasons, reasons
     assert pages.pages, "the halt paged nobody"
     _intact(ws)
+
+
+def test_the_evaluator_runs_no_pth_file_where_python_dash_i_would(tmp_path: Path) -> None:
+    """The root of finding 1: ``python -I`` still runs every ``.pth`` in site-packages; the evaluation
+    sandbox's ``python -I -S`` with an explicit sys.path (sandbox.NOSITE) runs none, and still imports
+    from that site-packages. A scratch venv (never the shared one) holds the plant."""
+    import subprocess
+
+    from looper import proc, sandbox
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    mark = tmp_path / "out" / "pth_ran"
+    (site / "zz_plant.pth").write_text(f"import os; open({str(mark)!r}, 'w').write('ran')\n")
+    (site / "honest_mod.py").write_text("VALUE = 42\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "data" / "pages").mkdir(parents=True)
+    (tmp_path / "data" / "manifest.json").write_text("{}")
+    (tmp_path / "w.pt").write_text("w")
+    probe = tmp_path / "eval" / "evaluate.py"
+    probe.parent.mkdir()
+    probe.write_text("import sys, honest_mod\nprint('VALUE', honest_mod.VALUE, sys.flags.no_site)\n")
+    python = str(venv / "bin" / "python")
+    argv = sandbox.eval_argv(python, probe, weights=tmp_path / "w.pt", data_dir=tmp_path / "data",
+                             out_dir=tmp_path / "out", env={})
+    done = proc.run(argv, timeout=120)
+    assert done.exit_code == 0 and "VALUE 42 1" in done.stdout, done.stdout + done.stderr
+    assert not mark.exists(), "a .pth ran inside the evaluator"
+    plain = proc.run([python, "-I", "-c", "pass"], timeout=60)  # what -I alone does with the same venv
+    assert plain.exit_code == 0 and mark.read_text() == "ran"
