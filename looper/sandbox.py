@@ -271,8 +271,9 @@ _SITE_DIRS = (
     "if os.path.isfile(cfg):\n"
     "    system = 'include-system-site-packages=true' in open(cfg).read().replace(' ', '').lower()\n"
     "    dirs += [os.path.join(env, lib, v, 'site-packages') for lib in (sys.platlibdir, 'lib')]\n"
-    "if system:\n"
-    "    dirs += [sysconfig.get_paths()[k] for k in ('purelib', 'platlib')]\n"
+    "if system:  # the base install's folders (Debian's dist-packages too); no .pth is read by asking\n"
+    "    import site\n"
+    "    dirs += [sysconfig.get_paths()[k] for k in ('purelib', 'platlib')] + site.getsitepackages()\n"
     "dirs = [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]\n"
 )
 # ``python -I -S -c`` run once per interpreter (no site module: a planted ``.pth`` never runs in the

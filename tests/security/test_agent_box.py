@@ -185,3 +185,46 @@ def test_the_evaluator_runs_no_pth_file_where_python_dash_i_would(tmp_path: Path
     assert not mark.exists(), "a .pth ran inside the evaluator"
     plain = proc.run([python, "-I", "-c", "pass"], timeout=60)  # what -I alone does with the same venv
     assert plain.exit_code == 0 and mark.read_text() == "ran"
+
+
+def _ctx(tmp_path: Path):  # noqa: ANN202
+    from looper.adapters.agents.base import AgentContext
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "train.py").write_text("QUALITY = 0.5\n")
+    (ck / "program.md").write_text("# plan\n")
+    (ck / "evaluate.py").write_text("# fixed\n")
+    return AgentContext(checkout=ck, train_py="QUALITY = 0.5\n", program_md="# plan\n", prompt="p")
+
+
+def test_in_the_real_box_only_train_py_comes_back_and_the_rest_is_named(tmp_path: Path) -> None:
+    from looper.adapters.agents.base import ProposalRejected
+    from looper.adapters.agents.command import CommandAgent
+    from looper.agent_sandbox import AgentBox
+    from looper.errors import HarnessError
+
+    ctx = _ctx(tmp_path)
+    agent = _agent(tmp_path, """
+seen["listing"] = sorted(os.listdir("."))
+pathlib.Path("notes.txt").write_text("mine")
+pathlib.Path("evaluate.py").write_text("print('perfect')")  # not even there: a new file of its copy
+""")
+    p = CommandAgent(str(agent), box=AgentBox()).propose(ctx)
+    assert p.touched == ("evaluate.py", "notes.txt")
+    assert "QUALITY = 0.5000001" in (ctx.checkout / "train.py").read_text()
+    assert (ctx.checkout / "evaluate.py").read_text() == "# fixed\n" and not (ctx.checkout / "notes.txt").exists()
+    assert '"listing": ["program.md", "train.py"]' in p.rationale
+
+    linker = tmp_path / "linker.sh"
+    linker.write_text("#!/bin/sh\nrm train.py && ln -s /etc/passwd train.py\n")
+    linker.chmod(0o755)
+    with pytest.raises(ProposalRejected, match="a symbolic link"):
+        CommandAgent(str(linker), box=AgentBox()).propose(ctx)
+    assert "QUALITY" in (ctx.checkout / "train.py").read_text()  # the checkout's train.py untouched
+
+    inside = ctx.checkout / "tool.sh"  # a program inside the checkout is never shown in the box
+    inside.write_text("#!/bin/sh\n")
+    inside.chmod(0o755)
+    with pytest.raises(HarnessError, match="could not be started in its box: bwrap: execvp"):
+        CommandAgent(str(inside), box=AgentBox()).propose(ctx)
