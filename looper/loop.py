@@ -31,6 +31,7 @@ from looper.display import Display
 from looper.errors import HarnessError, LooperError, StuckError
 from looper.experiment import measure_baseline, run_candidate, verify
 from looper.measure import preflight
+from looper.runtimepin import PREFIX as RUNTIME_PREFIX
 from looper.runtimepin import runtime_hashes
 from looper.store import Store
 
@@ -119,6 +120,14 @@ class Loop:
             ctx.event("baseline", f"tag {ctx.tag} started at {ctx.wt.head()[:10]}; data hash {data_hash[:12]}")
             ctx.pinned = ctx.store.tag_record(ctx.tag)
             return []
+        if not any(k.startswith(RUNTIME_PREFIX) for k in row.fixed_hashes or {}):
+            # a tag started before the runtime pin existed: pinned from now on (what is there now)
+            ctx.store.put_tag(ctx.tag, branch=row.branch, base_commit=row.base_commit,
+                              fixed_hashes={**(row.fixed_hashes or {}), **runtime_hashes()},
+                              data_hash=row.data_hash, noise=row.noise)
+            row = ctx.store.tag_record(ctx.tag) or row
+            ctx.event("note", f"tag {ctx.tag} began before looper pinned the Python runtime: its runtime, "
+                              "site-packages and looper package are pinned from now on")
         ctx.pinned = row
         ref = (ctx.kept_baselines() or ctx.store.find_experiments(tag=ctx.tag, kind="baseline", limit=1) or [None])[-1]
         changed = baseline_drift(ref.config if ref else None, ctx.cfg.redacted_dict())

@@ -228,3 +228,28 @@ pathlib.Path("evaluate.py").write_text("print('perfect')")  # not even there: a 
     inside.chmod(0o755)
     with pytest.raises(HarnessError, match="could not be started in its box: bwrap: execvp"):
         CommandAgent(str(inside), box=AgentBox()).propose(ctx)
+
+
+def test_a_tag_pinned_before_the_runtime_pin_gets_it_at_the_next_start(make_ws) -> None:  # noqa: F811
+    ws = make_ws(loop_noise_reruns=0)
+    ws.enqueue("first", knobs={"QUALITY": 0.4})
+    r = ws.looper("run", "--max-experiments", "1", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def runtime_keys() -> list[str]:
+        with ws.db() as con:
+            return [k for k in json.loads(con.execute("SELECT fixed_hashes_json FROM tags").fetchone()[0])
+                    if k.startswith("runtime:")]
+
+    assert "runtime:interpreter" in runtime_keys()
+    with ws.db() as con:  # as an older looper left it
+        fixed = json.loads(con.execute("SELECT fixed_hashes_json FROM tags").fetchone()[0])
+        con.execute("UPDATE tags SET fixed_hashes_json = ?",
+                    (json.dumps({k: v for k, v in fixed.items() if not k.startswith("runtime:")}),))
+    assert runtime_keys() == []
+    ws.enqueue("second", knobs={"QUALITY": 0.45})
+    r = ws.looper("run", "--max-experiments", "1", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "runtime:interpreter" in runtime_keys()
+    assert any("pinned from now on" in e["message"] for e in ws.events("note"))
+    _intact(ws)
