@@ -263,7 +263,8 @@ class _Mounts:
 
 # The site-packages folders of the running interpreter's environment, found without the site module
 # (so without running any ``.pth`` file): its ``pyvenv.cfg`` names a venv; the base install's folders
-# count only where that allows system packages. Defines ``dirs``; shared by :data:`_ASK` and :data:`NOSITE`.
+# count only where that allows system packages; a ``.pth`` file's folder lines are added as site adds
+# them, its ``import`` lines (code) never run. Defines ``dirs``; shared by :data:`_ASK` and :data:`NOSITE`.
 _SITE_DIRS = (
     "import os, sys, sysconfig\n"
     "env, v = os.path.dirname(os.path.dirname(sys.executable)), 'python%d.%d' % sys.version_info[:2]\n"
@@ -275,6 +276,14 @@ _SITE_DIRS = (
     "    import site\n"
     "    dirs += [sysconfig.get_paths()[k] for k in ('purelib', 'platlib')] + site.getsitepackages()\n"
     "dirs = [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]\n"
+    "for d in list(dirs):  # a .pth's folder lines, as site adds them; its import lines are never run\n"
+    "    for name in sorted(n for n in os.listdir(d) if n.endswith('.pth')):\n"
+    "        for line in open(os.path.join(d, name), errors='replace').read().splitlines():\n"
+    "            line = line.rstrip()\n"
+    "            extra_dir = os.path.join(d, line)\n"
+    "            if line and not line.startswith(('#', 'import ', 'import\\t')) and os.path.isdir(extra_dir):\n"
+    "                dirs.append(os.path.abspath(extra_dir))\n"
+    "dirs = list(dict.fromkeys(dirs))\n"
 )
 # ``python -I -S -c`` run once per interpreter (no site module: a planted ``.pth`` never runs in the
 # harness's own process tree): where its runtime lives and where it finds the looper package.

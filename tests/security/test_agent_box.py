@@ -253,3 +253,32 @@ def test_a_tag_pinned_before_the_runtime_pin_gets_it_at_the_next_start(make_ws) 
     assert "runtime:interpreter" in runtime_keys()
     assert any("pinned from now on" in e["message"] for e in ws.events("note"))
     _intact(ws)
+
+
+def test_a_pth_files_folder_lines_still_count_in_the_evaluator(tmp_path: Path) -> None:
+    """A venv that gets its packages through a .pth naming another folder (tests/e2e/test_installed.py
+    does so) still imports them in the evaluation sandbox; only the .pth's import lines never run."""
+    import subprocess
+
+    from looper import proc, sandbox
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    deps = tmp_path / "other-venv" / "site-packages"  # the sandbox shows site-packages folders on the path
+    deps.mkdir(parents=True)
+    (deps / "dep_mod.py").write_text("VALUE = 7\n")
+    mark = tmp_path / "out" / "pth_ran"
+    (site / "zz_deps.pth").write_text(f"# deps\n{deps}\nimport os; open({str(mark)!r}, 'w')\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "data" / "pages").mkdir(parents=True)
+    (tmp_path / "data" / "manifest.json").write_text("{}")
+    (tmp_path / "w.pt").write_text("w")
+    probe = tmp_path / "eval" / "evaluate.py"
+    probe.parent.mkdir()
+    probe.write_text("import dep_mod\nprint('VALUE', dep_mod.VALUE)\n")
+    argv = sandbox.eval_argv(str(venv / "bin" / "python"), probe, weights=tmp_path / "w.pt",
+                             data_dir=tmp_path / "data", out_dir=tmp_path / "out", env={})
+    done = proc.run(argv, timeout=120)
+    assert done.exit_code == 0 and "VALUE 7" in done.stdout, done.stdout + done.stderr
+    assert not mark.exists(), "a .pth's import line ran"
