@@ -150,7 +150,7 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
     try:
         store = _store(root)
         executor = make_executor(root, cfg.executor)
-        agent = make_agent(cfg.agent, program)
+        agent = make_agent(cfg.agent, program, workspace=root)
         notifier = AppriseNotifier(notify_urls(cfg, os.environ), secrets=_secrets(cfg))
         log_path = root / ".looper" / "logs" / f"looper-{time.strftime('%Y%m%d')}.log"
         loop = Loop(root, cfg, store, executor, agent, notifier, make_display(log_path=log_path), secrets=_secrets(cfg),

@@ -167,6 +167,19 @@ class AgentConfig(_Section):
     api_key_env: str = "OPENAI_API_KEY"
     timeout_seconds: int = Field(default=900, gt=0)
     max_failures: int = Field(default=2, ge=1)
+    # kind = "command": its box (looper/agents/sandbox.py); "none" is an explicit opt-out
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    network: bool = False  # let the agent command reach the network (an API) from its box
+    pass_env: list[str] = Field(default_factory=list)  # NAMES of the daemon's variables it sees (an API key)
+    readable: list[str] = Field(default_factory=list)  # more paths shown read-only in its box (its program)
+
+    @field_validator("pass_env")
+    @classmethod
+    def _env_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not _ENV_NAME_RE.match(name):
+                raise ValueError(f"expected NAMES of environment variables (e.g. OPENAI_API_KEY), not {name!r}")
+        return v
 
     @field_validator("api_key_env")
     @classmethod

@@ -127,6 +127,7 @@ class WS:
 
 
 def write_config(root: Path, notify_url: str, agent_cmd: str, **over: object) -> None:
+    agent_cmd = str(over.pop("agent_command", agent_cmd))  # a test's own agent program
     loop = {"tag": "t", "budget_seconds": 6, "grace_seconds": 2, "stall_seconds": 4, "max_experiments": 0,
             "stuck_after": 3, "noise_reruns": 1,
             "baseline_seeds": 2, "confirm_seeds": 0}  # a test that confirms turns it on (loop_confirm_seeds)
@@ -141,6 +142,12 @@ def write_config(root: Path, notify_url: str, agent_cmd: str, **over: object) ->
     text += '\n[data]\ndir = "data"\nscale = "tiny"\nseed = 0\n'
     text += "\n[gate]\n" + "".join(f"{k} = {val(v)}\n" for k, v in gate.items())
     text += f'\n[agent]\nkind = "command"\ncommand = {json.dumps(agent_cmd)}\ntimeout_seconds = 60\n'
+    # The fixture agent claims its queue (a folder beside the workspace) and writes its prompts there, which
+    # its box does not allow: it runs with the box's explicit opt-out unless a test asks for the box
+    # (agent_sandbox = "bwrap", with agent_pass_env / agent_readable / agent_network: tests/security/test_agent_box.py).
+    agent = {"sandbox": "none"}
+    agent.update({k[6:]: v for k, v in over.items() if k.startswith("agent_")})
+    text += "".join(f"{k} = {val(v)}\n" for k, v in agent.items())
     executor = {"kind": "local"}
     executor.update({k[5:]: v for k, v in over.items() if k.startswith("exec_")})
     text += "\n[executor]\n" + "".join(f"{k} = {val(v)}\n" for k, v in executor.items())

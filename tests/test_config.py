@@ -47,6 +47,10 @@ api_key_env = "MY_LLM_KEY"
 timeout_seconds = 600
 max_failures = 5
 seed = 11
+sandbox = "none"
+network = true
+pass_env = ["MY_LLM_KEY"]
+readable = ["/opt/agent"]
 
 [executor]
 kind = "ssh"
@@ -109,7 +113,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert cfg.agent.model_dump() == {
         "kind": "openai", "command": "ignored-for-openai", "base_url": "https://llm.example/v1",
         "model": "qwen-coder", "api_key_env": "MY_LLM_KEY", "timeout_seconds": 600, "max_failures": 5,
-        "seed": 11,
+        "seed": 11, "sandbox": "none", "network": True, "pass_env": ["MY_LLM_KEY"], "readable": ["/opt/agent"],
     }
     assert cfg.executor.model_dump() == {
         "kind": "ssh", "host": "gpu-box", "remote_dir": "/scratch/looper", "python": "/opt/py/bin/python",

@@ -11,6 +11,7 @@ strategies, no LLM), ``command``, ``openai``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from looper.agents.base import (
@@ -31,8 +32,11 @@ __all__ = ["Agent", "AgentContext", "ClassScore", "ExperimentView", "HistoryView
            "ProposalRejected", "KINDS", "make_agent"]
 
 
-def make_agent(agent_cfg: Any, program: Program | None = None, **overrides: Any) -> Agent:
-    """The agent ``agent_cfg.kind`` names; ConfigError naming the key when the section is unusable."""
+def make_agent(agent_cfg: Any, program: Program | None = None, workspace: Path | None = None,
+               **overrides: Any) -> Agent:
+    """The agent ``agent_cfg.kind`` names; ConfigError naming the key when the section is unusable.
+    A ``command`` agent gets its box (looper/agents/sandbox.py) from ``[agent] sandbox``, ``network``,
+    ``pass_env`` and ``readable``; ``workspace`` is never shown in it."""
     kind = getattr(agent_cfg, "kind", None)
     timeout = getattr(agent_cfg, "timeout_seconds", 900)
     max_failures = getattr(agent_cfg, "max_failures", 2) or 2
@@ -47,8 +51,17 @@ def make_agent(agent_cfg: Any, program: Program | None = None, **overrides: Any)
 
             if not (getattr(agent_cfg, "command", "") or "").strip():
                 raise ConfigError("agent.command is empty: kind = \"command\" needs a command to run")
+            from looper.agents.sandbox import AgentBox, missing_bwrap
+
+            try:
+                box = AgentBox.from_section(agent_cfg, workspace)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
+            problem = missing_bwrap(box)
+            if problem:
+                raise ConfigError(problem)
             return CommandAgent(agent_cfg.command, timeout_seconds=timeout, max_failures=max_failures,
-                                **overrides)
+                                **{"box": box, **overrides})
         if kind == "openai":
             from looper.agents.openai import OpenAIAgent
 

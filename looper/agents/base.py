@@ -101,6 +101,9 @@ class Proposal:
     knobs: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     exhausted: bool = False
     phase: int | None = None  # planner only
+    # paths besides train.py the agent made or changed in its box (none of them reaches the checkout):
+    # the scope check names them as a violation, as it names a change in the checkout
+    touched: tuple[str, ...] = ()
 
 
 @runtime_checkable

@@ -12,6 +12,14 @@ How it is run (document for agent authors):
   ``$LOOPER_DESCRIPTION_FILE`` when the agent wrote it, else the last non-empty line the
   agent printed on stdout.
 
+The box (looper/agents/sandbox.py, issue 39): unless ``[agent] sandbox = "none"``, the command runs in
+bubblewrap, deny by default. It works in a private copy of the checkout (``train.py`` and
+``program.md``) at the checkout's path; only ``train.py`` comes back, and any other file it made or
+changed is named in the scope check (a discard). It sees the system, the Python runtime, its own
+program and ``[agent] readable``; not the workspace, the database, the test pages, ``.looper/`` or
+``$HOME``; the network only with ``[agent] network = true``; of the daemon's environment only the
+variables ``[agent] pass_env`` names.
+
 Failures: a non-zero exit or a timeout is a failed attempt: :class:`ProposalRejected` the
 first time, :class:`HarnessError` when ``max_failures`` attempts in a row failed. A clean
 exit that leaves train.py unchanged or not compiling is rejected (not counted as a failure
@@ -29,6 +37,8 @@ from pathlib import Path
 
 from looper import proc
 from looper.agents.base import AgentContext, Proposal, ProposalRejected
+import looper.agents.sandbox as agent_sandbox
+from looper.agents.sandbox import AgentBox
 from looper.core.hyperblock import HyperblockError, knob_changes
 from looper.errors import HarnessError
 
@@ -38,6 +48,16 @@ Runner = Callable[..., proc.Completed]
 def _tail(text: str, n: int = 5) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return " / ".join(lines[-n:])[-600:]
+
+
+def _read_description(path: Path, limit: int = 64 * 1024) -> str:
+    """The first ``limit`` bytes of the agent's description file ('' when it wrote none or a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit).decode("utf-8", errors="replace")
 
 
 def check_source(source: str, what: str) -> None:
@@ -61,7 +81,7 @@ class CommandAgent:
     name = "command"
 
     def __init__(self, command: str, timeout_seconds: float = 900, max_failures: int = 2,
-                 runner: Runner = proc.run) -> None:
+                 runner: Runner = proc.run, box: AgentBox | None = None) -> None:
         self.argv = shlex.split(command or "")
         if not self.argv:
             raise HarnessError("agent.command is empty: kind=command needs a command to run")
@@ -70,6 +90,7 @@ class CommandAgent:
         self.max_failures = max(1, int(max_failures))
         self.failures = 0  # consecutive failed attempts
         self.runner = runner
+        self.box = box  # make_agent always passes the configured one; None here: no box (unit tests)
 
     def _resolve(self, checkout: Path) -> list[str]:
         exe = self.argv[0]
@@ -93,18 +114,39 @@ class CommandAgent:
         checkout = Path(ctx.checkout)
         argv = self._resolve(checkout)
         target = checkout / "train.py"
+        touched: list[str] = []
         with tempfile.TemporaryDirectory(prefix="looper-agent-") as tmp:
-            prompt_file = Path(tmp) / "prompt.md"
-            desc_file = Path(tmp) / "description.txt"
+            io = Path(tmp) / "io"
+            io.mkdir()
+            prompt_file = io / "prompt.md"
+            desc_file = io / "description.txt"
             prompt_file.write_text(ctx.prompt, encoding="utf-8")
             env = {"LOOPER_PROMPT_FILE": str(prompt_file), "LOOPER_DESCRIPTION_FILE": str(desc_file),
                    "LOOPER_CHECKOUT": str(checkout)}
+            boxed = self.box is not None and self.box.enabled
+            if boxed:
+                assert self.box is not None
+                work = Path(tmp) / "work"
+                put = agent_sandbox.prepare_work(checkout, work)
+                argv = agent_sandbox.box_argv(self.box, argv, work=work, io=io, checkout=checkout)
+                run_env, inherit = agent_sandbox.box_env(self.box, env), False
+            else:
+                run_env, inherit = env, True
             try:
-                done = self.runner(argv, cwd=checkout, env=env, timeout=self.timeout_seconds,
-                                   input_text=ctx.prompt)
+                done = self.runner(argv, cwd=checkout, env=run_env, timeout=self.timeout_seconds,
+                                   input_text=ctx.prompt, **({} if inherit else {"inherit_env": False}))
             except OSError as exc:  # exec failure: permission, bad interpreter line
                 raise HarnessError(f"agent command could not be started: {argv[0]}: {exc.strerror or exc}") from exc
-            described = desc_file.read_text(encoding="utf-8", errors="replace") if desc_file.exists() else ""
+            if boxed and done.exit_code == 1 and "bwrap: execvp" in done.stderr:
+                raise HarnessError(f"agent command could not be started in its box: {_tail(done.stderr, 2)} "
+                                   "(a program outside the system folders and the runtime must be named in "
+                                   "[agent] readable)")
+            if boxed and not done.timed_out and done.exit_code == 0:
+                new, touched = agent_sandbox.take_back(work, put)
+                if isinstance(new, str):
+                    raise ProposalRejected(f"agent edit refused: {new}")
+                target.write_bytes(new)  # the one file that comes back
+            described = _read_description(desc_file)
         if done.timed_out:
             raise self._failed(f"timed out after {self.timeout_seconds:g} s")
         if done.exit_code != 0:
@@ -125,4 +167,5 @@ class CommandAgent:
             out = [ln.strip() for ln in done.stdout.splitlines() if ln.strip()]
             description = out[-1] if out else "(the agent gave no description)"
         return Proposal(new_source=None, description=description[:300],
-                        rationale=_tail(done.stdout, 20), knobs=changes_or_empty(ctx.train_py, new_source))
+                        rationale=_tail(done.stdout, 20), knobs=changes_or_empty(ctx.train_py, new_source),
+                        touched=tuple(touched))

@@ -21,8 +21,9 @@ executor wraps its two commands with the argv built here:
   kernel kills everything else in its PID namespace, so no process outlives it, whatever it
   forked; a run that left processes behind ends with exit status 86 and a line naming
   them (a crash of the change). GPU device nodes (``/dev/nvidia*``) are bound when present.
-- :func:`eval_argv`: ``python -I`` on a harness-owned copy of evaluate.py (no script folder,
-  no cwd, no user site, no ``PYTHON*`` variables on ``sys.path``), in a sandbox built the same
+- :func:`eval_argv`: ``python -I -S`` on a harness-owned copy of evaluate.py (no script folder,
+  no cwd, no user site, no ``.pth`` file run, no ``PYTHON*`` variables; ``sys.path`` set explicitly
+  by :data:`NOSITE`), in a sandbox built the same
   way that shows only the system, the Python runtime, that copy, the weights and the data's
   ``manifest.json`` and ``pages/``, and can write only its own output folder, which training
   never could; no network.
@@ -251,6 +252,10 @@ class _Mounts:
         p = Path(os.path.realpath(path))
         self._add(p, 2, ["--bind", str(p), str(p)])
 
+    def rw_at(self, src: Path, dest: Path) -> None:
+        """``src`` writable, shown at ``dest`` (the agent's private copy of its checkout)."""
+        self._add(Path(os.path.realpath(dest)), 2, ["--bind", os.path.realpath(src), os.path.realpath(dest)])
+
     def empty(self, path: Path | str) -> None:
         """An empty, read-only folder at ``path`` (what is put in it later stays as mounted)."""
         p = Path(os.path.realpath(path))
@@ -269,12 +274,38 @@ class _Mounts:
         return out
 
 
-# ``python -c`` run once per interpreter (a clean environment, as train.py starts): where its
-# runtime lives and where it finds the looper package.
-_ASK = ("import importlib.util, json, sys\n"
+# The site-packages folders of the running interpreter's environment, found without the site module
+# (so without running any ``.pth`` file): its ``pyvenv.cfg`` names a venv; the base install's folders
+# count only where that allows system packages; a ``.pth`` file's folder lines are added as site adds
+# them, its ``import`` lines (code) never run. Defines ``dirs``; shared by :data:`_ASK` and :data:`NOSITE`.
+_SITE_DIRS = (
+    "import os, sys, sysconfig\n"
+    "env, v = os.path.dirname(os.path.dirname(sys.executable)), 'python%d.%d' % sys.version_info[:2]\n"
+    "cfg, dirs, system = os.path.join(env, 'pyvenv.cfg'), [], True\n"
+    "if os.path.isfile(cfg):\n"
+    "    system = 'include-system-site-packages=true' in open(cfg).read().replace(' ', '').lower()\n"
+    "    dirs += [os.path.join(env, lib, v, 'site-packages') for lib in (sys.platlibdir, 'lib')]\n"
+    "if system:  # the base install's folders (Debian's dist-packages too); no .pth is read by asking\n"
+    "    import site\n"
+    "    dirs += [sysconfig.get_paths()[k] for k in ('purelib', 'platlib')] + site.getsitepackages()\n"
+    "dirs = [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]\n"
+    "for d in list(dirs):  # a .pth's folder lines, as site adds them; its import lines are never run\n"
+    "    for name in sorted(n for n in os.listdir(d) if n.endswith('.pth')):\n"
+    "        for line in open(os.path.join(d, name), errors='replace').read().splitlines():\n"
+    "            line = line.rstrip()\n"
+    "            extra_dir = os.path.join(d, line)\n"
+    "            if line and not line.startswith(('#', 'import ', 'import\\t')) and os.path.isdir(extra_dir):\n"
+    "                dirs.append(os.path.abspath(extra_dir))\n"
+    "dirs = list(dict.fromkeys(dirs))\n"
+)
+# ``python -I -S -c`` run once per interpreter (no site module: a planted ``.pth`` never runs in the
+# harness's own process tree): where its runtime lives and where it finds the looper package.
+_ASK = (_SITE_DIRS + "import importlib.util, json\n"
+        "sys.path += dirs\n"
         "s = importlib.util.find_spec('looper')\n"
-        "print(json.dumps({'prefixes': [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix],"
-        " 'path': sys.path, 'looper': list(s.submodule_search_locations or []) if s else []}))\n")
+        "print(json.dumps({'prefixes': [env if os.path.isfile(cfg) else sys.prefix, sys.prefix, sys.base_prefix,"
+        " sys.exec_prefix, sys.base_exec_prefix], 'path': sys.path,"
+        " 'looper': list(s.submodule_search_locations or []) if s else []}))\n")
 
 
 @functools.lru_cache(maxsize=16)
@@ -288,7 +319,7 @@ def _interpreter(python: str) -> dict[str, list[str]] | None:
     if not os.path.isfile(exe):
         return None
     try:
-        done = proc.run([exe, "-c", _ASK], inherit_env=False, timeout=60, cwd="/")
+        done = proc.run([exe, "-I", "-S", "-c", _ASK], inherit_env=False, timeout=60, cwd="/")
         found = json.loads(done.stdout.strip().splitlines()[-1]) if done.ok else None
     except (OSError, ValueError, IndexError):
         return None
@@ -418,17 +449,33 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
     return [*args, "--", python, "-I", "-c", WATCH, *command]
 
 
-# ``python -I -c BOOT PACKAGE EVALUATOR ARGS...``: evaluate.py with PACKAGE (the harness's copy of
-# the looper package) first on sys.path, where looper is not installed (an ssh host).
-BOOT = "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; " \
-       "runpy.run_path(sys.argv[0], run_name='__main__')"
+# ``python -I -S -c NOSITE PACKAGES EVALUATOR ARGS...``: the evaluator without the site module, so no
+# ``.pth`` file and no user site runs (``-I`` alone still runs every ``.pth`` in site-packages: issue 39).
+# sys.path is explicit: the standard library, PACKAGES (``os.pathsep``-separated folders holding the
+# harness's looper package), then the site-packages folders of the interpreter's environment, found from
+# its ``pyvenv.cfg`` (and the base install's when that allows system packages), never from a ``.pth``.
+NOSITE = (_SITE_DIRS + "import runpy\n"
+          "extra = [p for p in sys.argv[1].split(os.pathsep) if p]\n"
+          "sys.path[:] = list(dict.fromkeys(sys.path + extra + dirs))\n"
+          "sys.argv = sys.argv[2:]\n"
+          "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def package_parents(package: Path | None = None) -> list[str]:
+    """The folders put on the evaluator's sys.path for ``import looper``: ``package`` (the harness's copy)
+    when given, else the folder holding this looper package (an editable install's source tree: in the
+    sandbox only its ``looper`` folder is shown)."""
+    import looper
+
+    return [os.path.realpath(package)] if package is not None else [str(Path(looper.__file__).resolve().parent.parent)]
 
 
 def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, out_dir: Path,
               env: Mapping[str, str], device: str = "", policy: SandboxPolicy = SandboxPolicy(),
               devices: Sequence[str] | None = None, bwrap: str | None = None,
               package: Path | None = None, tmp_bytes: int = 0) -> list[str]:
-    """``python -I evaluate.py`` from the harness's copy, writable only ``out_dir``, no network.
+    """``python -I -S evaluate.py`` from the harness's copy (:data:`NOSITE`: no ``.pth``, no user site,
+    an explicit ``sys.path``), writable only ``out_dir``, no network.
 
     It keeps the environment bwrap is started with (``python -I`` ignores ``PYTHON*``), plus
     ``env`` and the sandbox's home and cache folders. ``package``: a folder holding the harness's
@@ -438,8 +485,8 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
     ``python -I`` command is returned without ``bwrap``.
     """
     evaluator, weights, data_dir, out_dir = (Path(os.path.realpath(p)) for p in (evaluator, weights, data_dir, out_dir))
-    boot = ["-c", BOOT, os.path.realpath(package)] if package is not None else []
-    cmd = [python, "-I", *boot, str(evaluator), "--weights", str(weights), "--data", str(data_dir),
+    boot = ["-c", NOSITE, os.pathsep.join(package_parents(package))]
+    cmd = [python, "-I", "-S", *boot, str(evaluator), "--weights", str(weights), "--data", str(data_dir),
            "--out", str(out_dir / "METRICS.json")]
     if device:
         cmd += ["--device", device]

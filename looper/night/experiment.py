@@ -12,6 +12,7 @@ commits nothing, are :mod:`looper.night.baseline`; the records handed forward, :
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 import time
 
 from looper.core import scope as core_scope
@@ -43,7 +44,7 @@ def run_candidate(ctx: Context, w: Worker) -> Result | None:
             ctx.journal.event("stop", f"the agent has run out of ideas: {reply.rationale or reply.description}")
             return None
         cand = candidate_of(ctx, w, parent, parent_source, proposed, started_at)
-        scope = check_scope(ctx, cand, proposed.rejected)
+        scope = check_scope(ctx, cand, proposed.rejected, getattr(proposed.reply, "touched", ()) or ())
         if not scope.ok:
             return settle(ctx, cand, Result(Outcome(scope.metrics["outcome"]), Verdict.failed(*scope.blocking),
                                             signature=scope.metrics.get("signature")))
@@ -116,11 +117,12 @@ def candidate_of(ctx: Context, w: Worker, parent: str, parent_source: str, propo
     return cand
 
 
-def check_scope(ctx: Context, cand: Candidate, rejected: str | None) -> Verdict:
-    """Only train.py may change: anything else is put back as the parent has it."""
+def check_scope(ctx: Context, cand: Candidate, rejected: str | None, touched: Sequence[str] = ()) -> Verdict:
+    """Only train.py may change: anything else is put back as the parent has it. ``touched``: what a boxed
+    agent changed besides train.py in its private copy (never copied into the checkout)."""
     ctx.store.set_phase(cand.exp_id, "scope check")
     changed = [c.path for c in cand.worker.wt.changes()]
-    verdict = core_scope.check(changed, cand.source, cand.parent_source, rejected)
+    verdict = core_scope.check(sorted({*changed, *touched}), cand.source, cand.parent_source, rejected)
     others = [p for p in changed if p != "train.py"]
     if not verdict.ok and others:
         cand.worker.wt.restore(others)

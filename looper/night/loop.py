@@ -32,6 +32,8 @@ from looper.night.display import Display
 from looper.night.experiment import run_candidate
 from looper.night.measure import preflight
 from looper.night.notify import Notifier
+from looper.workspace.runtimepin import PREFIX as RUNTIME_PREFIX
+from looper.workspace.runtimepin import runtime_hashes
 from looper.store import Store
 from looper.workspace.hashes import fixed_hashes, pretrained_hashes
 
@@ -145,11 +147,20 @@ class Loop:
             if missing:
                 raise HarnessError(f"fixed files missing in the workspace: {', '.join(missing)}")
             fixed |= pretrained_hashes(ctx.root)  # the starting checkpoints: weights as data, pinned too
+            fixed |= runtime_hashes()  # the Python runtime, site-packages, the looper package
             ctx.tag.pin(branch=ctx.tag.wt.branch, base_commit=ctx.tag.wt.head(), fixed_hashes=fixed,
                         data_hash=data_hash, started_at=now_iso())
             ctx.journal.event("baseline", f"tag {ctx.tag.name} started at {ctx.tag.wt.head()[:10]}; "
                                           f"data hash {data_hash[:12]}")
             return []
+        if not any(k.startswith(RUNTIME_PREFIX) for k in row.fixed_hashes or {}):
+            # a tag started before the runtime pin existed: pinned from now on (what is there now)
+            ctx.store.put_tag(ctx.tag.name, branch=row.branch, base_commit=row.base_commit,
+                              fixed_hashes={**(row.fixed_hashes or {}), **runtime_hashes()},
+                              data_hash=row.data_hash, noise=row.noise)
+            row = ctx.store.tag_record(ctx.tag.name) or row
+            ctx.journal.event("note", f"tag {ctx.tag.name} began before looper pinned the Python runtime: its "
+                                      "runtime, site-packages and looper package are pinned from now on")
         ctx.tag.refresh()
         ref = (ctx.tag.kept_baselines() or ctx.store.find_experiments(tag=ctx.tag.name, kind="baseline", limit=1) or [None])[-1]
         changed = baseline_drift(ref.config if ref else None, ctx.cfg.redacted_dict())

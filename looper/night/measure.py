@@ -23,6 +23,7 @@ from looper.core import budget as core_budget
 from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
 from looper.core import limits as core_limits
+from looper.core import runtime as core_runtime
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError
 from looper.executors import EvalJob, Executor, RunResult, TrainJob
@@ -38,6 +39,7 @@ from looper.night.canary import (
 )
 from looper.night.context import Context, Worker, now_iso, run_threads
 from looper.workspace.hashes import file_sha256, fixed_hashes, pretrained_hashes
+from looper.workspace.runtimepin import runtime_hashes
 
 T = TypeVar("T")
 
@@ -106,12 +108,21 @@ def mean_metrics(runs: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------------- checks before and after
-def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Executor | None = None) -> Verdict:
-    """Fixed files and data exactly as pinned when the tag began."""
+def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Executor | None = None,
+              runtime: bool = True) -> Verdict:
+    """Fixed files and data exactly as pinned when the tag began; with ``runtime``, the Python runtime,
+    site-packages and the looper package too (looper/workspace/runtimepin.py: 0.3-0.7 s with torch installed;
+    taken after each training run, before its evaluation)."""
     assert ctx.tag.wt is not None and ctx.tag.pinned is not None
     problems: list[str] = []
     now = fixed_hashes(folder or ctx.tag.wt.path, FIXED_FILES) | pretrained_hashes(ctx.root)
-    for name, h in (ctx.tag.pinned.fixed_hashes or {}).items():
+    pinned = ctx.tag.pinned.fixed_hashes or {}
+    if runtime and core_runtime.pinned(pinned):
+        seen = "" if when == "since the tag began" else f" (seen {when.replace('during', 'after')})"
+        problems += core_runtime.changes(pinned, runtime_hashes(), "since the tag began" + seen)
+    for name, h in pinned.items():
+        if name.startswith(core_runtime.PREFIX):
+            continue
         if now.get(name) != h:
             problems.append(f"fixed file {name} changed {when} (expected sha256 {str(h)[:12]}, "
                             f"found {str(now.get(name))[:12]})")
@@ -134,7 +145,9 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
 
     planted = unrecorded(ctx.root / "baselines", ctx.store)
     parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu),
-             "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor),
+             # the runtime is compared after each training run, before its evaluation (not here: nothing
+             # since the last run's check could change it but the agent, which runs after this preflight)
+             "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor, runtime=False),
              "pretrained": check_pretrained(ctx.root, (w.wt.path / "train.py").read_text(), _data_path(ctx)),
              "baselines": Verdict.errored(*planted) if planted else Verdict.passed(),
              "disk": _disk(ctx), "cores": _cores(ctx)}
@@ -346,7 +359,7 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
         return _proven(ctx, w, exp_id, role, m, lambda: eval_canary(ctx, w, exp_id, ck, seed), EVAL_CANARY)
     if not metrics_path.is_file():
         return m.ended(Outcome.ERROR, "the evaluator exited 0 but wrote no METRICS.json")
-    after = integrity(ctx, "during the evaluation", ck, w.executor)
+    after = integrity(ctx, "during the evaluation", ck, w.executor, runtime=False)  # pinned just before it
     if not after.ok:
         return m.ended(Outcome.ERROR, *after.blocking)
     metrics, refused = _read_json(ctx, metrics_path)
@@ -357,11 +370,39 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
         metrics = json.loads(metrics_path.read_text()) if metrics is None else metrics
     except ValueError as exc:
         return m.ended(Outcome.ERROR, f"METRICS.json is not valid JSON: {exc}")
+    forged = recount_problem(ctx, metrics, rd / "MATCHES.json")
+    if forged:  # METRICS.json says what its own evidence does not: a harness error, never a score
+        return m.ended(Outcome.ERROR, forged)
     mv = core_evidence.judge_metrics(metrics, ctx.cfg.gate.score)
     if not mv.ok:
         return m.ended(Outcome.VACUOUS if core_evidence.is_vacuous(mv) else Outcome.ERROR, *mv.blocking)
     m.metrics = metrics
     return m
+
+
+MATCHES_BYTES_FACTOR = 8  # MATCHES.json lists every matched box: it may be this many times [limits] json_max_bytes
+
+
+def recount_problem(ctx: Context, metrics: Any, matches_path: Path) -> str | None:
+    """None when METRICS.json's counts, rates and score are what MATCHES.json (written before it by the
+    same evaluation) implies (:mod:`looper.core.recount`); otherwise the harness error naming both files."""
+    from looper.core.recount import disagreements
+    from looper.night.guard import read_json
+
+    lim = ctx.cfg.limits
+    what = f"METRICS.json and MATCHES.json in {matches_path.parent}"
+    if matches_path.is_symlink() or not matches_path.is_file():
+        return (f"the evaluator wrote METRICS.json but no MATCHES.json beside it ({what}): its score cannot be "
+                "recounted from its evidence, so it is refused")
+    matches, problem = read_json(matches_path, MATCHES_BYTES_FACTOR * lim.json_max_bytes, lim.json_max_depth)
+    if problem or matches is None:
+        return f"MATCHES.json cannot be read to recount METRICS.json ({what}): {problem or 'not JSON'}"
+    found = disagreements(metrics, matches)
+    if not found:
+        return None
+    return (f"METRICS.json disagrees with MATCHES.json, the evidence it was computed from ({what}): "
+            + "; ".join(found) + ". The score is refused: something rewrote one of them after evaluate.py "
+            "wrote it (the runtime, the evaluator or the harness is not what was pinned)")
 
 
 # ---------------------------------------------------------------------- a failed run

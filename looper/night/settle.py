@@ -88,6 +88,9 @@ def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
     off = sandbox_opt_out(ctx)
     if off:  # every verdict says when train.py ran without its sandbox
         verdict = verdict.model_copy(update={"metrics": {**verdict.metrics, "sandbox": off}})
+    unboxed = agent_opt_out(ctx)
+    if unboxed:  # ... and when the agent command ran without its box
+        verdict = verdict.model_copy(update={"metrics": {**verdict.metrics, "agent_sandbox": unboxed}})
     release_reserve(ctx.root, ctx.cfg.limits.reserve_bytes)  # a nearly full disk: room for the outcome
     if cand.moves_git and outcome.advances_branch:
         advance_branch(ctx, cand)
@@ -118,6 +121,15 @@ def sandbox_opt_out(ctx: Context) -> str | None:
     from looper.executors.sandbox import SandboxPolicy, opt_out_line
 
     return opt_out_line(SandboxPolicy.from_section(ctx.cfg.executor))
+
+
+def agent_opt_out(ctx: Context) -> str | None:
+    """The line a verdict carries when a ``command`` agent runs with ``[agent] sandbox = "none"``."""
+    from looper.agents.sandbox import AgentBox, opt_out_line
+
+    if ctx.cfg.agent.kind != "command":
+        return None
+    return opt_out_line(AgentBox(mode=str(ctx.cfg.agent.sandbox or "bwrap")))
 
 
 def advance_branch(ctx: Context, cand: Candidate) -> None:

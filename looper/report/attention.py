@@ -46,6 +46,12 @@ def _sandbox_warnings(n: Night) -> list[Attention]:
             "warn", 'the workspace\'s looper.toml sets [executor] sandbox = "none": training runs WITHOUT its '
                     "sandbox (train.py can write the database, the checkout and the venv and read the test pages; "
                     "docs/SECURITY.md)"))
+    unboxed = [i for i, f in n.figures.items() if f.get("agent_kind") == "command" and f.get("agent_sandbox") == "none"]
+    if unboxed:
+        out.append(Attention(
+            "warn", f'the agent command ran WITHOUT its box ([agent] sandbox = "none") in {len(unboxed)} '
+                    f"experiment(s): {id_list(unboxed)}; it could read the test pages' seed, the database and the "
+                    "daemon's secrets and write the venv (docs/SECURITY.md)", unboxed[-1]))
     if n.network_on:
         out.append(Attention("note", f"train.py could reach the network ([executor] sandbox_network = true) in "
                                      f"{id_list(n.network_on)}", n.network_on[-1]))

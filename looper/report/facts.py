@@ -84,6 +84,8 @@ _FIGURES: dict[str, tuple[str, str]] = {
     "cut_short": ("verdict", "$.metrics.cut_short"),
     "sandbox": ("config", "$.executor.sandbox"),
     "network": ("config", "$.executor.sandbox_network"),
+    "agent_kind": ("config", "$.agent.kind"),
+    "agent_sandbox": ("config", "$.agent.sandbox"),
 }
 
 

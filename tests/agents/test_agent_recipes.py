@@ -42,8 +42,8 @@ FAKE_CLI = r'''#!PYTHON
 import json, os, pathlib, re, sys
 argv = sys.argv[1:]
 task = sys.stdin.read()
-record = pathlib.Path(os.environ["FAKE_CLI_RECORD"])
-record.write_text(json.dumps({"argv": argv, "stdin": task, "cwd": os.getcwd()}))
+print("FAKE_CLI " + json.dumps({"cwd": os.getcwd(), "saw_train_py": "QUALITY = 0.5" in task,
+                                 "home": os.environ.get("HOME"), "key": "ANTHROPIC_API_KEY" in os.environ}))
 if "-p" not in argv or "acceptEdits" not in argv or "Edit ONLY ./train.py" not in argv[argv.index("-p") + 1]:
     print("stand-in claude: not called as the recipe says:", argv, file=sys.stderr)
     sys.exit(2)
@@ -94,7 +94,9 @@ def test_command_recipe_with_a_coding_agent_cli(make_ws, pages, tmp_path: Path) 
 
     agent = tomllib.loads(recipe("command-toml"))["agent"]
     assert agent["command"] == "/home/you/bin/looper-claude.sh"
+    assert agent["readable"] and agent["network"] is True and agent["pass_env"] == ["ANTHROPIC_API_KEY"]
     agent["command"] = str(wrapper)
+    agent["readable"] = [str(bindir)]  # where this stand-in CLI is installed
     config_from_dict({"agent": agent})  # the doc's section is a valid config
     text = (ws.root / "looper.toml").read_text()
     start = text.index("[agent]")
@@ -103,16 +105,17 @@ def test_command_recipe_with_a_coding_agent_cli(make_ws, pages, tmp_path: Path) 
     (ws.root / "looper.toml").write_text(text[:start] + "[agent]\n" + body + text[end:])
     ws.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "agent: the AGENTS.md recipe")
 
-    record = tmp_path / "cli-call.json"
     env = ws.env()
-    env.update(PATH=f"{bindir}{os.pathsep}{env['PATH']}", FAKE_CLI_RECORD=str(record))
+    env.update(PATH=f"{bindir}{os.pathsep}{env['PATH']}", ANTHROPIC_API_KEY="sk-test", OTHER_SECRET="x")
     r = ws.looper("run", "--max-experiments", "1", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
 
-    call = json.loads(record.read_text())
-    assert Path(call["cwd"]).resolve() == ws.worktree.resolve()  # run in the checkout
-    assert "QUALITY = 0.5" in call["stdin"]  # looper's prompt (with the current train.py) on stdin
     exp = ws.rows()[-1]
+    line = next(p for p in (exp["rationale"] or "").split(" / ") if p.startswith("FAKE_CLI "))
+    call = json.loads(line[len("FAKE_CLI "):])  # what the stand-in CLI saw in its box
+    assert Path(call["cwd"]) == ws.worktree.resolve()  # run at the checkout's path
+    assert call["saw_train_py"]  # looper's prompt (with the current train.py) on stdin
+    assert call["home"] == "/tmp" and call["key"] is True  # a private home; the key pass_env names
     assert exp["description"] == "QUALITY 0.5 -> 0.8", exp["description"]
     assert exp["status"] == "keep", (exp["status"], exp["blocking_json"])
     assert "scope violation" not in (exp["blocking_json"] or "")

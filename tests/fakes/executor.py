@@ -2,7 +2,8 @@
 
 It runs nothing. A run's outcome is decided by the fixture train.py's knobs (tests/fixture_ws/train.py:
 SCENARIO, QUALITY, NOISE, BONUS, WEAK_CLASS, WEAK_RECALL, STEPS_FIT), read from the checkout's train.py,
-and its score by the fixture evaluate.py's own rule (:func:`metrics_of`, imported from that file), so a
+and its score and matched boxes by the fixture evaluate.py's own rules (:func:`metrics_of`,
+:func:`matches_of`, imported from that file), so a
 night on this executor decides as the same night on the local executor would, in milliseconds a run.
 ``down = True`` makes every run a transport fault (the harness, not the change, is broken).
 """
@@ -30,7 +31,8 @@ def _fixture_evaluate() -> Any:
     return module
 
 
-metrics_of = _fixture_evaluate().metrics_of
+_FIXTURE_EVALUATE = _fixture_evaluate()
+metrics_of, matches_of = _FIXTURE_EVALUATE.metrics_of, _FIXTURE_EVALUATE.matches_of
 
 
 def knobs(train_py: Path) -> dict[str, Any]:
@@ -108,5 +110,7 @@ class FakeExecutor:
         self._called("evaluate")
         job.metrics_path.unlink(missing_ok=True)
         weights = json.loads(job.weights.read_text())
-        job.metrics_path.write_text(json.dumps(metrics_of(weights), sort_keys=True))
+        metrics = metrics_of(weights)
+        (job.metrics_path.parent / "MATCHES.json").write_text(json.dumps(matches_of(metrics), sort_keys=True))
+        job.metrics_path.write_text(json.dumps(metrics, sort_keys=True))
         return RunResult(exit_code=0, seconds=0.01)

@@ -57,7 +57,10 @@ def test_evaluate_changed_between_experiments_is_an_error_halt(make_ws, pages):
     try:
         ws.wait_for(lambda: any(r["status"] == "running" and r["commit"] for r in ws.rows())
                     and not list(ws.queue.glob("001.json")), 60, "the first experiment to be running")
-        time.sleep(1.0)  # inside the 3 s pause before the outcome is written
+        first_id = next(r["id"] for r in ws.rows() if r["status"] == "running")
+        ws.wait_for(lambda: any(x["experiment_id"] == first_id for x in runs_rows(ws)), 60,
+                    "the first experiment's run to be recorded")  # measured (runtime pin included), then gated
+        time.sleep(0.5)  # inside the 3 s pause before the outcome is written
         with open(ws.worktree / "evaluate.py", "a") as f:
             f.write("\n# tweaked by a person at 03:12\n")
         out, _ = daemon.communicate(timeout=90)
