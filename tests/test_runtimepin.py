@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from looper.workspace import runtimepin
 from looper.core import runtime as core_runtime
+from looper.workspace import runtimepin
 
 
 def _site(tmp_path: Path) -> Path:

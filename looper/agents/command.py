@@ -35,9 +35,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import looper.agents.sandbox as agent_sandbox
 from looper import proc
 from looper.agents.base import AgentContext, Proposal, ProposalRejected
-import looper.agents.sandbox as agent_sandbox
 from looper.agents.sandbox import AgentBox
 from looper.core.hyperblock import HyperblockError, knob_changes
 from looper.errors import HarnessError

@@ -76,18 +76,18 @@ def overran(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
 
 # The step counts train.py prints as it trains (train.py: ``LOOPER_EPOCH ... steps=N`` after each epoch,
 # ``LOOPER_SUMMARY steps=N`` at the end); the harness reads them in the run's log tail.
-_LOG_STEPS = re.compile(r"^LOOPER_(?P<kind>SUMMARY|EPOCH)\b.*?\bsteps=(?P<n>\d+)\b", re.MULTILINE)
+_LOG_STEPS = re.compile(r"^LOOPER_(?P<kind>SUMMARY|EPOCH)\b.*?\bsteps=(?P<n>\d+(?:\.\d+)?)(?![\w.])", re.MULTILINE)
 
 
-def log_steps(log_tail: str) -> tuple[str, int] | None:
+def log_steps(log_tail: str) -> tuple[str, float] | None:
     """The step count the run's log shows: ``("SUMMARY", n)`` from its last ``LOOPER_SUMMARY`` line,
     else ``("EPOCH", n)`` from its last ``LOOPER_EPOCH`` line; None when it shows none."""
-    found = [(m.group("kind"), int(m.group("n"))) for m in _LOG_STEPS.finditer(log_tail or "")]
+    found = [(m.group("kind"), float(m.group("n"))) for m in _LOG_STEPS.finditer(log_tail or "")]
     summaries = [f for f in found if f[0] == "SUMMARY"]
     return (summaries or found or [None])[-1]
 
 
-def steps_disagree(train_json: dict[str, Any] | None, logged: tuple[str, int] | None) -> str | None:
+def steps_disagree(train_json: dict[str, Any] | None, logged: tuple[str, float] | None) -> str | None:
     """Why train.json's ``steps`` cannot be taken, or None. With a ``LOOPER_SUMMARY`` line they must be
     equal; with only ``LOOPER_EPOCH`` lines train.json cannot say fewer steps than the last epoch had
     already done (a run may stop mid-epoch after it). No log evidence, or no ``steps``: nothing to compare."""
@@ -97,5 +97,5 @@ def steps_disagree(train_json: dict[str, Any] | None, logged: tuple[str, int] | 
     kind, n = logged
     if steps == n or (kind == "EPOCH" and steps > n):
         return None
-    return (f"train.json says {steps:g} optimizer steps but the run's log showed steps={n} "
+    return (f"train.json says {steps:g} optimizer steps but the run's log showed steps={n:g} "
             f"(LOOPER_{kind}): the step count is not taken on trust")

@@ -12,8 +12,8 @@ commits nothing, are :mod:`looper.night.baseline`; the records handed forward, :
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 import time
+from collections.abc import Sequence
 
 from looper.core import scope as core_scope
 from looper.core.untrusted import one_line

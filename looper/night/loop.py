@@ -32,10 +32,10 @@ from looper.night.display import Display
 from looper.night.experiment import run_candidate
 from looper.night.measure import preflight
 from looper.night.notify import Notifier
-from looper.workspace.runtimepin import PREFIX as RUNTIME_PREFIX
-from looper.workspace.runtimepin import runtime_hashes
 from looper.store import Store
 from looper.workspace.hashes import fixed_hashes, pretrained_hashes
+from looper.workspace.runtimepin import PREFIX as RUNTIME_PREFIX
+from looper.workspace.runtimepin import runtime_hashes
 
 ADVICE = {
     "halt": "Fix the harness problem named above (GPU, data, host, fixed files, database), then start "

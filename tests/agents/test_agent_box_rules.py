@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from looper.agents import sandbox as ab
 from looper.agents import make_agent
+from looper.agents import sandbox as ab
 from looper.config import AgentConfig
 from looper.errors import ConfigError
 

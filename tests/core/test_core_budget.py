@@ -80,6 +80,9 @@ def test_a_float_step_count_is_checked_like_an_int():
     ("LOOPER_SUMMARY steps=26", {"epochs": 1}, None),  # no steps in train.json: evidence judges that
     ("LOOPER_SUMMARY steps=26", None, None),
     ("  LOOPER_SUMMARY steps=99", {"steps": 26}, None),  # only whole lines that start with it
+    ("LOOPER_SUMMARY steps=0.5", {"steps": 0.5}, None),  # the same half step: the evidence rules judge it
+    ("LOOPER_SUMMARY steps=0.5", {"steps": 3}, "says 3 optimizer steps but the run's log showed steps=0.5"),
+    ("LOOPER_SUMMARY steps=26.x", {"steps": 26}, None),  # no number there: nothing compared
 ])
 def test_steps_disagree_with_the_log(tail: str, train_json: dict | None, words: str | None) -> None:
     got = budget.steps_disagree(train_json, budget.log_steps(tail))
