@@ -192,10 +192,18 @@ def _m3_confirmations(conn: Connection) -> None:
     conn.exec_driver_sql("CREATE INDEX ix_confirmations_tag_id ON confirmations (tag, id)")
 
 
+def _m4_run_phases(conn: Connection) -> None:
+    iso = "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*'"
+    for column in ("train_started_at", "train_ended_at", "eval_ended_at"):
+        conn.exec_driver_sql(f"ALTER TABLE runs ADD COLUMN {column} TEXT "
+                             f"CHECK ({column} IS NULL OR {column} GLOB {iso})")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create experiments, class_metrics, runs, events, tags", _m1_create),
     Migration(2, "indexes for per-tag history, status and journal queries", _m2_indexes),
     Migration(3, "confirmations: the night's best re-run on fresh seeds", _m3_confirmations),
+    Migration(4, "runs: phase times (training started, training ended, evaluation ended)", _m4_run_phases),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

@@ -90,6 +90,10 @@ runs = Table(
     Column("log_tail", Text, nullable=False),
     Column("started_at", Text, nullable=False),
     Column("finished_at", Text),
+    # the run's phases (migration 4): its first optimizer step, train.py's exit, evaluate.py's exit
+    Column("train_started_at", Text),
+    Column("train_ended_at", Text),
+    Column("eval_ended_at", Text),
     sqlite_autoincrement=True,
 )
 

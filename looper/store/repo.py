@@ -567,8 +567,12 @@ class Store:
         log_tail: str = "",
         started_at: str | _dt.datetime | None = None,
         finished_at: str | _dt.datetime | None = None,
+        train_started_at: str | _dt.datetime | None = None,
+        train_ended_at: str | _dt.datetime | None = None,
+        eval_ended_at: str | _dt.datetime | None = None,
     ) -> int:
-        """Record one training+evaluation run of an experiment; returns the run id."""
+        """Record one training+evaluation run of an experiment; returns the run id. ``started_at``: the
+        launch (default now); the phase times (None: not reached) split it (looper.core.phases)."""
         if role not in m.RUN_ROLES:
             raise ValueError(f"run role must be one of {', '.join(m.RUN_ROLES)}, got {role!r}")
         if score is not None and (isinstance(score, bool) or not math.isfinite(score)):
@@ -585,6 +589,9 @@ class Store:
             "log_tail": log_tail,
             "started_at": _iso(started_at, "started_at") or now,
             "finished_at": _iso(finished_at, "finished_at") or now,
+            "train_started_at": _iso(train_started_at, "train_started_at"),
+            "train_ended_at": _iso(train_ended_at, "train_ended_at"),
+            "eval_ended_at": _iso(eval_ended_at, "eval_ended_at"),
         }
         with self._tx() as conn:
             self._require_experiment(conn, experiment_id, "add a run")
