@@ -278,10 +278,12 @@ def seeded_runs(ctx: Context, exp: ExperimentRecord) -> list[tuple[int | None, d
 
 def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, role: str) -> Result:
     """Measure and gate with intensification (looper.core.intensify): 1, then 2, then 4 ... seeds
+    (with ``[loop] seed_jobs`` slots: the first look fills them, each batch after it whole slots)
     of the best's own seeds, up to ``1 + noise_reruns``, stopping early when the gate keeps or
     discards; a seed the best never ran is run on the best first (it gains that seed)."""
     started = time.monotonic()
-    race = intensify.Race(cap=1 + max(0, cand.reruns), first_seed=ctx.cfg.data.seed)
+    race = intensify.Race(cap=1 + max(0, cand.reruns), first_seed=ctx.cfg.data.seed,
+                          slots=ctx.cfg.loop.seed_jobs)  # every look's seeds fill the slots side by side
     cap, looks = race.cap, race.looks
     measured: list[Measurement] = []
     runs: list[dict] = []
