@@ -3,7 +3,8 @@
     python evaluate.py --weights W --data D --out METRICS.json [--split test] [--device cpu]
 
 Each page is cut into overlapping tiles; tiles go through the network in batches (no
-per-tile predict call); boxes cut by an inner tile edge are dropped and the rest merged
+per-tile predict call; batch norms folded into their convolutions, as Ultralytics' predict does; one
+batch's tensor held at a time, so memory does not grow with the page beyond its decoded image); boxes cut by an inner tile edge are dropped and the rest merged
 across tiles class by class; predictions are matched to the page's truth per class at
 IoU >= 0.5 (looper.core.metrics). Precision, recall, F1 and the per-instance ``found``
 flags count boxes scored >= the pinned confidence 0.25; AP50 ranks every merged box
