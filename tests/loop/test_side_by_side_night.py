@@ -60,7 +60,11 @@ def test_seeds_run_two_at_a_time_each_with_its_share_of_the_cores_and_the_night_
     assert overlap(u[0], u[1])  # the first look fills both slots (intensify.schedule(4, slots=2): 2, 4)
     assert overlap(u[2], u[3])  # the second look's two seeds side by side, recorded in seed order
     assert not overlap(u[1], u[2])  # one look after another: seeds 2 and 3 only once the first two were judged
-    assert json.loads(rows[unsure]["verdict_json"])["metrics"]["cost"]["looks"] == 2
+    cost = json.loads(rows[unsure]["verdict_json"])["metrics"]["cost"]
+    assert cost["looks"] == 2
+    phases = cost["phases"]  # the four runs' start-up, training and evaluation on the harness's clock
+    assert set(phases) == {"startup_seconds", "train_seconds", "eval_seconds"} and phases["train_seconds"] >= 4 * 2.0
+    assert all(v is not None and v >= 0 for v in phases.values()), phases
     assert json.loads(rows[unsure]["verdict_json"])["metrics"]["cost"]["seeds"] == [0, 1, 2, 3]
 
     (c,) = confirmations(loop.ctx.store, "t")
