@@ -37,7 +37,7 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 
 # The verdict core must stay fully branch-covered by its own tests (issue 3); then every test.
-CORE_COV := $(foreach m,verdict result evidence gate classgate stats scope failure exclusions budget blame bounds intensify confirmation score seeds untrusted startweights cores datacheck datasplit limits ship transfer recount runtime,--cov=looper.core.$(m))
+CORE_COV := $(foreach m,verdict result evidence gate classgate stats scope failure exclusions budget blame bounds intensify confirmation score seeds untrusted startweights cores datacheck datasplit limits ship transfer recount runtime phases,--cov=looper.core.$(m))
 
 test: system $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" tests/core $(CORE_COV) --cov-branch \

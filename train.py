@@ -96,6 +96,15 @@ from ultralytics import YOLO  # noqa: E402
 from ultralytics.utils import YAML  # noqa: E402
 
 CUDA = DEVICE not in ("cpu", "mps") and torch.cuda.is_available()
+
+
+def _deterministic(mode: bool, *, warn_only: bool = False) -> None:
+    """torch.use_deterministic_algorithms without its import of torch._inductor (1.5 to 6 s of the budget's
+    start-up here; it only sets inductor's flag for torch.compile, which this run never uses)."""
+    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
+
+
+torch.use_deterministic_algorithms = _deterministic  # Ultralytics' init_seeds(deterministic=True) calls it
 PHASES: dict[str, float] = {"imports": round(time.time() - T_START, 2)}  # start-up, s since T_START, per phase
 
 

@@ -58,15 +58,17 @@ def judge_pooled(cfg: core_gate.GateConfig, baseline: Sequence[Run], candidates:
 
 def judge_paired(cfg: core_gate.GateConfig, n_base: int, cap: int, best_at: Callable[[int], Run],
                  cand_at: Callable[[int], Run], first_seed: int = 0,
-                 decided: Callable[[core_gate.GateDecision], None] | None = None) -> tuple[str, int, int]:
+                 decided: Callable[[core_gate.GateDecision], None] | None = None,
+                 slots: int = 1) -> tuple[str, int, int]:
     """This wave's loop (looper.night.race.measure_and_gate), the best being the tag's baseline of
     seeds ``first_seed .. first_seed + n_base - 1``. ``best_at(seed)`` / ``cand_at(seed)``: the run
     of the best / of the candidate on that seed; ``decided``, if given, sees the decision that ended
-    it (bench/calibration_why.py reads why). Returns (outcome, candidate runs, best runs gained)."""
+    it (bench/calibration_why.py reads why); ``slots``: runs side by side (``[loop] seed_jobs``), the
+    schedule's first look fills them (``intensify.schedule``). Returns (outcome, candidate runs, best runs gained)."""
     best_seeds = list(range(first_seed, first_seed + n_base))
     best = [best_at(s)["metrics"] for s in best_seeds]
     reference = mean_metrics(best)  # the baseline experiment's metrics: its own seeds, as measured at the start
-    race = intensify.Race(cap, first_seed)
+    race = intensify.Race(cap, first_seed, slots=slots)
     runs: list[dict[str, Any]] = []
     gained = 0
     while True:
@@ -164,7 +166,7 @@ def shift(run: Run, delta: float, score: str) -> Run:
 
 
 def judge_row(cfg: core_gate.GateConfig, procedure: str, kind: str, unchanged: Sequence[Run], changed: Sequence[Run],
-              n_base: int, cap: int, draws: int, seed: int, delta: float = 0.0) -> dict[str, Any]:
+              n_base: int, cap: int, draws: int, seed: int, delta: float = 0.0, slots: int = 1) -> dict[str, Any]:
     """``draws`` judgements of one kind (``aa`` | ``planted``) by one procedure (``pooled`` | ``paired``):
     outcome counts, mean candidate runs and best runs gained, and the disjoint judgements the pool holds
     (every run used once: the count an honest interval rests on). ``{"draws": 0, "skipped": why}`` when
@@ -189,7 +191,7 @@ def judge_row(cfg: core_gate.GateConfig, procedure: str, kind: str, unchanged: S
                                 draw_planted_paired(unchanged, changed, n_base, cap, rng))
             if delta:
                 cand_at = (lambda f: (lambda k: shift(f(k), delta, cfg.score)))(cand_at)
-            outcome, n, g = judge_paired(cfg, n_base, cap, best_at, cand_at)
+            outcome, n, g = judge_paired(cfg, n_base, cap, best_at, cand_at, slots=slots)
         counts[outcome] = counts.get(outcome, 0) + 1
         cand_runs += n
         gained += g

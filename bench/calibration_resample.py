@@ -67,6 +67,20 @@ def load_pool(root: Path, score: str) -> dict[str, list[dict[str, Any]]]:
     return pool
 
 
+def load_scores(path: Path, score: str) -> dict[str, list[dict[str, Any]]]:
+    """label -> runs from a --pool-json file (scores only). Each run's METRICS.json is its score beside one
+    class that every run finds alike (the gate wants per-class figures; this one never moves, so no class
+    gate fires and the score test alone decides)."""
+    same = {"all": {"tp": 10, "fp": 0, "fn": 0, "support": 10, "precision": 1.0, "recall": 1.0, "f1": 1.0,
+                    "count_error": 0.0}}
+    pool: dict[str, list[dict[str, Any]]] = {}
+    for r in json.loads(path.read_text()):
+        pool.setdefault(r["label"], []).append({"seed": int(r["seed"]), "metrics": {score: r[score], "classes": same},
+                                                "score": r[score], "steps": r.get("steps"), "max_steps": None,
+                                                "seconds": r.get("train_seconds")})
+    return pool
+
+
 def pool_rows(pool: dict[str, list[dict[str, Any]]], score: str) -> list[dict[str, Any]]:
     """One summary row per run of the pool (label, seed order): what a reader needs to redo the tables."""
     rows = []
@@ -184,9 +198,10 @@ def run_procedures(args: argparse.Namespace, pool: dict[str, list[dict]]) -> dic
             kinds += [(name, "planted", runs, e, 0.0) for name, (runs, e) in planted.items()]
             for name, kind, runs, e, delta in kinds:
                 heads.append({"procedure": procedure, "baseline_seeds": args.baseline_seeds, "cap": cap,
+                              "slots": args.slots,
                               "judgement": name, "effect": e, "effect_sds": e / sd if sd else None})
                 jobs.append((cfg, procedure, kind, unchanged, runs, args.baseline_seeds, cap, args.draws,
-                             args.seed * 1000 + len(jobs), delta))
+                             args.seed * 1000 + len(jobs), delta, args.slots))
     if args.jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -225,7 +240,8 @@ def print_procedures(res: dict[str, Any], score: str) -> None:
           "gained) | disjoint judgements |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
     for r in res["rows"]:
-        head = f"| {r['procedure']} | {r['baseline_seeds']} / {r['cap']} | {r['judgement']} | {r['effect_sds']:+.2f} "
+        slots = f" ({r['slots']} slots)" if r.get("slots", 1) > 1 else ""
+        head = f"| {r['procedure']} | {r['baseline_seeds']} / {r['cap']}{slots} | {r['judgement']} | {r['effect_sds']:+.2f} "
         if not r["draws"]:
             print(head + f"| skipped: {r['skipped']} | | | | | | |")
             continue
@@ -268,8 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool-json", type=Path, default=None,
                     help="also write every run of the pool here (label, seed, score, classes found, steps, seconds): "
                          "the raw figures bench/RESULTS.md cites, kept beside the results")
+    ap.add_argument("--slots", type=int, default=1,
+                    help="with --procedures paired: runs side by side ([loop] seed_jobs); the first look fills them")
+    ap.add_argument("--pool-scores", type=Path, default=None,
+                    help="a pool's scores only (the --pool-json file kept in bench/calibration/) instead of --pool: "
+                         "no per-class figures, so the class gates see nothing and the score test alone decides")
     args = ap.parse_args(argv)
-    pool = load_pool(args.pool, args.score)
+    pool = load_scores(args.pool_scores, args.score) if args.pool_scores else load_pool(args.pool, args.score)
     if args.pool_json:
         args.pool_json.write_text(json.dumps(pool_rows(pool, args.score), indent=1) + "\n")
     if args.procedures is not None:

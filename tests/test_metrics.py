@@ -153,6 +153,46 @@ def test_merge_never_changes_a_box_and_is_decided_from_the_top(raw: list, cut: i
     assert [m for m in merged if m.score >= t] == merge_detections([d for d in dets if d.score >= t])
 
 
+def _merge_by_full_scan(dets: list, iou_thr: float, contain_thr: float) -> list:
+    """The merge as it was before the cells: every kept box against every less confident box of its class."""
+    from looper.core.metrics import MERGE_CONTAIN, MERGE_IOU, _suppressed_by
+
+    assert (iou_thr, contain_thr) == (MERGE_IOU, MERGE_CONTAIN)
+    ordered = sorted(dets, key=lambda d: (-d.score, d.cls, d.box))
+    out = []
+    for c in dict.fromkeys(d.cls for d in ordered):
+        group = [d for d in ordered if d.cls == c]
+        boxes = np.array([d.box for d in group], dtype=np.float64).reshape(-1, 4)
+        alive = np.ones(len(group), dtype=bool)
+        for i, d in enumerate(group):
+            if alive[i]:
+                out.append(d)
+                alive[i + 1:] &= ~_suppressed_by(d.box, boxes[i + 1:], iou_thr, contain_thr)
+    return sorted(out, key=lambda d: (-d.score, d.cls, d.box))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_merge_in_cells_keeps_exactly_what_the_full_scan_keeps(seed: int) -> None:
+    """A page's thousands of boxes (tiles' duplicates, pieces, boxes across cell lines, float coordinates):
+    the cells look only near each box, and keep the same boxes in the same order as comparing with all."""
+    from looper.core.metrics import MERGE_CONTAIN, MERGE_IOU
+
+    rng = random.Random(seed)
+    dets = []
+    for _ in range(300):  # symbols, each seen by a few tiles with jitter, plus pieces
+        cls = rng.choice(CLASSES[:3])
+        x, y = rng.uniform(0, 2000), rng.uniform(0, 2000)
+        w, h = rng.uniform(8, 60), rng.uniform(8, 60)
+        for _ in range(rng.randint(1, 6)):
+            j = [rng.uniform(-6, 6) for _ in range(4)]
+            dets.append(D(cls, x + j[0], y + j[1], x + w + j[2], y + h + j[3], rng.uniform(0.001, 1)))
+        if rng.random() < 0.3:
+            dets.append(D(cls, x, y, x + w / 2, y + h / 2, rng.uniform(0.001, 1)))
+    dets += [D(CLASSES[0], 127.5 + k, 0, 129 + k, 40, 0.5 - k / 100) for k in range(3)]  # across a cell line
+    assert len([d for d in dets if d.cls == CLASSES[0]]) > 64  # the cells are used
+    assert merge_detections(dets) == _merge_by_full_scan(dets, MERGE_IOU, MERGE_CONTAIN)
+
+
 def test_merge_keeps_distinct_classes_and_distant_boxes() -> None:
     dets = [D("supply_grille", 0, 0, 40, 30, 0.9), D("return_grille", 0, 0, 40, 30, 0.8),
             D("supply_grille", 100, 0, 140, 30, 0.7)]

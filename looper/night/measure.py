@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ from looper.core import budget as core_budget
 from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
 from looper.core import limits as core_limits
+from looper.core import phases as core_phases
 from looper.core import runtime as core_runtime
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError
@@ -60,6 +62,16 @@ class Measurement:
     eval_seconds: float = 0.0
     run_dir: Path | None = None
     cut_short: str | None = None  # the wall clock ended it before its step budget (core.budget.cut_short)
+    # the run's phases on the harness's clock (ISO; None: not reached or not seen): launched, first optimizer
+    # step (the LOOPER_STARTUP line's arrival), train.py exited, evaluate.py exited (core.phases)
+    started_at: str | None = None
+    train_started_at: str | None = None
+    train_ended_at: str | None = None
+    eval_ended_at: str | None = None
+
+    @property
+    def phases(self) -> core_phases.Split:
+        return core_phases.split(self.started_at, self.train_started_at, self.train_ended_at, self.eval_ended_at)
 
     @property
     def measured(self) -> bool:
@@ -196,6 +208,31 @@ def measure(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: 
     return evaluate(ctx, w, exp_id, role, m, budget, ck, threads) if m.measured else m
 
 
+STARTUP_MARK = "LOOPER_STARTUP"  # train.py's line at its first optimizer step (its start-up ends there)
+
+
+def startup_watch(sink: Callable[[str], None]) -> tuple[Callable[[str], None], list[str]]:
+    """A line sink that passes every line on to ``sink`` and notes the harness's clock (ISO) when the
+    first :data:`STARTUP_MARK` line arrives: the run's training started then."""
+    seen: list[str] = []
+
+    def on_line(line: str) -> None:
+        if not seen and STARTUP_MARK in line:
+            seen.append(now_iso())
+        sink(line)
+
+    return on_line, seen
+
+
+def startup_from_json(started: str | None, train_json: dict | None) -> str | None:
+    """Training's start from train.py's own ``startup_seconds`` after the launch (a fallback, when the
+    executor delivered no line as it came: its clock starts after the sandbox's, so it reads a little low)."""
+    s = (train_json or {}).get("startup_seconds")
+    if started is None or not isinstance(s, (int, float)) or isinstance(s, bool) or not s >= 0:
+        return None
+    return (datetime.fromisoformat(started) + timedelta(seconds=float(s))).isoformat(timespec="milliseconds")
+
+
 def side_by_side(ctx: Context, calls: Sequence[Callable[[], T]], ok: Callable[[T], bool],
                  keep: Callable[[T], None] = lambda r: None) -> list[T]:
     """Run ``calls`` (each a :func:`measure`) up to ``[loop] seed_jobs`` at a time and hand each result to
@@ -244,12 +281,15 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
     max_steps = ctx.tag.max_steps()
     ctx.store.set_phase(exp_id, f"train ({role}, seed {seed})")
     ctx.display.set_phase(exp_id, f"{ctx.night.wlabel(w)}train {role} seed={seed}", budget)
+    started = now_iso()
+    on_line, first_step = startup_watch(ctx.display.log_line)
     tr = w.executor.train(
         TrainJob(checkout=ck, out_dir=out, seed=seed, budget_seconds=budget,
                  grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
                  log_path=rd / "train.log", device=w.device, max_steps=max_steps, threads=threads),
-        ctx.display.log_line, ctx.night.cancel)
-    m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd)
+        on_line, ctx.night.cancel)
+    m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd, started_at=started,
+                    train_started_at=first_step[0] if first_step else None, train_ended_at=now_iso())
     if tr.cancelled or ctx.night.cancel.is_set():
         return m.ended(Outcome.INTERRUPTED, "the daemon was stopped during training")
     after = integrity(ctx, "during the training run", ck, w.executor)
@@ -285,6 +325,7 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         m.signature = core_failure.signature_of("step budget ignored: trained more steps than LOOPER_MAX_STEPS")
         return m.ended(Outcome.CRASH, overran)
     m.cut_short = core_budget.cut_short(m.train_json, max_steps)
+    m.train_started_at = m.train_started_at or startup_from_json(started, m.train_json)
     return m
 
 
@@ -335,7 +376,7 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
                 stall_seconds=max(float(ctx.cfg.loop.stall_seconds), (limit or 0.0) + 5.0), device=w.device,
                 threads=threads),
         ctx.display.log_line, ctx.night.cancel)
-    m.eval, m.eval_seconds = ev, ev.seconds
+    m.eval, m.eval_seconds, m.eval_ended_at = ev, ev.seconds, now_iso()
     if ev.cancelled or ctx.night.cancel.is_set():
         return m.ended(Outcome.INTERRUPTED, "the daemon was stopped during evaluation")
     if ev.exit_code == WEIGHTS_REFUSED_EXIT and not (ev.transport_error or ev.timed_out or ev.stalled):
@@ -506,7 +547,8 @@ def record_run(ctx: Context, exp_id: int, role: str, m: Measurement) -> None:
     ctx.store.add_run(exp_id, role=role, seed=m.seed,
                       exit_code=m.train.exit_code if m.train else None, score=score,
                       metrics=m.metrics, train=m.train_json, log_tail=ctx.journal.redact(tail),
-                      started_at=None, finished_at=now_iso(),
+                      started_at=m.started_at, finished_at=now_iso(), train_started_at=m.train_started_at,
+                      train_ended_at=m.train_ended_at, eval_ended_at=m.eval_ended_at,
                       weights_path=_relative(ctx.root, weights) if digest else None, weights_sha256=digest)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from looper.core import failure as core_failure
 from looper.core import gate as core_gate
 from looper.core import intensify
+from looper.core import phases as core_phases
 from looper.core import scope as core_scope
 from looper.core import seeds as core_seeds
 from looper.core.verdict import Outcome, Verdict
@@ -76,22 +77,26 @@ def seeded_runs(ctx: Context, exp: ExperimentRecord) -> list[tuple[int | None, d
 
 def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, role: str) -> Result:
     """Measure and gate with intensification (looper.core.intensify): 1, then 2, then 4 ... seeds
+    (with ``[loop] seed_jobs`` slots: the first look fills them, each batch after it whole slots)
     of the best's own seeds, up to ``1 + noise_reruns``, stopping early when the gate keeps or
     discards; a seed the best never ran is run on the best first (it gains that seed)."""
     started = time.monotonic()
-    race = intensify.Race(cap=1 + max(0, cand.reruns), first_seed=ctx.cfg.data.seed)
+    race = intensify.Race(cap=1 + max(0, cand.reruns), first_seed=ctx.cfg.data.seed,
+                          slots=ctx.cfg.loop.seed_jobs)  # every look's seeds fill the slots side by side
     cap, looks = race.cap, race.looks
     measured: list[Measurement] = []
     runs: list[dict] = []
     simpler = core_scope.code_lines(cand.source) < core_scope.code_lines(cand.parent_source)
     gained: list[int] = []
     best_seconds = 0.0
+    best_phases: list[core_phases.Split] = []
     while True:
         batch = race.batch([s for s, _ in seeded_runs(ctx, against) if s is not None])
         got = gain_best_seeds(ctx, cand, against, batch.best)
         if isinstance(got, Result):
             return got
         best_seconds, gained = best_seconds + got[0], gained + got[1]
+        best_phases += got[2]
         roles = {s: role if not runs and i == 0 else "rerun" for i, s in enumerate(batch.candidate)}
         for m in measure_seeds(ctx, cand, roles, ok=lambda m: m.measured):  # a look's seeds side by side
             if not m.measured:
@@ -114,7 +119,9 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
             "best_seeds_gained": gained, "seeds": list(race.seeds), "cap": cap, "looks": looks, "stopped": why,
             "seconds": round(cand_seconds + best_seconds, 3),
             "minutes": round((cand_seconds + best_seconds) / 60.0, 3),
-            "wall_minutes": round((time.monotonic() - started) / 60.0, 3)}
+            "wall_minutes": round((time.monotonic() - started) / 60.0, 3),
+            # where the runs' time went (the harness's clock; None: a run's phase not seen)
+            "phases": core_phases.add([x.phases for x in measured] + best_phases).as_dict()}
     d = dataclasses.replace(d, verdict=d.verdict.model_copy(
         update={"metrics": {**d.verdict.metrics, "cost": cost,
                             "notes": [*(d.verdict.metrics.get("notes") or []), f"intensification: {why}"]}}))
@@ -130,19 +137,20 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
 
 
 def gain_best_seeds(ctx: Context, cand: Candidate, best: ExperimentRecord,
-                    wanted: list[int]) -> tuple[float, list[int]] | Result:
+                    wanted: list[int]) -> tuple[float, list[int], list[core_phases.Split]] | Result:
     """Run the current best's train.py on the ``wanted`` seeds it never ran (side by side with ``[loop]
     seed_jobs`` > 1) and record them as the best's own runs (role rerun, in seed order), before the
-    candidate runs them. Returns (the seconds they took, the seeds gained; a seed another worker ran on
-    the best meanwhile is not gained again), or the Result that ends the candidate when the best could
+    candidate runs them. Returns (the seconds they took, the seeds gained: a seed another worker ran on
+    the best meanwhile is not gained again, the runs' phases), or the Result that ends the candidate when the
+    best could
     not be measured."""
     if not wanted:
-        return 0.0, []
+        return 0.0, [], []
     with ctx.night.seed_lock:  # one worker at a time extends the best; the others then find the seeds there
         have = {s for s, _ in seeded_runs(ctx, best)}
         todo = [s for s in wanted if s not in have]
         if not todo:  # another worker ran the best on them meanwhile
-            return 0.0, []
+            return 0.0, [], []
         for seed in todo:
             ctx.journal.event("note", f"#{cand.exp_id} needs seed {seed}, which the current best #{best.id} never ran: "
                               "running the best on it first", cand.exp_id, {"best": best.id, "seed": seed})
@@ -165,7 +173,7 @@ def gain_best_seeds(ctx: Context, cand: Candidate, best: ExperimentRecord,
                 f"the current best #{best.id} could not be measured on seed {seed} ({m.outcome.value}: "
                 f"{'; '.join(m.blocking)[:200]}); the candidate is left undecided"))
         seconds += m.train_seconds + m.eval_seconds
-    return seconds, todo
+    return seconds, todo, [m.phases for m in ms]
 
 
 def not_comparable(d: core_gate.GateDecision, cut: list[str], max_steps: int) -> tuple[Outcome, Verdict]:

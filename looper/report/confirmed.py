@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from looper.core.phases import PHASES, Split, add
 from looper.report.fmt import clean
 from looper.store import ConfirmationRecord, Store, queries
 
@@ -60,7 +61,8 @@ def morning(store: Store, tag: str | None, since: str | None = None) -> Morning:
                           "best_runs": int(cost.get("best_runs") or 0),
                           "minutes": float(cost.get("minutes") or 0.0),
                           "wall_minutes": None if cost.get("wall_minutes") is None else float(cost["wall_minutes"]),
-                          "stopped": str(cost.get("stopped") or "")})
+                          "stopped": str(cost.get("stopped") or ""),
+                          "phases": _phases(cost.get("phases"))})
     last = every[-1] if every else None
     checks = [t for t in queries.transfers(store, tag) if last is not None and t.confirmation_id == last.id]
     return Morning(tag, last, decisions, window, checks[-1] if checks else None)
@@ -91,6 +93,25 @@ def _selection_words(c: ConfirmationRecord) -> str | None:
             "while choosing it among the night's candidates: biased upwards by that choice)")
 
 
+def _phases(raw: object) -> Split | None:
+    """A decision's recorded phase seconds (None: recorded before phases were, or not a mapping)."""
+    if not isinstance(raw, dict):
+        return None
+    got = {p: raw.get(f"{p}_seconds") for p in PHASES}
+    return Split(**{p: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+                    for p, v in got.items()})
+
+
+def _split_words(sp: Split | None) -> str:
+    """``; start-up 12 s, training 120 s, evaluation 30 s (74 % training)``, or "" when nothing is known."""
+    if sp is None or all(getattr(sp, p) is None for p in PHASES):
+        return ""
+    words = [f"{name} {'?' if v is None else f'{v:.0f}'} s"
+             for name, v in (("start-up", sp.startup), ("training", sp.train), ("evaluation", sp.eval))]
+    share = sp.useful_share
+    return "; " + ", ".join(words) + ("" if share is None else f" ({100 * share:.0f} % training)")
+
+
 def _wall(minutes: float | None) -> str:
     return "" if minutes is None else f", {minutes:.1f} min wall"
 
@@ -110,11 +131,13 @@ def cost_lines(m: Morning) -> list[str]:
         early = sum(1 for d in m.decisions if "early" in d["stopped"])
         out.append(f"decisions: {len(runs)}, {sum(runs)} run(s) ({best} of them the best gaining a seed), "
                    f"{sum(minutes):.1f} min of runs{wall}; per decision {statistics.fmean(runs):.1f} run(s), "
-                   f"{statistics.fmean(minutes):.1f} min of runs; {early} stopped early")
+                   f"{statistics.fmean(minutes):.1f} min of runs; {early} stopped early"
+                   + (_split_words(add(d["phases"] for d in m.decisions))
+                      if all(d["phases"] is not None for d in m.decisions) else ""))
     for d in m.decisions[-_LAST:]:
         gained = f" + {d['best_runs']} of the best" if d["best_runs"] else ""
         out.append(f"  #{d['id']} {d['status']}: {d['candidate_runs']} run(s){gained}, {d['minutes']:.1f} min of runs"
-                   f"{_wall(d['wall_minutes'])}; {clean(d['stopped'])}")
+                   f"{_wall(d['wall_minutes'])}; {clean(d['stopped'])}{_split_words(d['phases'])}")
     for c in m.confirmations:
         out.append(f"confirmation #{c.id}: {c.runs} run(s), {c.seconds / 60:.1f} min of runs"
                    f"{_wall(c.wall_seconds / 60)} ({c.status.replace('_', ' ')})")

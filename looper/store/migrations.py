@@ -230,6 +230,13 @@ def _m5_transfers(conn: Connection) -> None:
     conn.exec_driver_sql("CREATE INDEX ix_transfers_tag_id ON transfers (tag, id)")
 
 
+def _m6_run_phases(conn: Connection) -> None:
+    iso = "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*'"
+    for column in ("train_started_at", "train_ended_at", "eval_ended_at"):
+        conn.exec_driver_sql(f"ALTER TABLE runs ADD COLUMN {column} TEXT "
+                             f"CHECK ({column} IS NULL OR {column} GLOB {iso})")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create experiments, class_metrics, runs, events, tags", _m1_create),
     Migration(2, "indexes for per-tag history, status and journal queries", _m2_indexes),
@@ -237,6 +244,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "runs.weights_path, runs.weights_sha256: the weights each run left, hashed by the harness",
               _m4_run_weights),
     Migration(5, "transfers: the confirmed best and the baseline trained longer on fresh seeds", _m5_transfers),
+    Migration(6, "runs: phase times (training started, training ended, evaluation ended)", _m6_run_phases),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

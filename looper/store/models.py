@@ -92,6 +92,10 @@ runs = Table(
     Column("finished_at", Text),
     Column("weights_path", Text),  # migration 4: the weights the run left, relative to the workspace
     Column("weights_sha256", Text),  # migration 4: their sha256 when the harness recorded the run
+    # the run's phases (migration 6): its first optimizer step, train.py's exit, evaluate.py's exit
+    Column("train_started_at", Text),
+    Column("train_ended_at", Text),
+    Column("eval_ended_at", Text),
     sqlite_autoincrement=True,
 )
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
+from looper.core.phases import Split, split
 from looper.core.verdict import Outcome
 
 __all__ = [
@@ -206,6 +207,9 @@ class RunRecord(_Record):
     finished_at: str | None
     weights_path: str | None = None  # relative to the workspace (migration 4; None before it)
     weights_sha256: str | None = None
+    train_started_at: str | None = None  # the run's phases (None: not reached, or recorded before migration 6)
+    train_ended_at: str | None = None
+    eval_ended_at: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
@@ -214,8 +218,14 @@ class RunRecord(_Record):
             exit_code=row["exit_code"], score=row["score"], metrics=_loads(row["metrics_json"]),
             train=_loads(row["train_json"]), log_tail=row["log_tail"], started_at=row["started_at"],
             finished_at=row["finished_at"], weights_path=row.get("weights_path"),
-            weights_sha256=row.get("weights_sha256"),
+            weights_sha256=row.get("weights_sha256"), train_started_at=row.get("train_started_at"),
+            train_ended_at=row.get("train_ended_at"), eval_ended_at=row.get("eval_ended_at"),
         )
+
+    @property
+    def phases(self) -> Split:
+        """Seconds of start-up, training and evaluation (looper.core.phases; None where not recorded)."""
+        return split(self.started_at, self.train_started_at, self.train_ended_at, self.eval_ended_at)
 
 
 @dataclass(frozen=True, slots=True)

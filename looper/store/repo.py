@@ -569,9 +569,14 @@ class Store:
         finished_at: str | _dt.datetime | None = None,
         weights_path: str | None = None,
         weights_sha256: str | None = None,
+        train_started_at: str | _dt.datetime | None = None,
+        train_ended_at: str | _dt.datetime | None = None,
+        eval_ended_at: str | _dt.datetime | None = None,
     ) -> int:
-        """Record one training+evaluation run of an experiment; returns the run id. ``weights_path``
-        (relative to the workspace) and ``weights_sha256``: the weights the run left, as hashed now."""
+        """Record one training+evaluation run of an experiment; returns the run id. ``started_at``: the
+        launch (default now); the phase times (None: not reached) split it (looper.core.phases).
+        ``weights_path`` (relative to the workspace) and ``weights_sha256``: the weights the run left, as
+        hashed now."""
         if role not in m.RUN_ROLES:
             raise ValueError(f"run role must be one of {', '.join(m.RUN_ROLES)}, got {role!r}")
         if score is not None and (isinstance(score, bool) or not math.isfinite(score)):
@@ -590,6 +595,9 @@ class Store:
             "finished_at": _iso(finished_at, "finished_at") or now,
             "weights_path": weights_path,
             "weights_sha256": weights_sha256,
+            "train_started_at": _iso(train_started_at, "train_started_at"),
+            "train_ended_at": _iso(train_ended_at, "train_ended_at"),
+            "eval_ended_at": _iso(eval_ended_at, "eval_ended_at"),
         }
         with self._tx() as conn:
             self._require_experiment(conn, experiment_id, "add a run")

@@ -159,6 +159,76 @@ def test_a_race_refuses_a_cap_below_one_seed() -> None:
         intensify.Race(0, first_seed=0)
 
 
+@pytest.mark.parametrize(("cap", "slots", "expected"), [
+    (4, 1, (1, 2, 4)),       # one slot: today's schedule
+    (4, 2, (2, 4)),          # the demo (seed_jobs 2, noise_reruns 3): no look at one seed alone
+    (8, 2, (2, 4, 8)),
+    (5, 2, (2, 4, 5)),       # the cap ends the last batch short of a whole slot
+    (8, 3, (3, 6, 8)),       # 2 x 3 = 6 is whole slots; then the cap
+    (9, 4, (4, 8, 9)),
+    (7, 4, (4, 7)),          # 2 x 4 = 8 is past the cap
+    (2, 4, (2,)),            # more slots than seeds: one look at the cap
+    (1, 2, (1,)),
+    (12, 5, (5, 10, 12)),
+    (20, 3, (3, 6, 12, 20)),  # 2 x 6 = 12 is whole slots (4 of 3)
+    (16, 6, (6, 12, 16)),
+])
+def test_the_first_look_fills_the_slots_and_every_batch_after_it_is_whole_slots(
+        cap: int, slots: int, expected: tuple[int, ...]) -> None:
+    plan = intensify.schedule(cap, slots)
+    assert plan == expected and intensify.looks(cap, slots) == len(expected)
+    assert all((b - a) % slots == 0 for a, b in zip((0, *plan), plan[:-1], strict=False))  # whole slots but the last
+    assert sum(intensify.alpha_share(n, cap, slots) for n in plan) == pytest.approx(1.0)
+    assert intensify.looks_left(0, cap, slots) == len(expected)
+
+
+def test_slots_below_one_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1 slot"):
+        intensify.schedule(4, 0)
+    with pytest.raises(ValueError, match="at least 1 slot"):
+        intensify.Race(4, first_seed=0, slots=0)
+
+
+@pytest.mark.parametrize(("outcome", "more", "done", "add", "why"), [
+    (DISCARD, False, 2, 2, "worse after 2 seed(s), but a discard stands on 3: 2 more (to 4 of at most 4)"),
+    (DISCARD, False, 4, 0, "discarded after 4 seed(s)"),
+    (INC, True, 2, 2, "inconclusive after 2 seed(s): 2 more (to 4 of at most 4)"),
+    (KEEP, False, 2, 0, "stopped early for success after 2 seed(s)"),
+    (INC, True, 4, 0, "inconclusive after 4 seed(s) (the cap)"),
+])
+def test_the_step_rule_with_two_slots(outcome: str, more: bool, done: int, add: int, why: str) -> None:
+    assert intensify.step(outcome, more, done, 4, slots=2) == Step(add, why)
+
+
+@pytest.mark.parametrize(("done", "cap", "slots", "add"), [
+    (2, 8, 2, 2),   # the first look's seeds never discard alone
+    (4, 8, 2, 0),   # the second look may
+    (3, 8, 3, 3),
+    (2, 2, 2, 0),   # the first look is the cap: nothing more to ask
+    (1, 4, 1, 1),   # one slot: discard_seeds (2) as before
+    (2, 4, 1, 0),
+])
+def test_a_discard_waits_past_the_first_look(done: int, cap: int, slots: int, add: int) -> None:
+    assert intensify.step(DISCARD, False, done, cap, slots=slots).add == add
+
+
+def test_a_race_with_two_slots_runs_two_seeds_at_its_first_look() -> None:
+    race = intensify.Race(4, first_seed=7, slots=2)
+    assert race.looks == 2
+    batch = race.batch([0, 1, 2])
+    assert (batch.best, batch.candidate) == ([], [0, 1])
+    for seed in batch.candidate:
+        race.ran(seed)
+    assert race.share == pytest.approx(2 / 6)
+    assert race.look(INC, True) == Step(2, "inconclusive after 2 seed(s): 2 more (to 4 of at most 4)")
+    batch = race.batch([0, 1, 2])
+    assert (batch.best, batch.candidate) == ([3], [2, 3])
+    for seed in batch.candidate:
+        race.ran(seed)
+    assert race.share == pytest.approx(4 / 6)
+    assert race.look(INC, True).stops and race.reruns_left == 0
+
+
 # -- the confirmation ------------------------------------------------------------------------
 
 

@@ -258,6 +258,9 @@ def test_the_baseline_runs_baseline_seeds_seeds_whatever_the_candidate_reruns(ws
     (base,) = baselines(ws)
     runs = loop.ctx.store.run_records(base["id"])
     assert sorted(r.seed for r in runs) == list(range(seeds))
+    for r in runs:  # the harness's clock: launched, the LOOPER_STARTUP line arrived, train.py exited, evaluated
+        assert r.started_at <= r.train_started_at <= r.train_ended_at <= r.eval_ended_at <= r.finished_at, r
+        assert r.phases.startup >= 0 and r.phases.train >= 0 and r.phases.eval > 0 and r.started_at != r.finished_at
     verdict = json.loads(base["verdict_json"])
     assert verdict["status"] == "pass"
 

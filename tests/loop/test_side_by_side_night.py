@@ -39,8 +39,8 @@ def test_seeds_run_two_at_a_time_each_with_its_share_of_the_cores_and_the_night_
     ws.git("commit", "-qam", "runs that take 2 s")
     loop = night(ws, **{"loop.seed_jobs": 2, "loop.baseline_seeds": 4, "loop.noise_reruns": 3,
                         "loop.confirm_seeds": 2, "loop.max_experiments": 2})
-    ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})  # inside the noise: seeds 0, then 1, then 2 and 3
-    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})  # a clear win: kept on seed 0, then confirmed
+    ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})  # inside the noise: seeds 0 and 1, then 2 and 3
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})  # a clear win: kept on seeds 0 and 1, then confirmed
     assert loop.run() == 0
     rows = {r["id"]: r for r in ws.rows("baseline") + ws.rows()}
     (base,) = [r["id"] for r in ws.rows("baseline")]
@@ -49,7 +49,7 @@ def test_seeds_run_two_at_a_time_each_with_its_share_of_the_cores_and_the_night_
 
     every = [r for i in rows for r in runs_of(ws, i)]
     share = str(len(os.sched_getaffinity(0)) // 2)  # two runs side by side: half the cores each, a lone run too
-    assert len(every) == 4 + 4 + 1 + 2 and all(r["omp_threads"] == r["looper_threads"] == share for r in every)
+    assert len(every) == 4 + 4 + 2 + 2 and all(r["omp_threads"] == r["looper_threads"] == share for r in every)
 
     b = runs_of(ws, base)
     assert [r["seed"] for r in b] == [0, 1, 2, 3]
@@ -57,8 +57,14 @@ def test_seeds_run_two_at_a_time_each_with_its_share_of_the_cores_and_the_night_
         assert overlap(x, y), (x, y)
     u = runs_of(ws, unsure)
     assert [r["seed"] for r in u] == [0, 1, 2, 3]
-    assert not overlap(u[0], u[1])  # one look after another: the second seed only once the first was judged
-    assert overlap(u[2], u[3])  # the third look's two seeds side by side, recorded in seed order
+    assert overlap(u[0], u[1])  # the first look fills both slots (intensify.schedule(4, slots=2): 2, 4)
+    assert overlap(u[2], u[3])  # the second look's two seeds side by side, recorded in seed order
+    assert not overlap(u[1], u[2])  # one look after another: seeds 2 and 3 only once the first two were judged
+    cost = json.loads(rows[unsure]["verdict_json"])["metrics"]["cost"]
+    assert cost["looks"] == 2
+    phases = cost["phases"]  # the four runs' start-up, training and evaluation on the harness's clock
+    assert set(phases) == {"startup_seconds", "train_seconds", "eval_seconds"} and phases["train_seconds"] >= 4 * 2.0
+    assert all(v is not None and v >= 0 for v in phases.values()), phases
     assert json.loads(rows[unsure]["verdict_json"])["metrics"]["cost"]["seeds"] == [0, 1, 2, 3]
 
     (c,) = confirmations(loop.ctx.store, "t")
@@ -74,7 +80,7 @@ def test_the_best_gains_a_look_s_seeds_two_at_a_time_recorded_in_seed_order_befo
     ws.git("commit", "-qam", "runs that take 2 s")
     loop = night(ws, **{"loop.seed_jobs": 2, "loop.baseline_seeds": 2, "loop.noise_reruns": 3,
                         "loop.max_experiments": 1})
-    ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})  # inside the noise: the third look needs seeds 2 and 3
+    ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})  # inside the noise: the second look needs seeds 2 and 3
     assert loop.run() == 0
     (base,) = [r["id"] for r in ws.rows("baseline")]
     (cand,) = ws.rows()
@@ -84,5 +90,5 @@ def test_the_best_gains_a_look_s_seeds_two_at_a_time_recorded_in_seed_order_befo
     assert [r["seed"] for r in b] == [0, 1, 2, 3]  # gained in seed order, after the baseline's own two
     assert overlap(b[2], b[3])  # the two gained seeds ran side by side
     u = runs_of(ws, cand["id"])
-    assert [r["seed"] for r in u] == [0, 1, 2, 3] and overlap(u[2], u[3])
+    assert [r["seed"] for r in u] == [0, 1, 2, 3] and overlap(u[0], u[1]) and overlap(u[2], u[3])
     assert max(b[2]["ended"], b[3]["ended"]) <= min(u[2]["started"], u[3]["started"])  # the best ran both first

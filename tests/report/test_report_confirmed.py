@@ -118,3 +118,25 @@ def test_a_confirmation_shows_the_minutes_of_its_runs_and_its_wall_clock(night) 
     assert 150.0 <= c.wall_seconds < 160.0, c.wall_seconds
     assert f"  confirmation #{cid}: 3 run(s), 4.5 min of runs, 2.5 min wall (confirmed)" in \
         morning_lines(morning(store, "t"))
+
+
+def test_the_cost_lines_and_history_split_each_decisions_time_into_its_phases(tmp_path: Path) -> None:
+    store = Store(tmp_path / "experiments.db")
+    _exp(store, "baseline", Outcome.KEEP, 0.40, [0, 1, 2])
+    phases = {"startup_seconds": 20.0, "train_seconds": 240.0, "eval_seconds": 40.0}
+    a = _exp(store, "candidate", Outcome.KEEP, 0.47, [0, 1], {**COST, "phases": phases})
+    lines = morning_lines(morning(store, "t"))
+    assert (f"    #{a} keep: 2 run(s) + 1 of the best, 5.0 min of runs, 3.1 min wall; "
+            "stopped early for success after 2 seed(s); start-up 20 s, training 240 s, evaluation 40 s "
+            "(80 % training)") in lines
+    assert any(x.startswith("  decisions: 1,") and x.endswith("evaluation 40 s (80 % training)") for x in lines)
+    assert json.loads(history_json(history_rows(store)))[-1]["cost"]["phases"] == phases
+    b = _exp(store, "candidate", Outcome.DISCARD, 0.30, [0], {**COST, "phases": {**phases, "startup_seconds": None}})
+    lines = morning_lines(morning(store, "t"))
+    assert any(x.startswith(f"    #{b} discard") and x.endswith("start-up ? s, training 240 s, evaluation 40 s")
+               for x in lines), lines
+    old = _exp(store, "candidate", Outcome.DISCARD, 0.30, [0], COST)  # recorded before phases were
+    lines = morning_lines(morning(store, "t"))
+    assert any(x.startswith(f"    #{old} discard") and x.endswith("after 2 seed(s)") for x in lines), lines
+    assert [x for x in lines if x.startswith("  decisions: 3,")] and not [
+        x for x in lines if x.startswith("  decisions") and "start-up" in x]  # no sum over what is not known
