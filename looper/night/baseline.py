@@ -15,11 +15,7 @@ from looper.core import seeds as core_seeds
 from looper.core.verdict import Outcome, Verdict
 from looper.executors.base import FIXED_FILES
 from looper.night.context import Context, Worker, now_iso
-from looper.night.measure import (
-    Measurement,
-    mean_metrics,
-    weights_sha256,
-)
+from looper.night.measure import Measurement, mean_metrics, weights_sha256
 from looper.night.race import measure_and_gate, measure_seeds
 from looper.night.records import Candidate, Result
 from looper.night.settle import settle
@@ -127,7 +123,7 @@ def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
 
 def verify(ctx: Context) -> Verdict:
     """The pipeline on the workspace's current train.py, gated against the best, committed nowhere."""
-    from looper.night.measure import integrity
+    from looper.night.checks import integrity
 
     ctx.tag.open()
     if ctx.tag.pinned is None or ctx.store.best(ctx.tag.name) is None:

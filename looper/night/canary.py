@@ -1,7 +1,7 @@
 """Proof before a halt: a candidate's failure halts the night as a harness error only
 when a canary fails too. The decisions are pure (looper.core.blame); this module runs the canaries:
 
-- training: :func:`looper.night.measure.canary` re-runs the last kept train.py briefly;
+- training: :func:`canary` re-runs the last kept train.py briefly;
 - evaluation: :func:`eval_canary` evaluates the best's own weights with the same evaluator.
 
 A baseline's failures have no canary (nothing was kept yet): they keep the classifier's answer.
@@ -9,10 +9,13 @@ A baseline's failures have no canary (nothing was kept yet): they keep the class
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 from looper.core import blame
 from looper.executors import EvalJob
+from looper.executors.base import FIXED_FILES, TrainJob
 from looper.night.context import Context, Worker
 
 TRAIN_CANARY = "the last kept train.py"
@@ -76,3 +79,28 @@ def eval_canary(ctx: Context, w: Worker, exp_id: int, checkout: Path, seed: int)
         return None
     ctx.journal.event("note", f"canary evaluation of the best's weights: {'FAILED' if failed else 'ok'}", exp_id)
     return failed
+
+
+def canary(ctx: Context, w: Worker, exp_id: int) -> bool:
+    """Rerun the last kept train.py briefly in a scratch folder: did it fail too?"""
+    assert ctx.tag.wt is not None
+    kept = ctx.tag.last_kept_commit()
+    if kept is None:
+        return True
+    budget = float(min(ctx.cfg.loop.budget_seconds, 60))
+    ctx.display.set_phase(exp_id, "canary (last kept train.py)", budget)
+    scratch = Path(tempfile.mkdtemp(prefix="looper-canary-", dir=ctx.root / ".looper"))
+    try:
+        for name in ("train.py", *FIXED_FILES):
+            (scratch / name).write_text(ctx.tag.wt.show(kept, name))
+        rd = ctx.tag.runs_dir(exp_id, "canary", ctx.cfg.data.seed)
+        tr = w.executor.train(
+            TrainJob(checkout=scratch, out_dir=rd / "out", seed=ctx.cfg.data.seed, budget_seconds=budget,
+                     grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
+                     log_path=rd / "train.log", device=w.device, max_steps=ctx.tag.max_steps()),
+            ctx.display.log_line, ctx.night.cancel)
+        failed = (not tr.clean_exit or bool(tr.gpu.get("lost"))) and not tr.cancelled
+        ctx.journal.event("note", f"canary of kept {kept[:10]}: {'FAILED' if failed else 'ok'}", exp_id)
+        return failed
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -63,7 +63,8 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
     ran: list[int] = []
     seconds, problems, error, cut = 0.0, [], None, False
     worker = ctx.main_worker()
-    from looper.night.measure import Measurement, best_checkout, measure, record_best_run, side_by_side
+    from looper.night.measure import Measurement, measure, side_by_side
+    from looper.night.runs import best_checkout, record_best_run
 
     with best_checkout(ctx, worker.wt.path, best.source, "looper-confirm-") as ck:
         def one(seed: int) -> Measurement | None:
@@ -114,7 +115,7 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
 
 def run_confirm(ctx: Context) -> int:
     """``looper confirm``: the tag's best on fresh seeds now. Returns the confirmation id."""
-    from looper.night.measure import preflight
+    from looper.night.checks import preflight
 
     ctx.tag.open()
     if ctx.tag.pinned is None or ctx.store.best(ctx.tag.name) is None:

@@ -18,10 +18,8 @@ from collections.abc import Sequence
 from looper.core import scope as core_scope
 from looper.core.untrusted import one_line
 from looper.core.verdict import Outcome, Verdict
+from looper.night.checks import preflight
 from looper.night.context import Context, Worker, now_iso
-from looper.night.measure import (
-    preflight,
-)
 from looper.night.race import measure_and_gate
 from looper.night.records import Candidate, Proposed, Result
 from looper.night.settle import land, settle

@@ -26,11 +26,11 @@ from looper.errors import HarnessError, LooperError, StuckError
 from looper.executors import Executor
 from looper.executors.base import FIXED_FILES
 from looper.night.baseline import measure_baseline, verify
+from looper.night.checks import preflight
 from looper.night.confirm import confirm, record_nothing, run_confirm
 from looper.night.context import Context, Worker, baseline_drift, now_iso, open_daemon
 from looper.night.display import Display
 from looper.night.experiment import run_candidate
-from looper.night.measure import preflight
 from looper.night.notify import Notifier
 from looper.store import Store
 from looper.workspace.hashes import fixed_hashes, pretrained_hashes

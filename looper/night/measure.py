@@ -5,14 +5,11 @@ for the gate to judge."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import shutil
 import statistics
-import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,23 +22,21 @@ from looper.core import evidence as core_evidence
 from looper.core import failure as core_failure
 from looper.core import limits as core_limits
 from looper.core import phases as core_phases
-from looper.core import runtime as core_runtime
-from looper.core.verdict import Outcome, Verdict
-from looper.errors import HarnessError
-from looper.executors import EvalJob, Executor, RunResult, TrainJob
-from looper.executors.base import FIXED_FILES
+from looper.core.verdict import Outcome
+from looper.executors import EvalJob, RunResult, TrainJob
 from looper.executors.sandbox import WEIGHTS_REFUSED_EXIT
 from looper.night.canary import (
     EVAL_CANARY,
     TRAIN_CANARY,
     best_eval_seconds,
+    canary,
     eval_canary,
     eval_limit,
     is_candidate,
 )
-from looper.night.context import Context, Worker, now_iso, run_threads
-from looper.workspace.hashes import file_sha256, fixed_hashes, pretrained_hashes
-from looper.workspace.runtimepin import runtime_hashes
+from looper.night.checks import integrity
+from looper.night.context import Context, Worker, now_iso
+from looper.workspace.hashes import file_sha256
 
 T = TypeVar("T")
 
@@ -117,82 +112,6 @@ def mean_metrics(runs: list[dict]) -> dict:
     out["classes"] = classes
     out["runs"] = len(runs)
     return out
-
-
-# ---------------------------------------------------------------------- checks before and after
-def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Executor | None = None,
-              runtime: bool = True) -> Verdict:
-    """Fixed files and data exactly as pinned when the tag began; with ``runtime``, the Python runtime,
-    site-packages and the looper package too (looper/workspace/runtimepin.py: 0.3-0.7 s with torch installed;
-    taken after each training run, before its evaluation)."""
-    assert ctx.tag.wt is not None and ctx.tag.pinned is not None
-    problems: list[str] = []
-    now = fixed_hashes(folder or ctx.tag.wt.path, FIXED_FILES) | pretrained_hashes(ctx.root)
-    pinned = ctx.tag.pinned.fixed_hashes or {}
-    if runtime and core_runtime.pinned(pinned):
-        seen = "" if when == "since the tag began" else f" (seen {when.replace('during', 'after')})"
-        problems += core_runtime.changes(pinned, runtime_hashes(), "since the tag began" + seen)
-    for name, h in pinned.items():
-        if name.startswith(core_runtime.PREFIX):
-            continue
-        if now.get(name) != h:
-            problems.append(f"fixed file {name} changed {when} (expected sha256 {str(h)[:12]}, "
-                            f"found {str(now.get(name))[:12]})")
-    v = (executor or ctx.executor).data_hash(ctx.cfg.data.dir)
-    if not v.ok:
-        problems.extend(v.blocking)
-    elif v.metrics.get("hash") != ctx.tag.pinned.data_hash:
-        problems.append(f"data in {ctx.cfg.data.dir} changed {when} (manifest/tree hash "
-                        f"{v.metrics.get('hash', '')[:12]} != pinned {ctx.tag.pinned.data_hash[:12]}): put the data "
-                        "back, or run on the new data under a new tag (looper run --tag NEW)")
-    return Verdict.errored(*problems) if problems else Verdict.passed({"checked": when})
-
-
-def preflight(ctx: Context, w: Worker) -> Verdict:
-    """The executor answers, the fixed files and data are as pinned, train.py's starting checkpoint
-    fits it, every approved baseline file is one the database recorded (with its hash), the checkout
-    is clean."""
-    from looper.night.startcheck import check_pretrained
-    from looper.workspace.baselines import unrecorded
-
-    planted = unrecorded(ctx.root / "baselines", ctx.store)
-    parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu),
-             # the runtime is compared after each training run, before its evaluation (not here: nothing
-             # since the last run's check could change it but the agent, which runs after this preflight)
-             "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor, runtime=False),
-             "pretrained": check_pretrained(ctx.root, (w.wt.path / "train.py").read_text(), _data_path(ctx)),
-             "baselines": Verdict.errored(*planted) if planted else Verdict.passed(),
-             "disk": _disk(ctx), "cores": _cores(ctx)}
-    dirty = [c.path for c in w.wt.changes()]
-    parts["checkout"] = (Verdict.errored(f"checkout not clean: {', '.join(dirty[:5])}") if dirty
-                         else Verdict.passed())
-    problems = [f"{k}: {b}" for k, v in parts.items() for b in v.blocking]
-    metrics: dict[str, Any] = {k: v.status.value for k, v in parts.items()}
-    if parts["pretrained"].metrics.get("transfer"):  # a checkpoint of other classes: fine-tuned as a transfer
-        metrics["transfer"] = parts["pretrained"].metrics["transfer"]
-    return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
-
-
-def _data_path(ctx: Context) -> Path:
-    data = Path(ctx.cfg.data.dir)
-    return data if data.is_absolute() else ctx.root / data
-
-
-def _cores(ctx: Context) -> Verdict:
-    """With ``[loop] seed_jobs`` > 1: a core for every run side by side (looper.core.cores; 0 threads: one
-    run at a time)."""
-    try:
-        return Verdict.passed({"threads_per_run": run_threads(ctx.cfg)})
-    except HarnessError as exc:
-        return Verdict.errored(str(exc))
-
-
-def _disk(ctx: Context) -> Verdict:
-    """Free disk for the run and its outcome ([limits] min_free_bytes, reserve_bytes: looper.night.guard)."""
-    from looper.night.guard import disk_problem
-
-    problem = disk_problem(ctx.root, ctx.cfg.limits.min_free_bytes, ctx.cfg.limits.reserve_bytes)
-    return Verdict.errored(problem) if problem else Verdict.passed()
 
 
 # ---------------------------------------------------------------------- one measurement
@@ -491,70 +410,3 @@ def _proven(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, run
     if m.outcome is Outcome.CRASH and not m.signature:
         m.signature = core_failure.signature_of(first)
     return m
-
-
-def canary(ctx: Context, w: Worker, exp_id: int) -> bool:
-    """Rerun the last kept train.py briefly in a scratch folder: did it fail too?"""
-    assert ctx.tag.wt is not None
-    kept = ctx.tag.last_kept_commit()
-    if kept is None:
-        return True
-    budget = float(min(ctx.cfg.loop.budget_seconds, 60))
-    ctx.display.set_phase(exp_id, "canary (last kept train.py)", budget)
-    scratch = Path(tempfile.mkdtemp(prefix="looper-canary-", dir=ctx.root / ".looper"))
-    try:
-        for name in ("train.py", *FIXED_FILES):
-            (scratch / name).write_text(ctx.tag.wt.show(kept, name))
-        rd = ctx.tag.runs_dir(exp_id, "canary", ctx.cfg.data.seed)
-        tr = w.executor.train(
-            TrainJob(checkout=scratch, out_dir=rd / "out", seed=ctx.cfg.data.seed, budget_seconds=budget,
-                     grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
-                     log_path=rd / "train.log", device=w.device, max_steps=ctx.tag.max_steps()),
-            ctx.display.log_line, ctx.night.cancel)
-        failed = (not tr.clean_exit or bool(tr.gpu.get("lost"))) and not tr.cancelled
-        ctx.journal.event("note", f"canary of kept {kept[:10]}: {'FAILED' if failed else 'ok'}", exp_id)
-        return failed
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-# ---------------------------------------------------------------------- the record of a run
-@contextlib.contextmanager
-def best_checkout(ctx: Context, src: Path, source: str, prefix: str) -> Iterator[Path]:
-    """A scratch checkout for re-running a recorded train.py (``source``) beside ``src``'s fixed files,
-    under ``.looper/``, removed afterwards: the best gaining a seed, the morning's confirmation."""
-    ck = Path(tempfile.mkdtemp(prefix=prefix, dir=ctx.root / ".looper"))
-    try:
-        for name in FIXED_FILES:
-            shutil.copy2(src / name, ck / name)
-        (ck / "train.py").write_text(source)
-        yield ck
-    finally:
-        shutil.rmtree(ck, ignore_errors=True)
-
-
-def record_best_run(ctx: Context, best_id: int, m: Measurement) -> None:
-    """Record a re-run of the best as its own run (role rerun); one the wall clock cut short is on record
-    but never a score of the best (no metrics)."""
-    record_run(ctx, best_id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
-
-
-def record_run(ctx: Context, exp_id: int, role: str, m: Measurement) -> None:
-    score = m.metrics.get(ctx.cfg.gate.score) if m.metrics is not None else None
-    tail = (m.train.log_tail if m.train else "")[-4000:]
-    weights = m.run_dir / "out" / "weights.pt" if m.run_dir is not None and m.metrics is not None else None
-    digest = weights_sha256(m) if weights is not None else None  # the scored weights, hashed as recorded
-    ctx.store.add_run(exp_id, role=role, seed=m.seed,
-                      exit_code=m.train.exit_code if m.train else None, score=score,
-                      metrics=m.metrics, train=m.train_json, log_tail=ctx.journal.redact(tail),
-                      started_at=m.started_at, finished_at=now_iso(), train_started_at=m.train_started_at,
-                      train_ended_at=m.train_ended_at, eval_ended_at=m.eval_ended_at,
-                      weights_path=_relative(ctx.root, weights) if digest else None, weights_sha256=digest)
-
-
-def _relative(root: Path, path: Path | None) -> str | None:
-    """``path`` relative to the workspace root (as the store keeps it), or None outside it."""
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix() if path is not None else None
-    except ValueError:
-        return None

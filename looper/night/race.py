@@ -17,17 +17,9 @@ from looper.core import seeds as core_seeds
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, UsageError
 from looper.night.context import Context
-from looper.night.measure import (
-    Measurement,
-    best_checkout,
-    mean_metrics,
-    measure,
-    record_best_run,
-    record_run,
-    side_by_side,
-    weights_sha256,
-)
+from looper.night.measure import Measurement, mean_metrics, measure, side_by_side, weights_sha256
 from looper.night.records import Candidate, Result
+from looper.night.runs import best_checkout, record_best_run, record_run
 from looper.store import ExperimentRecord
 
 GATE_ADVICE = ("The gate cannot judge candidates against this baseline. Change what the baseline depends on "

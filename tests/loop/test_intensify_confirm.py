@@ -194,18 +194,18 @@ def test_a_kept_gain_that_does_not_confirm_is_flagged(ws, monkeypatch):
 
 
 def test_a_night_cut_short_records_what_it_confirmed_so_far(ws, monkeypatch):
-    import looper.night.measure as measure_mod
+    import looper.night.runs as runs_mod
 
     loop = ready(ws, **{"loop.confirm_seeds": 3})
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
     assert run_candidate(loop.ctx, loop.ctx.night.workers[0]).outcome is Outcome.KEEP
-    real = measure_mod.record_run
+    real = runs_mod.record_run
 
     def then_a_signal(ctx, exp_id, role, m):  # a signal arrives after the first fresh run
         real(ctx, exp_id, role, m)
         ctx.night.cancel.set()
 
-    monkeypatch.setattr(measure_mod, "record_run", then_a_signal)
+    monkeypatch.setattr(runs_mod, "record_run", then_a_signal)
     confirm(loop.ctx, "night_end")
     (c,) = confirmations(loop.ctx.store, "t")
     assert c.trigger == "cut_short" and c.runs == 1 and len(c.scores) == 1 and c.status == "confirmed"
