@@ -2,7 +2,7 @@
 
 No image, no data path, no page name, no secret: only numbers, descriptions and reasons.
 Reasons and signatures may quote run output: the store holds them cleaned of control characters
-(:func:`looper.night.notify.redact`), and the prompt builder redacts again and shows every such
+(:func:`looper.core.untrusted.redact`), and the prompt builder redacts again and shows every such
 text only inside a fence labelled as untrusted data (:mod:`looper.core.untrusted`).
 """
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from looper.agents.base import Agent
 from looper.config import Config
 from looper.core import cores as core_cores
+from looper.core.untrusted import redact
 from looper.core.verdict import Outcome
 from looper.errors import HarnessError
 from looper.executors import Executor
 from looper.night.display import Display
-from looper.night.notify import redact
 from looper.night.tag import TagState
 from looper.store import Store
 from looper.workspace.gitops import Worktree

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from looper.core.untrusted import clean as untrusted_clean
-from looper.night.notify import redact
+from looper.core.untrusted import redact
 
 __all__ = [
     "MAX_ATTENTION", "MAX_TEXT_ROWS", "OUTCOME_ORDER", "TRIGGERS", "TRIGGERS_FOR", "clean", "console", "fmt",

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from looper.core.untrusted import LABEL, clean, code_block, fence, one_line
+from looper.core.untrusted import LABEL, clean, code_block, fence, one_line, redact
 
 ESC = "\x1b"
 
@@ -109,3 +109,17 @@ def test_fence_cleans_and_labels_a_message_addressed_to_the_agent() -> None:
 
 def test_code_block_keeps_the_text_as_it_is() -> None:
     assert code_block("x = '```'\n", "python") == "````python\nx = '```'\n````"
+
+
+@pytest.mark.parametrize("text, secrets, want", [
+    ("key sk-abcdefgh12345 here", [], "key sk-*** here"),
+    ("Authorization: Bearer abcdefgh.ijk", [], "Authorization: Bearer ***"),
+    ("api_key = hunter2hunter2", [], "api_key = ***"),
+    ("https://user:pw@host/x", [], "https://***@host/x"),
+    ("the value s3cr3t-value leaked", ["s3cr3t-value"], "the value *** leaked"),
+    ("abc short secret", ["abc"], "abc short secret"),  # under 4 characters: not a secret to hunt
+    ("bell \x07 and \x1b[2J clear", [], "bell  and  clear"),
+    ("nothing here", ["", "zzzz"], "nothing here"),
+])
+def test_redact_takes_out_secrets_and_control_characters(text: str, secrets: list[str], want: str) -> None:
+    assert redact(text, secrets) == want

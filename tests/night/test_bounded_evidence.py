@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from looper import proc
-from looper.executors.runlog import CappedLog, LineCutter
 from looper.night import guard
+from looper.proc.runlog import CappedLog, LineCutter
 
 
 def test_a_long_line_is_cut_as_it_arrives_and_says_so():

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper.executors.runlog import CAPS, CappedLog, LineCutter, capped_log, close_quietly, set_output_caps
+from looper.proc.runlog import CAPS, CappedLog, LineCutter, capped_log, close_quietly, set_output_caps
 
-__all__ = ["CappedLog", "LineCutter", "capped_log", "set_output_caps"]  # bounded run output (looper.executors.runlog)
+__all__ = ["CappedLog", "LineCutter", "capped_log", "set_output_caps"]  # bounded run output (looper.proc.runlog)
 
 # The pid trail: while a daemon runs, every child's process group is noted as
 # ``<trail>/<pgid>.pid`` until it ends, so a restart after ``kill -9`` can end what the dead
