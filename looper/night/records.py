@@ -72,3 +72,12 @@ class Proposed:
     @property
     def exhausted(self) -> bool:
         return self.reply is not None and bool(getattr(self.reply, "exhausted", False))
+
+
+@dataclass(frozen=True)
+class Halted:
+    """Why the night stops: the error, the experiment it came from (if any), what to do next."""
+
+    error: LooperError
+    exp_id: int | None = None
+    advice: str | None = None
