@@ -58,8 +58,9 @@ print("pynvml.NVMLError_Unknown: NVMLError: Unknown Error", flush=True)
 time.sleep(600)
 ''', "NVML"),
     "imports a declared but missing package": ('''
-import importlib
-importlib.import_module("pan" + "das")  # past the scope check's static look at imports
+# pandas is a declared dependency and is installed here (mlflow brings it), so the import's failure is
+# raised as the interpreter would raise it: the words are what the canary must see through
+raise ModuleNotFoundError("No module named 'pandas'", name="pandas")
 ''', "declared dependency 'pandas' is not importable"),
 }
 

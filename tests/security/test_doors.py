@@ -41,7 +41,8 @@ DOORS = {
 import importlib.util, json, os, pathlib
 root = pathlib.Path.cwd().parents[2]  # .looper/worktrees/<tag> -> the workspace
 data = pathlib.Path(os.environ["LOOPER_DATA"])
-wanted = [data / "manifest.json", data / "pages", data / "pages" / "test", root / "prepare.py",
+# (data / "pages" itself is there: it holds pages/val, which training may read; never pages/test)
+wanted = [data / "manifest.json", data / "pages" / "test", root / "prepare.py",
           pathlib.Path("prepare.py"), root / ".looper" / "test_seed"]
 spec = importlib.util.find_spec("looper")
 for pkg in (spec.submodule_search_locations if spec else []):
