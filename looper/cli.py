@@ -11,8 +11,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ import typer
 
 from looper.core.search import STRATEGIES
 from looper.data.cli import data_app
-from looper.errors import EXIT_USAGE, LooperError, UsageError, exit_code_for
+from looper.errors import EXIT_USAGE, LooperError, UsageError, cli_errors, exit_code_for
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="looper: an autonomous experiment loop that tells the truth all night.")
@@ -31,20 +29,6 @@ app.add_typer(data_app, name="data")
 
 def _root() -> Path:
     return Path(os.environ.get("LOOPER_WORKSPACE") or Path.cwd()).resolve()
-
-
-def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Map LooperError to its exit code with a one-line message naming the problem."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except LooperError as exc:
-            typer.echo(f"looper: {exc}", err=True)
-            raise typer.Exit(exit_code_for(exc)) from None
-
-    return wrapper
 
 
 def _config(root: Path, **overrides: Any):  # noqa: ANN202
@@ -98,7 +82,7 @@ def _program(root: Path) -> tuple[str, Any]:
 
 
 @app.command()
-@_errors
+@cli_errors
 def init(directory: Path = typer.Argument(Path("."), help="Folder for the new workspace (new or empty)."),
          preset: str | None = typer.Option(None, help="demo | tiny: a looper.toml sized for a short CPU run."),
          data: Path | None = typer.Option(None, "--data", help="A labelled export (COCO .json, Ultralytics "
@@ -125,7 +109,7 @@ def _require_sandbox(cfg: Any) -> None:
 
 
 @app.command()
-@_errors
+@cli_errors
 def run(max_experiments: int | None = typer.Option(None, "--max-experiments", min=0),
         until: str | None = typer.Option(None, "--until", help="HH:MM: start no experiment after this."),
         tag: str | None = typer.Option(None, "--tag")) -> None:
@@ -163,7 +147,7 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
 
 
 @app.command()
-@_errors
+@cli_errors
 def status() -> None:
     """What the daemon is doing now (read from the database; works while it runs)."""
     from looper.report.status import status_text
@@ -175,7 +159,7 @@ def status() -> None:
 
 
 @app.command()
-@_errors
+@cli_errors
 def history(as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
             status: str | None = typer.Option(None, help="Only this outcome (keep, discard, crash, ...)."),
             tag: str | None = typer.Option(None),
@@ -194,7 +178,7 @@ def history(as_json: bool = typer.Option(False, "--json", help="Machine-readable
 
 
 @app.command()
-@_errors
+@cli_errors
 def suggest(as_json: bool = typer.Option(False, "--json")) -> None:
     """The next experiment the planner would run, its phase, and why (from the history alone)."""
     from looper.agents.suggest import suggest as do_suggest
@@ -209,7 +193,7 @@ def suggest(as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @app.command()
-@_errors
+@cli_errors
 def report(html: Path | None = typer.Option(None, "--html", help="Also write one self-contained HTML page."),
            since: str | None = typer.Option(None, help="ISO time; default: the last daemon run."),
            as_json: bool = typer.Option(False, "--json", help="Print the headline numbers and the confusion "
@@ -269,7 +253,7 @@ def verify(as_json: bool = typer.Option(False, "--json", help="Print exactly one
 
 
 @app.command()
-@_errors
+@cli_errors
 def confirm(tag: str | None = typer.Option(None, "--tag"),
             transfer: bool = typer.Option(False, "--transfer", help="Then the transfer check: the best and the "
                                                                     "baseline trained at \\[confirm] transfer_steps.")) -> None:
@@ -322,14 +306,14 @@ def confirm(tag: str | None = typer.Option(None, "--tag"),
 def _register_export() -> None:
     from looper.ship.cli import export_command
 
-    app.command("export")(_errors(export_command))
+    app.command("export")(cli_errors(export_command))
 
 
 _register_export()
 
 
 @baseline_app.command("approve")
-@_errors
+@cli_errors
 def baseline_approve(experiment_id: int = typer.Argument(..., help="A finished, measured experiment.")) -> None:
     """Write the next dated baseline file from experiment ID (never overwrites)."""
     from looper.workspace.baselines import approve

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
 
 class LooperError(Exception):
     """Base of every error looper raises on purpose."""
@@ -53,3 +57,20 @@ def exit_code_for(exc: BaseException) -> int:
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_OK
     return EXIT_HARNESS
+
+
+def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A command's LooperError as its exit code (:func:`exit_code_for`) with one line naming the problem;
+    every command of the command line is wrapped in it."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LooperError as exc:
+            import typer  # the command line's own library, needed only where a command failed
+
+            typer.echo(f"looper: {exc}", err=True)
+            raise typer.Exit(exit_code_for(exc)) from None
+
+    return wrapper

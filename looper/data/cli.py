@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from looper.errors import LooperError, exit_code_for
+from looper.errors import cli_errors
 
 data_app = typer.Typer(no_args_is_help=True, help="Your own labelled data: import an export, check a data folder.")
-
-
-def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except LooperError as exc:
-            typer.echo(f"looper: {exc}", err=True)
-            raise typer.Exit(exit_code_for(exc)) from None
-
-    return wrapper
 
 
 def imported_text(done: Any) -> str:
@@ -36,7 +22,7 @@ def imported_text(done: Any) -> str:
 
 
 @data_app.command("import")
-@_errors
+@cli_errors
 def import_cmd(source: Path = typer.Argument(..., help="A COCO .json, an Ultralytics data.yaml, or a looper data folder."),
                out: Path = typer.Option(..., "--out", help="The data folder to write (new or empty)."),
                fmt: str | None = typer.Option(None, "--format", help="coco | yolo | looper (guessed when not given)."),
@@ -51,7 +37,7 @@ def import_cmd(source: Path = typer.Argument(..., help="A COCO .json, an Ultraly
 
 
 @data_app.command("check")
-@_errors
+@cli_errors
 def check_cmd(directory: Path | None = typer.Argument(None, help="A data folder (default: the workspace's [data] dir).")
               ) -> None:
     """Every data check the night's preflight runs: exit 0 no error, 1 problems, 2 cannot check."""
