@@ -93,7 +93,12 @@ OUT.mkdir(parents=True, exist_ok=True)
 
 import torch  # noqa: E402
 from ultralytics import YOLO  # noqa: E402
-from ultralytics.utils import YAML  # noqa: E402
+from ultralytics.utils import SETTINGS, YAML  # noqa: E402
+
+# Ultralytics' logging integrations stay off (in memory, nothing saved): the sandbox has no network and no
+# store to write to, and an installed MLflow would otherwise stall every run retrying its database; the
+# harness tracks the night itself ([tracking] in looper.toml).
+dict.update(SETTINGS, {k: False for k in ("clearml", "comet", "dvc", "mlflow", "raytune", "tensorboard", "wandb")})
 
 CUDA = DEVICE not in ("cpu", "mps") and torch.cuda.is_available()
 
