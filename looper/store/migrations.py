@@ -281,7 +281,7 @@ def migrate(write_engine: Engine, target: int | None = None, *, where: str = "ex
     """Bring the database up to ``target`` (default: the latest); returns the version reached.
 
     ``write_engine`` must begin its transactions with ``BEGIN IMMEDIATE`` (see
-    :func:`looper.store.repo.open_engine`), so two processes never migrate at once.
+    :func:`looper.store.values.open_engine`), so two processes never migrate at once.
     """
     goal = LATEST_VERSION if target is None else target
     if not 0 <= goal <= LATEST_VERSION:

@@ -2,7 +2,7 @@
 
 Each is one or two SELECTs over ``experiments.db`` returning frozen records
 (:mod:`looper.store.records`), built from the same filter as :meth:`Store.find_experiments`
-(:func:`looper.store.repo.experiment_filter`). Nothing here writes.
+(:func:`looper.store.values.experiment_filter`). Nothing here writes.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def test_db_locked_briefly_the_daemon_waits_and_continues(make_ws, pages):
 
 
 def _lock_past_timeout(ws) -> tuple[int, str]:  # noqa: ANN001
-    daemon = wrapped_daemon(ws, "import looper.store.repo as r\nr.BUSY_TIMEOUT_MS = 1500", "--max-experiments", "1")
+    daemon = wrapped_daemon(ws, "import looper.store.values as v\nv.BUSY_TIMEOUT_MS = 1500", "--max-experiments", "1")
     con = sqlite3.connect(ws.root / "experiments.db", timeout=10, isolation_level=None)
     try:
         ws.wait_for(lambda: _thinking(ws), 60, "the agent to think")
@@ -86,7 +86,7 @@ def test_db_locked_past_the_busy_timeout_still_pages_a_person(make_ws, pages):
 
 def test_db_locked_past_the_busy_timeout_halts_with_an_error(make_ws, pages):
     """The lock outlasts the busy timeout (shortened to 1.5 s for the test through a wrapper
-    that sets looper.store.repo.BUSY_TIMEOUT_MS; no looper code changed): the daemon must
+    that sets looper.store.values.BUSY_TIMEOUT_MS; no looper code changed): the daemon must
     halt with exit 3 and say why, the database must stay intact, and a restart must go on.
     (The page is the test above.)"""
     ws = make_ws()
