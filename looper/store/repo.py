@@ -10,6 +10,8 @@ JSON columns come back decoded under their name without the ``_json`` suffix
 (``config_json`` -> ``config``, ``metrics_json`` -> ``metrics``, ...); the write methods take
 the same names.
 Timestamps are ISO-8601 UTC text (``2025-01-31T02:03:04.123456+00:00``).
+The journal's methods live in :mod:`looper.store.journal` and a tag's in :mod:`looper.store.tags`,
+mixed in; what goes into a row (and the engine) in :mod:`looper.store.values`.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 import looper.store.models as m
 from looper.core.verdict import Outcome, Verdict
+from looper.store.journal import Journal
 from looper.store.migrations import LATEST_VERSION, StoreError, current_version, migrate
-from looper.store.records import ClassMetrics, EventRecord, ExperimentRecord, RunRecord, TagRecord
+from looper.store.records import ClassMetrics, ExperimentRecord, RunRecord
+from looper.store.tags import TagRows
 
 __all__ = [
     "DB_NAME", "LATEST_VERSION", "UPDATABLE_FIELDS", "ExperimentNotFound", "Store", "StoreError",
@@ -37,7 +41,6 @@ from looper.store.values import (
     DB_NAME,
     UPDATABLE_FIELDS,
     ExperimentNotFound,
-    _bound,
     _check_score,
     _class_rows,
     _dumps,
@@ -52,7 +55,7 @@ from looper.store.values import (
 )
 
 
-class Store:
+class Store(Journal, TagRows):
     """``experiments.db``: opened and migrated to the latest schema on construction.
 
     ``path`` is the database file, or a workspace directory (then ``experiments.db`` in it).
@@ -364,36 +367,6 @@ class Store:
             ).all()
         return [RunRecord.from_row(r._mapping) for r in rows]
 
-    def journal(
-        self,
-        *,
-        tag: str | None = None,
-        since: str | _dt.datetime | None = None,
-        kind: str | Iterable[str] | None = None,
-        limit: int | None = None,
-    ) -> list[EventRecord]:
-        """Journal entries by id; ``since`` bounds ``at`` (inclusive); ``limit`` keeps the newest N."""
-        t = m.events
-        q = select(t)
-        if tag is not None:
-            q = q.where(t.c.tag == tag)
-        if since is not None:
-            q = q.where(t.c.at >= _bound(since, "since"))
-        if kind is not None:
-            q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
-        q = q.order_by(t.c.id.desc())
-        if limit is not None:
-            q = q.limit(limit)
-        with self._ro() as conn:
-            rows = conn.execute(q).all()
-        return [EventRecord.from_row(r._mapping) for r in reversed(rows)]
-
-    def tag_record(self, tag: str) -> TagRecord | None:
-        """What was pinned when ``tag`` started, or None for a tag never started."""
-        with self._ro() as conn:
-            row = conn.execute(select(m.tags).where(m.tags.c.tag == tag)).first()
-        return None if row is None else TagRecord.from_row(row._mapping)
-
     def recent_signatures(self, tag: str, n: int) -> list[str | None]:
         """Failure signatures of the tag's last ``n`` finished candidates, newest last
         (None for one that did not fail). Interrupted ones are skipped: the daemon, not
@@ -465,75 +438,6 @@ class Store:
     def _require_experiment(self, conn: Connection, exp_id: int, action: str) -> None:
         if conn.execute(select(m.experiments.c.id).where(m.experiments.c.id == exp_id)).scalar() is None:
             raise ExperimentNotFound(f"{self.path}: no experiment {exp_id} (cannot {action})")
-
-    # -- events -----------------------------------------------------------------------
-
-    def add_event(
-        self,
-        tag: str,
-        kind: str,
-        message: str,
-        experiment_id: int | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> int:
-        """Append to the journal; returns the event id."""
-        if kind not in m.EVENT_KINDS:
-            raise ValueError(f"event kind must be one of {', '.join(m.EVENT_KINDS)}, got {kind!r}")
-        if data is not None:
-            _refuse_secrets(data)
-        values = {
-            "at": utc_now(),
-            "tag": tag,
-            "experiment_id": experiment_id,
-            "kind": kind,
-            "message": message,
-            "data_json": _dumps(None if data is None else dict(data), "data"),
-        }
-        with self._tx() as conn:
-            if experiment_id is not None:
-                self._require_experiment(conn, experiment_id, f"journal a {kind} event")
-            return int(conn.execute(insert(m.events).values(**values)).inserted_primary_key[0])
-
-    # -- tags -------------------------------------------------------------------------
-
-    def put_tag(
-        self,
-        tag: str,
-        *,
-        branch: str,
-        base_commit: str,
-        fixed_hashes: Mapping[str, str],
-        data_hash: str,
-        noise: Mapping[str, Any] | None = None,
-        started_at: str | _dt.datetime | None = None,
-    ) -> None:
-        """Record (or replace) what was pinned when the tag started. Replacing keeps the
-        original ``started_at`` unless one is given."""
-        values = {
-            "branch": branch,
-            "base_commit": base_commit,
-            "fixed_hashes_json": _dumps(dict(fixed_hashes), "fixed_hashes"),
-            "data_hash": data_hash,
-            "noise_json": _dumps(None if noise is None else dict(noise), "noise"),
-        }
-        given_start = _iso(started_at, "started_at")
-        with self._tx() as conn:
-            exists = conn.execute(select(m.tags.c.tag).where(m.tags.c.tag == tag)).scalar() is not None
-            if exists:
-                if given_start:
-                    values["started_at"] = given_start
-                conn.execute(update(m.tags).where(m.tags.c.tag == tag).values(**values))
-            else:
-                conn.execute(insert(m.tags).values(tag=tag, started_at=given_start or utc_now(), **values))
-
-    def set_tag_noise(self, tag: str, noise: Mapping[str, Any]) -> None:
-        """Record the noise measured for a tag (after its baseline reruns)."""
-        with self._tx() as conn:
-            result = conn.execute(
-                update(m.tags).where(m.tags.c.tag == tag).values(noise_json=_dumps(dict(noise), "noise"))
-            )
-            if result.rowcount == 0:
-                raise StoreError(f"{self.path}: no tag {tag!r} (put_tag first)")
 
     def add_confirmation(self, *, tag: str, experiment_id: int | None, baseline_id: int | None, trigger: str,
                          status: str, score_key: str, planned: int, seeds: list[int], scores: list[float],
