@@ -46,9 +46,11 @@ import signal
 import stat
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import looper.executors.evaluator as evaluator
 import looper.executors.limits as limits
 import looper.executors.sandbox as sandbox
 from looper import proc
@@ -166,13 +168,57 @@ def _print_line(line: str) -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for the rest of the run
 
 
+# ---------------------------------------------------------------------------- this host's sandbox
+def _present(path: str | None) -> Path | None:
+    return Path(path) if path and Path(path).is_dir() else None
+
+
+def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[list[str], Callable[[], None]]:
+    """``python -m looper.remote run``'s side: ARGV inside the sandbox the executor asked for.
+
+    The executor asks through ``env``: ``LOOPER_SANDBOX`` = ``train`` | ``eval`` (absent: no
+    sandbox), ``LOOPER_SANDBOX_NETWORK=1``; both are taken out of ``env``. The working
+    directory is the host's checkout (train.py, evaluate.py and the synced looper package).
+    For ``eval``, ARGV is evaluate.py's command line; the harness's copies of evaluate.py and of
+    the looper package go to ``run/eval/``, and the returned callable (run after the command)
+    moves METRICS.json to the ``--out`` ARGV named.
+    """
+    kind = env.pop("LOOPER_SANDBOX", "")
+    network = env.pop("LOOPER_SANDBOX_NETWORK", "") == "1"
+    tmp = env.pop("LOOPER_SANDBOX_TMP_BYTES", "")  # [limits] tmp_max_bytes (issue 39)
+    tmp_bytes = int(tmp) if tmp.isdigit() else 0
+    argv = list(argv)
+    if not kind:
+        return argv, lambda: None
+    checkout = Path.cwd()
+    if kind == "train":
+        return sandbox.train_argv(argv, checkout=checkout, out_dir=run / "out",
+                          data_dir=Path(env.get("LOOPER_DATA", "data")), env=env,
+                          policy=sandbox.SandboxPolicy(network=network),
+                          pretrained=_present(env.get("LOOPER_PRETRAINED_DIR")), tmp_bytes=tmp_bytes), lambda: None
+    if kind != "eval":
+        raise ValueError(f"LOOPER_SANDBOX must be train or eval, got {kind!r}")
+    opts = dict(zip(argv[2::2], argv[3::2], strict=False))  # python evaluate.py --weights W --data D --out O ...
+    copy, out = evaluator.prepare_evaluator(checkout / "evaluate.py", run / "eval")
+    package = run / "eval" / "pkg"
+    shutil.copytree(checkout / "looper", package / "looper", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    wrapped = sandbox.eval_argv(argv[0], copy, weights=Path(opts["--weights"]), data_dir=Path(opts["--data"]), out_dir=out,
+                        env=env, device=opts.get("--device", ""), package=package, tmp_bytes=tmp_bytes)
+    target = Path(opts["--out"])
+
+    def collect() -> None:
+        evaluator.collect_metrics(out, target)
+
+    return wrapped, collect
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     run = Path(args.run)
     (run / "out").mkdir(parents=True, exist_ok=True)
     env = dict(kv.split("=", 1) for kv in args.env)
     kind = env.get("LOOPER_SANDBOX", "")
     box = limits.from_request(env, run / "out" if kind != "eval" else None)  # LOOPER_LIMITS: the run's own limits
-    argv, after = sandbox.wrap_on_host(args.argv, run, env)  # LOOPER_SANDBOX=train|eval: this host's sandbox
+    argv, after = wrap_on_host(args.argv, run, env)  # LOOPER_SANDBOX=train|eval: this host's sandbox
     sampler = None
     if args.gpu_index is not None:
         from looper.executors.gpu import GpuSampler

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import threading
 from pathlib import Path
 
+import looper.executors.evaluator as evaluator
 import looper.executors.limits as run_limits
 import looper.executors.sandbox as sandbox
 from looper import proc
@@ -133,17 +133,15 @@ class LocalExecutor(DataFolder):
         job.metrics_path.unlink(missing_ok=True)  # a result not written by this run does not exist
         limits = proc.Limits(budget_seconds=job.timeout_seconds, stall_seconds=job.stall_seconds)
         if self.sandbox.enabled:  # training's sandbox is gone: a fresh copy of the verified evaluate.py
-            refused = sandbox.plain_file(job.weights)
-            if refused and os.path.lexists(job.weights):
-                return RunResult(exit_code=sandbox.WEIGHTS_REFUSED_EXIT,
-                                 log_tail=f"evaluate.py: weights refused: {refused}")
-            sandbox.prepare_evaluator(job.checkout / "evaluate.py", job.metrics_path.parent / "eval")
+            refused = evaluator.stage(job)
+            if refused is not None:
+                return refused
         with run_limits.box() as box:  # memory, processes (the evaluator reads the candidate's weights)
             s = proc.supervise(box.wrap(self.eval_argv(job)), cwd=job.checkout,
                                env=self._env(job.threads, LOOPER_DEVICE=job.device or "cpu"),
                                log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
         if self.sandbox.enabled:
-            sandbox.collect_metrics(job.metrics_path.parent / "eval" / "out", job.metrics_path)
+            evaluator.collect(job)
         return run_result(s)
 
     def reap(self) -> list[str]:

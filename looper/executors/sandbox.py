@@ -37,16 +37,14 @@ This module builds argument lists and checks; it starts nothing but ``bwrap``'s 
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
-import stat
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import looper.executors.pyruntime as pyruntime
 from looper.core.verdict import Verdict
 
 MODES = ("bwrap", "none")
@@ -274,81 +272,6 @@ class _Mounts:
         return out
 
 
-# The site-packages folders of the running interpreter's environment, found without the site module
-# (so without running any ``.pth`` file): its ``pyvenv.cfg`` names a venv; the base install's folders
-# count only where that allows system packages; a ``.pth`` file's folder lines are added as site adds
-# them, its ``import`` lines (code) never run. Defines ``dirs``; shared by :data:`_ASK` and :data:`NOSITE`.
-_SITE_DIRS = (
-    "import os, sys, sysconfig\n"
-    "env, v = os.path.dirname(os.path.dirname(sys.executable)), 'python%d.%d' % sys.version_info[:2]\n"
-    "cfg, dirs, system = os.path.join(env, 'pyvenv.cfg'), [], True\n"
-    "if os.path.isfile(cfg):\n"
-    "    system = 'include-system-site-packages=true' in open(cfg).read().replace(' ', '').lower()\n"
-    "    dirs += [os.path.join(env, lib, v, 'site-packages') for lib in (sys.platlibdir, 'lib')]\n"
-    "if system:  # the base install's folders (Debian's dist-packages too); no .pth is read by asking\n"
-    "    import site\n"
-    "    dirs += [sysconfig.get_paths()[k] for k in ('purelib', 'platlib')] + site.getsitepackages()\n"
-    "dirs = [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]\n"
-    "for d in list(dirs):  # a .pth's folder lines, as site adds them; its import lines are never run\n"
-    "    for name in sorted(n for n in os.listdir(d) if n.endswith('.pth')):\n"
-    "        for line in open(os.path.join(d, name), errors='replace').read().splitlines():\n"
-    "            line = line.rstrip()\n"
-    "            extra_dir = os.path.join(d, line)\n"
-    "            if line and not line.startswith(('#', 'import ', 'import\\t')) and os.path.isdir(extra_dir):\n"
-    "                dirs.append(os.path.abspath(extra_dir))\n"
-    "dirs = list(dict.fromkeys(dirs))\n"
-)
-# ``python -I -S -c`` run once per interpreter (no site module: a planted ``.pth`` never runs in the
-# harness's own process tree): where its runtime lives and where it finds the looper package.
-_ASK = (_SITE_DIRS + "import importlib.util, json\n"
-        "sys.path += dirs\n"
-        "s = importlib.util.find_spec('looper')\n"
-        "print(json.dumps({'prefixes': [env if os.path.isfile(cfg) else sys.prefix, sys.prefix, sys.base_prefix,"
-        " sys.exec_prefix, sys.base_exec_prefix], 'path': sys.path,"
-        " 'looper': list(s.submodule_search_locations or []) if s else []}))\n")
-
-
-@functools.lru_cache(maxsize=16)
-def _interpreter(python: str) -> dict[str, list[str]] | None:
-    """What ``python`` reports of itself, or None where it cannot be asked here (a node-only path)."""
-    import json
-
-    from looper import proc
-
-    exe = shutil.which(python) or python
-    if not os.path.isfile(exe):
-        return None
-    try:
-        done = proc.run([exe, "-I", "-S", "-c", _ASK], inherit_env=False, timeout=60, cwd="/")
-        found = json.loads(done.stdout.strip().splitlines()[-1]) if done.ok else None
-    except (OSError, ValueError, IndexError):
-        return None
-    return found if isinstance(found, dict) else None
-
-
-def _runtime_paths(python: str) -> tuple[list[Path], list[Path]]:
-    """(folders of the Python runtime, looper package folders) to show, read-only.
-
-    The interpreter's own prefixes (a venv and its base install), the ``site-packages`` folders on
-    its import path (a ``.pth`` can add another venv's), and the looper package folder wherever it
-    is found (an editable install maps it into a source tree: only the package folder is shown,
-    never the tree). Where the interpreter cannot be asked here (it exists only on a compute node),
-    its folder's parent and this process's ``site-packages`` stand in."""
-    import looper
-
-    exe = Path(shutil.which(python) or python)
-    roots = [exe.parent.parent, Path(os.path.realpath(exe)).parent.parent]
-    packages = [Path(looper.__file__).resolve().parent]
-    asked = _interpreter(python)
-    entries = list(sys.path) if asked is None else list(asked.get("path", []))
-    if asked is not None:
-        roots += [Path(p) for p in asked.get("prefixes", []) if p]
-        packages += [Path(p) for p in asked.get("looper", []) if p]
-    roots += [Path(p) for p in entries if p and os.path.isabs(p) and Path(p).name in ("site-packages", "dist-packages")]
-    roots += [Path(p) for p in entries if p and p.endswith(".zip") and os.path.isfile(p)]
-    return roots, packages
-
-
 def _safe_roots(paths: Sequence[Path], keep_out: Sequence[Path]) -> list[Path]:
     """``paths`` less any that is ``/``, or holds one of ``keep_out`` (home, workspace, checkout, data):
     a runtime folder is shown, never a folder that would show those with it."""
@@ -364,7 +287,7 @@ def _safe_roots(paths: Sequence[Path], keep_out: Sequence[Path]) -> list[Path]:
 def _show_runtime(m: _Mounts, python: str, keep_out: Sequence[Path], not_inside: Path | None = None) -> None:
     """The Python runtime, read-only; nothing of it that lies inside ``not_inside`` (the checkout: on
     an ssh host the synced looper package sits there, and train.py sees train.py alone)."""
-    roots, packages = _runtime_paths(python)
+    roots, packages = pyruntime.runtime_paths(python)
     shown = [p for p in _safe_roots(roots, keep_out) + _safe_roots(packages, keep_out)
              if not_inside is None or not _under(p, not_inside)]
     for path in shown:
@@ -388,19 +311,6 @@ def _env_args(env: Mapping[str, str], clear: bool = True) -> list[str]:
     for k, v in sorted(merged.items()):
         args += ["--setenv", k, v]
     return args
-
-
-def _python_roots(python: str) -> list[Path]:
-    """The interpreter's folders (venv and base install), the looper package's source, and every
-    package folder on this process's import path (a .pth file can add another venv's site-packages;
-    the run's python is the daemon's own for a local executor)."""
-    import looper
-
-    exe = Path(shutil.which(python) or python)
-    roots = [exe.parent.parent, Path(os.path.realpath(exe)).parent.parent,
-             Path(looper.__file__).resolve().parent.parent]
-    roots += [Path(p) for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages")]
-    return roots
 
 
 def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_dir: Path,
@@ -454,7 +364,7 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
 # sys.path is explicit: the standard library, PACKAGES (``os.pathsep``-separated folders holding the
 # harness's looper package), then the site-packages folders of the interpreter's environment, found from
 # its ``pyvenv.cfg`` (and the base install's when that allows system packages), never from a ``.pth``.
-NOSITE = (_SITE_DIRS + "import runpy\n"
+NOSITE = (pyruntime.SITE_DIRS + "import runpy\n"
           "extra = [p for p in sys.argv[1].split(os.pathsep) if p]\n"
           "sys.path[:] = list(dict.fromkeys(sys.path + extra + dirs))\n"
           "sys.argv = sys.argv[2:]\n"
@@ -506,94 +416,3 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
     args += ["--remount-ro", "/", "--chdir", str(out_dir)]
     args += _env_args(env, clear=False)  # the harness's own code keeps the environment it is started with
     return [*args, "--", *cmd]
-
-
-# ---------------------------------------------------------------------------- the evaluator
-def prepare_evaluator(evaluate_py: Path, eval_dir: Path) -> tuple[Path, Path]:
-    """A harness-owned copy of evaluate.py in a fresh ``eval_dir`` and its empty output folder.
-
-    Called after the training sandbox is gone; ``eval_dir`` is outside anything training could
-    write. Returns (the copy, the output folder).
-    """
-    eval_dir = Path(eval_dir)
-    if eval_dir.exists():
-        shutil.rmtree(eval_dir)
-    out = eval_dir / "out"
-    out.mkdir(parents=True)
-    copy = eval_dir / "evaluate.py"
-    shutil.copyfile(evaluate_py, copy)
-    copy.chmod(0o444)
-    return copy, out
-
-
-def plain_file(path: Path) -> str | None:
-    """None when ``path`` is a regular file (not a link, FIFO or device); a reason otherwise.
-
-    The harness reads training's outputs (weights, train.json) only through this check: a
-    link planted by train.py could point at the test truth or block a reader forever.
-    """
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return f"{Path(path).name} does not exist"
-    if stat.S_ISLNK(st.st_mode):
-        return f"{Path(path).name} is a symbolic link (to {os.readlink(path)}); training outputs must be plain files"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{Path(path).name} is not a regular file"
-    return None
-
-
-def collect_metrics(out_dir: Path, metrics_path: Path) -> bool:
-    """Move the sandboxed evaluator's METRICS.json to where the loop reads it; False when it wrote none."""
-    src = Path(out_dir) / "METRICS.json"
-    if plain_file(src) is not None:
-        return False
-    matches = Path(out_dir) / "MATCHES.json"  # the matched boxes beside it (for the report), when written
-    if plain_file(matches) is None:
-        os.replace(matches, Path(metrics_path).with_name("MATCHES.json"))
-    os.replace(src, metrics_path)
-    return True
-
-
-# ---------------------------------------------------------------------------- on an ssh host
-def _present(path: str | None) -> Path | None:
-    return Path(path) if path and Path(path).is_dir() else None
-
-
-def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[list[str], Callable[[], None]]:
-    """``python -m looper.remote run``'s side: ARGV inside the sandbox the executor asked for.
-
-    The executor asks through ``env``: ``LOOPER_SANDBOX`` = ``train`` | ``eval`` (absent: no
-    sandbox), ``LOOPER_SANDBOX_NETWORK=1``; both are taken out of ``env``. The working
-    directory is the host's checkout (train.py, evaluate.py and the synced looper package).
-    For ``eval``, ARGV is evaluate.py's command line; the harness's copies of evaluate.py and of
-    the looper package go to ``run/eval/``, and the returned callable (run after the command)
-    moves METRICS.json to the ``--out`` ARGV named.
-    """
-    kind = env.pop("LOOPER_SANDBOX", "")
-    network = env.pop("LOOPER_SANDBOX_NETWORK", "") == "1"
-    tmp = env.pop("LOOPER_SANDBOX_TMP_BYTES", "")  # [limits] tmp_max_bytes (issue 39)
-    tmp_bytes = int(tmp) if tmp.isdigit() else 0
-    argv = list(argv)
-    if not kind:
-        return argv, lambda: None
-    checkout = Path.cwd()
-    if kind == "train":
-        return train_argv(argv, checkout=checkout, out_dir=run / "out",
-                          data_dir=Path(env.get("LOOPER_DATA", "data")), env=env,
-                          policy=SandboxPolicy(network=network),
-                          pretrained=_present(env.get("LOOPER_PRETRAINED_DIR")), tmp_bytes=tmp_bytes), lambda: None
-    if kind != "eval":
-        raise ValueError(f"LOOPER_SANDBOX must be train or eval, got {kind!r}")
-    opts = dict(zip(argv[2::2], argv[3::2], strict=False))  # python evaluate.py --weights W --data D --out O ...
-    copy, out = prepare_evaluator(checkout / "evaluate.py", run / "eval")
-    package = run / "eval" / "pkg"
-    shutil.copytree(checkout / "looper", package / "looper", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    wrapped = eval_argv(argv[0], copy, weights=Path(opts["--weights"]), data_dir=Path(opts["--data"]), out_dir=out,
-                        env=env, device=opts.get("--device", ""), package=package, tmp_bytes=tmp_bytes)
-    target = Path(opts["--out"])
-
-    def collect() -> None:
-        collect_metrics(out, target)
-
-    return wrapped, collect

@@ -135,7 +135,8 @@ def test_wheel_carries_the_workspace_files(installed: Installed) -> None:
 SANDBOXED = r"""
 import json, subprocess, sys
 from pathlib import Path
-from looper.executors.sandbox import eval_argv, prepare_evaluator, train_argv
+from looper.executors.evaluator import prepare_evaluator
+from looper.executors.sandbox import eval_argv, train_argv
 
 here = Path(sys.argv[1])
 for d in ("ws", "data", "out"):

@@ -26,7 +26,7 @@ import pytest
 from looper import proc
 from looper.core.failure import FailureEvidence, classify_failure
 from looper.core.verdict import Outcome
-from looper.executors import sandbox
+from looper.executors import evaluator, sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -213,7 +213,7 @@ def test_attack_ends_as_a_crash_that_names_it_and_changes_nothing(row: str, work
 
     if row == "pickle_in_weights":  # training "succeeds"; the evaluator refuses the pickle
         assert run.exit_code == 0, log
-        copy, eval_out = sandbox.prepare_evaluator(root / "evaluate.py", out.parent / "eval")
+        copy, eval_out = evaluator.prepare_evaluator(root / "evaluate.py", out.parent / "eval")
         ev = proc.supervise(sandbox.eval_argv(sys.executable, copy, weights=out / "weights.pt", data_dir=data,
                                               out_dir=eval_out, env={"YOLO_OFFLINE": "1"}, device="cpu"),
                             cwd=out.parent, env=None, log_path=out.parent / "eval.log",
@@ -246,12 +246,12 @@ def test_the_honest_part_alone_passes_training_and_evaluation(workspace: dict[st
     (root / "train.py").write_text(HONEST)
     run = train_in_sandbox(workspace)
     assert run.exit_code == 0, run.log_tail
-    assert sandbox.plain_file(out / "weights.pt") is None
-    copy, eval_out = sandbox.prepare_evaluator(root / "evaluate.py", out.parent / "eval")
+    assert evaluator.plain_file(out / "weights.pt") is None
+    copy, eval_out = evaluator.prepare_evaluator(root / "evaluate.py", out.parent / "eval")
     ev = proc.supervise(sandbox.eval_argv(sys.executable, copy, weights=out / "weights.pt", data_dir=data,
                                           out_dir=eval_out, env={"YOLO_OFFLINE": "1"}, device="cpu"),
                         cwd=out.parent, env=None, log_path=out.parent / "eval.log",
                         limits=proc.Limits(budget_seconds=400, stall_seconds=200))
     assert ev.exit_code == 0, ev.log_tail
-    assert sandbox.collect_metrics(eval_out, out.parent / "METRICS.json")
+    assert evaluator.collect_metrics(eval_out, out.parent / "METRICS.json")
     assert "weighted_f1" in (out.parent / "METRICS.json").read_text()

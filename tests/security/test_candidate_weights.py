@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from looper import proc
-from looper.executors import sandbox
+from looper.executors import evaluator, sandbox
 from looper.executors.sandbox import WEIGHTS_REFUSED_EXIT
 from security.test_attacks import HONEST, train_in_sandbox, workspace  # noqa: F401  (the fixture)
 
@@ -43,7 +43,7 @@ def test_real_evaluate_refuses_class_names_that_differ_with_exit_65(how: str, wo
     (root / "train.py").write_text(HONEST + textwrap.dedent(REWRITE.format(names=names)))
     run = train_in_sandbox(workspace)
     assert run.exit_code == 0, run.log_tail
-    copy, eval_out = sandbox.prepare_evaluator(root / "evaluate.py", out.parent / "eval")
+    copy, eval_out = evaluator.prepare_evaluator(root / "evaluate.py", out.parent / "eval")
     ev = proc.supervise(sandbox.eval_argv(sys.executable, copy, weights=out / "weights.pt", data_dir=data,
                                           out_dir=eval_out, env={"YOLO_OFFLINE": "1"}, device="cpu"),
                         cwd=out.parent, env=None, log_path=out.parent / "eval.log",

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from looper import proc
-from looper.executors import sandbox
+from looper import proc, remote
+from looper.executors import evaluator, sandbox
 from looper.executors.sandbox import SandboxPolicy
 
 # The end-to-end tier (a real sandbox). bubblewrap is in the base set scripts/setup_system.sh installs:
@@ -246,14 +246,14 @@ def test_evaluator_runs_isolated_from_the_checkout(ws: dict[str, Path], tmp_path
         pathlib.Path(args.out).write_text(json.dumps({"metrics_from": looper.__file__, "escaped": escaped}))
         """))
     (ws["out"] / "weights.pt").write_text("w")
-    copy, eval_out = sandbox.prepare_evaluator(ws["checkout"] / "evaluate.py", tmp_path / "eval")
+    copy, eval_out = evaluator.prepare_evaluator(ws["checkout"] / "evaluate.py", tmp_path / "eval")
     argv = sandbox.eval_argv(sys.executable, copy, weights=ws["out"] / "weights.pt", data_dir=ws["data"],
                              out_dir=eval_out, env={"PYTHONPATH": str(ws["checkout"])}, device="cpu")
     assert "-I" in argv
     done = proc.run(argv, cwd=ws["checkout"], timeout=60)
     assert done.ok, done.stderr
     metrics_path = tmp_path / "METRICS.json"
-    assert sandbox.collect_metrics(eval_out, metrics_path)
+    assert evaluator.collect_metrics(eval_out, metrics_path)
     import json
 
     got = json.loads(metrics_path.read_text())
@@ -274,9 +274,9 @@ def test_preflight_names_the_install_command_when_bwrap_is_missing() -> None:
 
 def test_planted_link_is_not_a_plain_file(ws: dict[str, Path]) -> None:
     (ws["out"] / "weights.pt").symlink_to(ws["data"] / "pages" / "test" / "page_000.json")
-    assert "symbolic link" in (sandbox.plain_file(ws["out"] / "weights.pt") or "")
+    assert "symbolic link" in (evaluator.plain_file(ws["out"] / "weights.pt") or "")
     (ws["out"] / "train.json").write_text("{}")
-    assert sandbox.plain_file(ws["out"] / "train.json") is None
+    assert evaluator.plain_file(ws["out"] / "train.json") is None
 
 
 def test_host_sockets_under_run_are_not_reachable(ws: dict[str, Path]) -> None:
@@ -330,7 +330,7 @@ def test_no_secret_of_the_daemon_is_written_into_an_argv(ws: dict[str, Path], tm
     monkeypatch.setenv("OPENAI_API_KEY", "sk-in-the-daemon-only")
     train = sandbox.train_argv([sys.executable, "train.py"], checkout=ws["checkout"], out_dir=ws["out"],
                                data_dir=ws["data"], env={"LOOPER_OUT": str(ws["out"])}, home=ws["home"])
-    copy, eval_out = sandbox.prepare_evaluator(Path(sandbox.__file__), tmp_path / "eval")
+    copy, eval_out = evaluator.prepare_evaluator(Path(sandbox.__file__), tmp_path / "eval")
     ev = sandbox.eval_argv(sys.executable, copy, weights=ws["out"], data_dir=ws["data"], out_dir=eval_out,
                            env={"LOOPER_DEVICE": "cpu"})
     assert "sk-in-the-daemon-only" not in " ".join(train + ev)
@@ -357,7 +357,7 @@ def test_on_an_ssh_host_the_evaluator_runs_from_copies_with_the_looper_package(
     run = ws["out"].parent
     monkeypatch.chdir(ws["checkout"])
     env = {"LOOPER_SANDBOX": "eval", "LOOPER_DEVICE": "cpu"}
-    argv, after = sandbox.wrap_on_host([sys.executable, "evaluate.py", "--weights", str(ws["out"] / "weights.pt"),
+    argv, after = remote.wrap_on_host([sys.executable, "evaluate.py", "--weights", str(ws["out"] / "weights.pt"),
                                         "--data", str(ws["data"]), "--out", str(run / "out" / "METRICS.json")],
                                        run, env)
     assert "LOOPER_SANDBOX" not in env and argv[0].endswith("bwrap") and "-I" in argv
@@ -369,7 +369,7 @@ def test_on_an_ssh_host_the_evaluator_runs_from_copies_with_the_looper_package(
     got = json.loads((run / "out" / "METRICS.json").read_text())["looper"]
     assert got.startswith(str((run / "eval" / "pkg").resolve())), got
     (ws["checkout"] / "train.py").write_text("import os\nprint('CWD', sorted(os.listdir('.')))\n")
-    train, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {"LOOPER_SANDBOX": "train",
+    train, _ = remote.wrap_on_host([sys.executable, "train.py"], run, {"LOOPER_SANDBOX": "train",
                                                                          "LOOPER_DATA": str(ws["data"])})
     assert train[:2] == [sandbox.CLEAN_START, "-i"] and train[2].startswith("PATH=") and train[3].endswith("bwrap")
     assert "--unshare-net" in train
@@ -377,5 +377,5 @@ def test_on_an_ssh_host_the_evaluator_runs_from_copies_with_the_looper_package(
     assert done.ok, done.stderr
     assert "'looper'" not in done.stdout and "'evaluate.py'" not in done.stdout and "'train.py'" in done.stdout, \
         done.stdout  # the synced looper package and the fixed files of the host's checkout are not shown
-    plain, _ = sandbox.wrap_on_host([sys.executable, "train.py"], run, {})
+    plain, _ = remote.wrap_on_host([sys.executable, "train.py"], run, {})
     assert plain == [sys.executable, "train.py"]

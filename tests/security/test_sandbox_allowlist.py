@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from looper import proc
-from looper.executors import sandbox
+from looper.executors import evaluator, pyruntime, sandbox
 
 pytestmark = pytest.mark.e2e
 
@@ -100,8 +100,8 @@ def test_the_packaged_workspace_template_is_not_there(layout: dict[str, Path], t
     (pkg / "workspace_template").mkdir(parents=True)
     (pkg / "workspace_template" / "prepare.py").write_text("# the generator\n")
     (pkg / "__init__.py").write_text("")
-    real = sandbox._runtime_paths
-    monkeypatch.setattr(sandbox, "_runtime_paths", lambda python: (real(python)[0], [*real(python)[1], pkg]))
+    real = pyruntime.runtime_paths
+    monkeypatch.setattr(pyruntime, "runtime_paths", lambda python: (real(python)[0], [*real(python)[1], pkg]))
     ck = layout["checkout"]
     (ck / "train.py").write_text(textwrap.dedent(PROBE))
     probe = [str(pkg / "__init__.py"), str(pkg / "workspace_template" / "prepare.py")]
@@ -117,7 +117,7 @@ def test_the_evaluator_sees_only_its_allowlist(layout: dict[str, Path], tmp_path
     weights.write_text("w")
     evaluate = tmp_path / "evaluate_src.py"
     evaluate.write_text(textwrap.dedent(PROBE))
-    copy, eval_out = sandbox.prepare_evaluator(evaluate, layout["out"].parent / "eval")
+    copy, eval_out = evaluator.prepare_evaluator(evaluate, layout["out"].parent / "eval")
     visible = [weights, copy, root / "data/manifest.json", root / "data/pages/test/page_000.json", eval_out]
     absent = [layout["home"], root / "experiments.db", root / "experiments.db-shm", root / ".looper/test_seed",
               root / "runs/t/00001", root / "prepare.py", root / ".git", root / "data/tiles", root / "pretrained",

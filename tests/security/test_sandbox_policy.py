@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from looper.executors import sandbox
+from looper.executors import evaluator, sandbox
 from looper.executors.base import TrainJob
 from looper.executors.common import prepare_local_data
 from looper.executors.local import LocalExecutor
@@ -59,7 +59,7 @@ def test_training_binds_only_its_allowlist(tmp_path: Path) -> None:
 def test_the_evaluator_binds_the_manifest_and_pages_not_the_tiles(tmp_path: Path) -> None:
     w = _workspace(tmp_path)
     (w["out"] / "weights.pt").write_text("w")
-    copy, eval_out = sandbox.prepare_evaluator(Path(sandbox.__file__), tmp_path / "eval")
+    copy, eval_out = evaluator.prepare_evaluator(Path(sandbox.__file__), tmp_path / "eval")
     binds = _binds(sandbox.eval_argv(sys.executable, copy, weights=w["out"] / "weights.pt", data_dir=w["data"],
                                      out_dir=eval_out, env={}))
     data = {Path(d).relative_to(w["data"]).as_posix() for d in binds if Path(d).is_relative_to(w["data"])}

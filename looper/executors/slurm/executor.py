@@ -31,7 +31,6 @@ or the ``looper-<short hash>-`` name prefix) in ``squeue`` and cancels them.
 from __future__ import annotations
 
 import hashlib
-import os
 import shlex
 import shutil
 import sys
@@ -42,6 +41,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import looper.executors.evaluator as evaluator
 import looper.executors.limits as run_limits
 import looper.executors.sandbox as sandbox
 from looper import proc
@@ -364,15 +364,13 @@ class SlurmExecutor(DataFolder):
             job.metrics_path.unlink(missing_ok=True)
 
         if self.sandbox.enabled:  # training's job is over: a fresh copy of the verified evaluate.py
-            refused = sandbox.plain_file(job.weights)
-            if refused and os.path.lexists(job.weights):
-                return RunResult(exit_code=sandbox.WEIGHTS_REFUSED_EXIT,
-                                 log_tail=f"evaluate.py: weights refused: {refused}")
-            sandbox.prepare_evaluator(job.checkout / "evaluate.py", job.metrics_path.parent / "eval")
+            refused = evaluator.stage(job)
+            if refused is not None:
+                return refused
         result = self._run("eval", self.eval_argv(job), job.checkout, env, job.log_path, job.timeout_seconds, job.stall_seconds,
                          on_line, cancel, clear_metrics)
         if self.sandbox.enabled:
-            sandbox.collect_metrics(job.metrics_path.parent / "eval" / "out", job.metrics_path)
+            evaluator.collect(job)
         return result
 
     def reap(self) -> list[str]:

@@ -102,7 +102,7 @@ class SshExecutor(DataFolder):
 
     def sandbox_request(self, kind: str) -> dict[str, str]:
         """Environment entries asking ``looper.remote run`` to wrap the command in the host's sandbox
-        (``kind``: train | eval; looper/executors/sandbox.py ``wrap_on_host``); none when opted out."""
+        (``kind``: train | eval; looper/remote.py ``wrap_on_host``); none when opted out."""
         if not self.sandbox.enabled:
             return run_limits.request()  # the run's own limits on the host (issue 39), sandbox or not
         tmp = run_limits.current().caps.tmp_max_bytes  # [limits] tmp_max_bytes: the host's /tmp, /dev/shm sizes
