@@ -108,7 +108,7 @@ def our_jobs(ex: SlurmExecutor) -> list[tuple[str, str]]:
     out = []
     for line in got.stdout.splitlines():
         bits = line.split("|")
-        if len(bits) == 3 and bits[1] == ex.comment:
+        if len(bits) == 3 and bits[1] == ex.batch.comment:
             out.append((bits[0], bits[2]))
     return out
 

@@ -52,7 +52,7 @@ def test_train_as_batch_job_brings_back_weights_and_streams_log(
     log = job.log_path.read_text()
     assert "slurm: submitted job" in log and "done" in log
     script = next((job.log_path.parent / "slurm").glob("*.sh")).read_text()
-    assert f"#SBATCH --comment={ex.comment}" in script and "#SBATCH --time=1" in script
+    assert f"#SBATCH --comment={ex.batch.comment}" in script and "#SBATCH --time=1" in script
     # evaluation is a batch job too, and METRICS.json lands where it was asked
     metrics = job.log_path.parent / "METRICS.json"
     metrics.write_text("stale")

@@ -97,11 +97,11 @@ def test_time_limit_rounds_up_to_minutes() -> None:
 def test_batch_script_directives(tmp_path: Path) -> None:
     ex = SlurmExecutor(tmp_path, ExecutorConfig(kind="slurm", partition="gpu", gres="gpu:1", account="lab",
                                                 sbatch_extra=["--mem=16G", "--qos=low"]))
-    text = ex.script_for("looper-x-r1-train", tmp_path / "o.out", tmp_path / "ck dir", ["python", "train.py"],
+    text = ex.batch.script("looper-x-r1-train", tmp_path / "o.out", tmp_path / "ck dir", ["python", "train.py"],
                          {"LOOPER_SEED": "3", "ODD": "a b'c"}, 125)
     lines = text.splitlines()
     for want in ["#SBATCH --partition=gpu", "#SBATCH --gres=gpu:1", "#SBATCH --account=lab", "#SBATCH --mem=16G",
-                 "#SBATCH --qos=low", "#SBATCH --time=3", f"#SBATCH --comment={ex.comment}",
+                 "#SBATCH --qos=low", "#SBATCH --time=3", f"#SBATCH --comment={ex.batch.comment}",
                  "export LOOPER_SEED=3", "exec python train.py"]:
         assert want in lines, (want, text)
     assert "export ODD='a b'\"'\"'c'" in lines and f"cd '{tmp_path / 'ck dir'}'" in text
@@ -109,7 +109,7 @@ def test_batch_script_directives(tmp_path: Path) -> None:
     first_cmd = next(i for i, ln in enumerate(lines) if ln and not ln.startswith("#"))
     assert all(not ln.startswith("#SBATCH") for ln in lines[first_cmd:])
     other = SlurmExecutor(tmp_path / "other", ExecutorConfig(kind="slurm"))
-    assert other.comment != ex.comment and other.name_prefix != ex.name_prefix
+    assert other.batch.comment != ex.batch.comment and other.name_prefix != ex.name_prefix
 
 
 def test_registry_builds_slurm(tmp_path: Path) -> None:

@@ -31,13 +31,12 @@ or the ``looper-<short hash>-`` name prefix) in ``squeue`` and cancels them.
 from __future__ import annotations
 
 import hashlib
-import shlex
 import shutil
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +66,9 @@ from looper.executors.slurm.client import TOOLS, Attempt, SlurmClient, SlurmFaul
 from looper.executors.slurm.scheduler import (
     ACTIVE_STATES,
     WAITING_STATES,
+    BatchOptions,
     job_end,
     partition_problems,
-    time_limit_minutes,
 )
 
 
@@ -89,18 +88,11 @@ class SlurmExecutor(DataFolder):
         self.python = python if python and python != "python3" else sys.executable
         self.gpu_index = int(get(section, "gpu_index", 0))
         self.extra_env: dict[str, str] = {}  # added to every job's environment
-        self.partition = str(get(section, "partition", "")).strip()
-        self.gres = str(get(section, "gres", "")).strip()
-        self.account = str(get(section, "account", "")).strip()
-        self.sbatch_extra = [str(x) for x in get(section, "sbatch_extra", [])]
         self.start_timeout = float(get(section, "start_timeout", 600))
         self.requeue_limit = int(get(section, "requeue_limit", 2))
         self.require_gpu = bool(get(section, "require_gpu", False))
         self.sandbox = SandboxPolicy(mode=str(get(section, "sandbox", "bwrap") or "bwrap"),
                                      network=bool(get(section, "sandbox_network", False)))
-        for entry in self.sbatch_extra:
-            if not entry.startswith("-") or "\n" in entry:
-                raise ConfigError(f"executor.sbatch_extra: not one sbatch option: {entry!r}")
         if self.start_timeout <= 0 or self.requeue_limit < 0:
             raise ConfigError("executor.start_timeout must be > 0 and executor.requeue_limit >= 0")
         self.poll = poll
@@ -108,7 +100,7 @@ class SlurmExecutor(DataFolder):
         self.unreachable_seconds = unreachable_seconds
         self.cluster = SlurmClient(tool_timeout)
         digest = hashlib.sha1(str(self.workspace.resolve()).encode()).hexdigest()
-        self.comment = f"looper:{digest[:16]}"
+        self.batch = BatchOptions.of(section, comment=f"looper:{digest[:16]}")  # the #SBATCH lines
         self.name_prefix = f"looper-{digest[:8]}-"
 
     # -- the data folder and the child environment (on the shared filesystem) ------------------
@@ -161,29 +153,6 @@ class SlurmExecutor(DataFolder):
     def data_hash(self, data_dir: str) -> Verdict:
         return hash_local_data(self._data_path(data_dir), data_dir)
 
-    def script_for(self, name: str, output: Path, cwd: Path, argv: Sequence[str], env: dict[str, str],
-                   seconds: float) -> str:
-        """The batch script (``#SBATCH`` directives, environment, cd, exec)."""
-        lines = ["#!/bin/sh",
-                 f"#SBATCH --job-name={name}",
-                 f"#SBATCH --comment={self.comment}",
-                 f"#SBATCH --time={time_limit_minutes(seconds)}",
-                 f"#SBATCH --output={output}",
-                 "#SBATCH --open-mode=append",
-                 "#SBATCH --no-requeue"]
-        if self.partition:
-            lines.append(f"#SBATCH --partition={self.partition}")
-        if self.gres:
-            lines.append(f"#SBATCH --gres={self.gres}")
-        if self.account:
-            lines.append(f"#SBATCH --account={self.account}")
-        lines += [f"#SBATCH {extra}" for extra in self.sbatch_extra]
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-        lines += [f"cd {shlex.quote(str(cwd))} || {{ echo 'looper: checkout {cwd} is not on this node' >&2; "
-                  "exit 97; }",
-                  "exec " + " ".join(shlex.quote(a) for a in argv), ""]
-        return "\n".join(lines)
-
     # -- one supervised run, with requeues ---------------------------------------------------------
     def _run(self, kind: str, argv: list[str], cwd: Path, env: dict[str, str], log_path: Path,
              limit_seconds: float, stall_seconds: float, on_line: LineSink | None,
@@ -209,7 +178,7 @@ class SlurmExecutor(DataFolder):
                 output = folder / f"{name}-a{attempt}.out"
                 output.unlink(missing_ok=True)
                 script = folder / f"{name}-a{attempt}.sh"
-                script.write_text(self.script_for(name, output, cwd, argv, env, limit_seconds + self.kill_after))
+                script.write_text(self.batch.script(name, output, cwd, argv, env, limit_seconds + self.kill_after))
                 tail.clear()
                 try:
                     job_id = self.cluster.submit(script, cwd)
@@ -339,8 +308,8 @@ class SlurmExecutor(DataFolder):
         if parts.exit_code != 0:
             return Verdict.errored(f"slurm: sinfo failed: {last_lines(parts.stderr or parts.stdout)}",
                                    metrics=metrics)
-        need_gpu = require_gpu or self.require_gpu or self.gres.startswith("gpu")
-        problems += partition_problems(parts.stdout, self.partition, need_gpu, metrics)
+        need_gpu = require_gpu or self.require_gpu or self.batch.gres.startswith("gpu")
+        problems += partition_problems(parts.stdout, self.batch.partition, need_gpu, metrics)
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
 
     def train(self, job: TrainJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
@@ -387,7 +356,7 @@ class SlurmExecutor(DataFolder):
             if len(bits) < 4:
                 continue
             job_id, name, comment, state = bits[0], bits[1], bits[2], bits[3]
-            if comment.strip() != self.comment and not name.startswith(self.name_prefix):
+            if comment.strip() != self.batch.comment and not name.startswith(self.name_prefix):
                 continue
             if self.cluster.scancel(job_id):
                 ended.append(f"cancelled SLURM job {job_id} ({name}, {state}) left behind by a previous daemon")

@@ -1,12 +1,18 @@
 """What the scheduler's output says happened: pure functions over ``scontrol``/``sinfo`` text (no process,
-no file): job states, exit codes, the end of a job as the change's doing or the cluster's fault, partitions."""
+no file): job states, exit codes, the end of a job as the change's doing or the cluster's fault, partitions;
+and what a job asks of it (:class:`BatchOptions`: the batch script's text)."""
 
 from __future__ import annotations
 
 import math
 import re
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from looper.errors import ConfigError
 
 #: states in which the job still holds (or waits for) resources
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED",
@@ -142,3 +148,44 @@ def partition_problems(sinfo: str, partition: str, need_gpu: bool, metrics: dict
 def time_limit_minutes(seconds: float) -> int:
     """SLURM's ``--time`` in whole minutes, rounded up, at least 1."""
     return max(1, math.ceil(seconds / 60.0))
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """The ``#SBATCH`` lines of every job of one workspace (``[executor]`` partition, gres, account,
+    sbatch_extra; ``comment`` marks the workspace's jobs for ``reap``)."""
+
+    partition: str = ""
+    gres: str = ""
+    account: str = ""
+    extra: tuple[str, ...] = ()
+    comment: str = ""
+
+    @classmethod
+    def of(cls, section: Any, comment: str) -> BatchOptions:
+        """From the ``[executor]`` section (a mapping or a config object); an extra entry that is not one
+        sbatch option (no leading ``-``, or a line break) is a :class:`ConfigError` naming it."""
+        def get(key: str, default: Any) -> Any:
+            return section.get(key, default) if isinstance(section, dict) else getattr(section, key, default)
+
+        extra = tuple(str(x) for x in get("sbatch_extra", []) or [])
+        for entry in extra:
+            if not entry.startswith("-") or "\n" in entry:
+                raise ConfigError(f"executor.sbatch_extra: not one sbatch option: {entry!r}")
+        return cls(str(get("partition", "") or "").strip(), str(get("gres", "") or "").strip(),
+                   str(get("account", "") or "").strip(), extra, comment)
+
+    def script(self, name: str, output: Path, cwd: Path, argv: Sequence[str], env: dict[str, str],
+               seconds: float) -> str:
+        """The batch script: every directive first (sbatch stops reading at the first command), then the
+        environment, cd, exec."""
+        lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --comment={self.comment}",
+                 f"#SBATCH --time={time_limit_minutes(seconds)}", f"#SBATCH --output={output}",
+                 "#SBATCH --open-mode=append", "#SBATCH --no-requeue"]
+        lines += [f"#SBATCH --{k}={v}" for k, v in (("partition", self.partition), ("gres", self.gres),
+                                                    ("account", self.account)) if v]
+        lines += [f"#SBATCH {extra}" for extra in self.extra]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+        lines += [f"cd {shlex.quote(str(cwd))} || {{ echo 'looper: checkout {cwd} is not on this node' >&2; "
+                  "exit 97; }", "exec " + " ".join(shlex.quote(a) for a in argv), ""]
+        return "\n".join(lines)
