@@ -16,6 +16,7 @@ A night cut short (a signal, a halt) records what it confirmed so far, or that i
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 
 from looper.core import confirmation as core_confirmation
 from looper.core.intensify import fresh_seeds
@@ -23,6 +24,7 @@ from looper.core.verdict import Outcome
 from looper.errors import HarnessError, UsageError
 from looper.night.context import Context, now_iso
 from looper.store import queries
+from looper.store.records import ExperimentRecord
 
 
 def record_nothing(ctx: Context, why: str, trigger: str = "cut_short") -> int | None:
@@ -43,25 +45,23 @@ def record_nothing(ctx: Context, why: str, trigger: str = "cut_short") -> int | 
         return None
 
 
-def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None]:
-    """Confirm the tag's best (``trigger``: night_end | command). Returns (confirmation id or None
-    when ``confirm_seeds`` is 0, the harness error that ended it or None)."""
-    n = ctx.cfg.loop.confirm_seeds
-    if n <= 0:
-        return None, None
-    key, started = ctx.cfg.gate.score, now_iso()
-    best, base = ctx.store.best(ctx.tag.name), queries.tag_baseline(ctx.store, ctx.tag.name)
-    if best is None or base is None:
-        return record_nothing(ctx, f"tag {ctx.tag.name} has no measured baseline", trigger), None
-    if best.id == base.id or best.kind == "baseline":
-        return record_nothing(ctx, "the night's best is the baseline: no kept change to confirm", trigger), None
-    base_scores = [float(r.score) for r in ctx.store.run_records(base.id) if r.metrics and r.score is not None]
-    seeds = fresh_seeds(queries.used_seeds(ctx.store, ctx.tag.name), n, ctx.cfg.data.seed)
-    ctx.journal.event("note", f"confirming #{best.id} on fresh seeds {seeds} against baseline #{base.id}", best.id)
-    ctx.display.note(f"confirming the night's best #{best.id} on {n} fresh seed(s) {seeds}")
-    scores: list[float] = []
-    ran: list[int] = []
-    seconds, problems, error, cut = 0.0, [], None, False
+@dataclass
+class _Fresh:
+    """What the fresh runs gave: scores of the runs that measured, seeds run, their seconds added up, the
+    runs that failed (a line each), the harness error that stopped them, whether the night cut them short."""
+
+    scores: list[float] = field(default_factory=list)
+    ran: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+    error: HarnessError | None = None
+    cut: bool = False
+
+
+def _fresh_runs(ctx: Context, best: ExperimentRecord, seeds: list[int], key: str) -> _Fresh:
+    """The best on each fresh seed (side by side with ``[loop] seed_jobs`` > 1), each run recorded as the
+    best's own; a run interrupted or in error starts no further one."""
+    f = _Fresh()
     worker = ctx.main_worker()
     from looper.night.measure import Measurement, measure, side_by_side
     from looper.night.runs import best_checkout, record_best_run
@@ -78,39 +78,59 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
         for m in side_by_side(ctx, [functools.partial(one, s) for s in seeds], keep=keep,
                               ok=lambda m: m is not None and m.outcome not in (Outcome.INTERRUPTED, Outcome.ERROR)):
             if m is None:
-                cut = True
+                f.cut = True
                 break
             seed = m.seed
-            seconds += m.train_seconds + m.eval_seconds
-            ran.append(seed)
+            f.seconds += m.train_seconds + m.eval_seconds
+            f.ran.append(seed)
             if m.outcome is Outcome.INTERRUPTED:
-                cut = True
+                f.cut = True
                 break
             if m.outcome is Outcome.ERROR:
-                error = HarnessError(f"confirmation of #{best.id}, seed {seed}: " + "; ".join(m.blocking))
+                f.error = HarnessError(f"confirmation of #{best.id}, seed {seed}: " + "; ".join(m.blocking))
                 break
             if not m.measured or m.metrics is None or m.cut_short:
                 what = f"cut short ({m.cut_short})" if m.measured and m.cut_short else (
                     f"{m.outcome.value}: {'; '.join(m.blocking)[:160]}")
-                problems.append(f"seed {seed}: {what}")
+                f.problems.append(f"seed {seed}: {what}")
                 continue
-            scores.append(float(m.metrics[key]))
-    why = ("the night was cut short before the first fresh run finished" if cut else
-           "; ".join(problems) or (str(error) if error else ""))
-    c = core_confirmation.judge(scores, base_scores, key, n, why_nothing=why)
-    headline = c.headline + (f" ({len(problems)} fresh run(s) failed: {'; '.join(problems)})" if problems and scores
+            f.scores.append(float(m.metrics[key]))
+    return f
+
+
+def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None]:
+    """Confirm the tag's best (``trigger``: night_end | command). Returns (confirmation id or None
+    when ``confirm_seeds`` is 0, the harness error that ended it or None)."""
+    n = ctx.cfg.loop.confirm_seeds
+    if n <= 0:
+        return None, None
+    key, started = ctx.cfg.gate.score, now_iso()
+    best, base = ctx.store.best(ctx.tag.name), queries.tag_baseline(ctx.store, ctx.tag.name)
+    if best is None or base is None:
+        return record_nothing(ctx, f"tag {ctx.tag.name} has no measured baseline", trigger), None
+    if best.id == base.id or best.kind == "baseline":
+        return record_nothing(ctx, "the night's best is the baseline: no kept change to confirm", trigger), None
+    base_scores = [float(r.score) for r in ctx.store.run_records(base.id) if r.metrics and r.score is not None]
+    seeds = fresh_seeds(queries.used_seeds(ctx.store, ctx.tag.name), n, ctx.cfg.data.seed)
+    ctx.journal.event("note", f"confirming #{best.id} on fresh seeds {seeds} against baseline #{base.id}", best.id)
+    ctx.display.note(f"confirming the night's best #{best.id} on {n} fresh seed(s) {seeds}")
+    f = _fresh_runs(ctx, best, seeds, key)
+    why = ("the night was cut short before the first fresh run finished" if f.cut else
+           "; ".join(f.problems) or (str(f.error) if f.error else ""))
+    c = core_confirmation.judge(f.scores, base_scores, key, n, why_nothing=why)
+    headline = c.headline + (f" ({len(f.problems)} fresh run(s) failed: {'; '.join(f.problems)})" if f.problems and f.scores
                              else "")
     selection = (best.score - base.score) if best.score is not None and base.score is not None else None
     cid = ctx.store.add_confirmation(
-        tag=ctx.tag.name, experiment_id=best.id, baseline_id=base.id, trigger="cut_short" if cut else trigger,
-        status=c.status, score_key=key, planned=n, seeds=[s for s in ran], scores=scores,
-        baseline_scores=base_scores, headline=ctx.journal.redact(headline), runs=len(ran), seconds=seconds,
+        tag=ctx.tag.name, experiment_id=best.id, baseline_id=base.id, trigger="cut_short" if f.cut else trigger,
+        status=c.status, score_key=key, planned=n, seeds=list(f.ran), scores=f.scores,
+        baseline_scores=base_scores, headline=ctx.journal.redact(headline), runs=len(f.ran), seconds=f.seconds,
         started_at=started, diff=c.diff, low=c.low, high=c.high, selection_diff=selection,
-        flagged=c.flagged or (bool(problems) and c.status != core_confirmation.CONFIRMED))
+        flagged=c.flagged or (bool(f.problems) and c.status != core_confirmation.CONFIRMED))
     ctx.journal.event("note", f"confirmation of #{best.id}: {ctx.journal.redact(headline)}", best.id,
               {"confirmation": cid, "status": c.status})
     ctx.display.note(f"confirmation: {headline}")
-    return cid, error
+    return cid, f.error
 
 
 def run_confirm(ctx: Context) -> int:

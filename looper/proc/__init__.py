@@ -348,6 +348,25 @@ def _enforce(proc: subprocess.Popen, state: _State, limits: Limits, start: float
     return stopped_by
 
 
+def _finish_reading(proc: subprocess.Popen[bytes], reader: threading.Thread, log: CappedLog,
+                    raw_log: Any) -> OSError | None:
+    """The reader joined (its pipe closed when a grandchild outside the group still holds it), the log's
+    tail written and the file closed; the error that writing the log met, if any."""
+    reader.join(timeout=5)
+    if reader.is_alive():  # a grandchild outside the group still holds the pipe: stop reading
+        try:
+            assert proc.stdout is not None
+            proc.stdout.close()
+        except (OSError, ValueError):
+            pass
+        reader.join(timeout=1)
+    try:
+        log.close_tail()
+    except (ValueError, RuntimeError):  # a reader still alive: the head stays
+        pass
+    return log.error or close_quietly(raw_log)
+
+
 def supervise(
     argv: Sequence[str],
     *,
@@ -391,19 +410,7 @@ def supervise(
     finally:
         # The leader is gone (or this thread was interrupted); make sure nothing of its group outlives it.
         _kill_group(proc, signal.SIGKILL)
-    reader.join(timeout=5)
-    if reader.is_alive():  # a grandchild outside the group still holds the pipe: stop reading
-        try:
-            assert proc.stdout is not None
-            proc.stdout.close()
-        except (OSError, ValueError):
-            pass
-        reader.join(timeout=1)
-    try:
-        log.close_tail()
-    except (ValueError, RuntimeError):  # a reader still alive: the head stays
-        pass
-    failed = log.error or close_quietly(raw_log)
+    failed = _finish_reading(proc, reader, log, raw_log)
     _trail_remove(trail)
     rc = proc.returncode
     sig = -rc if rc is not None and rc < 0 else None
