@@ -15,7 +15,7 @@ from pathlib import Path
 
 from looper.core import blame
 from looper.executors import EvalJob
-from looper.executors.base import FIXED_FILES, TrainJob
+from looper.executors.base import FIXED_FILES
 from looper.night.context import Context, Worker
 
 TRAIN_CANARY = "the last kept train.py"
@@ -94,11 +94,8 @@ def canary(ctx: Context, w: Worker, exp_id: int) -> bool:
         for name in ("train.py", *FIXED_FILES):
             (scratch / name).write_text(ctx.tag.wt.show(kept, name))
         rd = ctx.tag.runs_dir(exp_id, "canary", ctx.cfg.data.seed)
-        tr = w.executor.train(
-            TrainJob(checkout=scratch, out_dir=rd / "out", seed=ctx.cfg.data.seed, budget_seconds=budget,
-                     grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
-                     log_path=rd / "train.log", device=w.device, max_steps=ctx.tag.max_steps()),
-            ctx.display.log_line, ctx.night.cancel)
+        tr = w.executor.train(ctx.train_job(w, scratch, rd, ctx.cfg.data.seed, budget), ctx.display.log_line,
+                              ctx.night.cancel)
         failed = (not tr.clean_exit or bool(tr.gpu.get("lost"))) and not tr.cancelled
         ctx.journal.event("note", f"canary of kept {kept[:10]}: {'FAILED' if failed else 'ok'}", exp_id)
         return failed

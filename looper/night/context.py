@@ -18,7 +18,7 @@ from looper.core import cores as core_cores
 from looper.core.untrusted import redact
 from looper.core.verdict import Outcome
 from looper.errors import HarnessError
-from looper.executors import Executor
+from looper.executors import Executor, TrainJob
 from looper.night.display import Display
 from looper.night.tag import TagState
 from looper.store import Store
@@ -189,6 +189,16 @@ class Context:
         assert self.tag.wt is not None
         return Worker(0, self.tag.wt, self.executor, "cuda" if self.cfg.executor.require_gpu else "cpu",
                       detached=False)
+
+    def train_job(self, w: Worker, checkout: Path, run_dir: Path, seed: int, budget: float,
+                  threads: int = 0) -> TrainJob:
+        """One training run of ``checkout`` on worker ``w`` (a measured seed or the canary): the night's grace,
+        stall limit and step budget, its log and out/ in ``run_dir``."""
+        loop = self.cfg.loop
+        return TrainJob(checkout=checkout, out_dir=run_dir / "out", seed=seed, budget_seconds=budget,
+                        grace_seconds=loop.grace_seconds, stall_seconds=loop.stall_seconds,
+                        log_path=run_dir / "train.log", device=w.device, max_steps=self.tag.max_steps(),
+                        threads=threads)
 
 
 def open_daemon(root: Path, cfg: Config) -> None:

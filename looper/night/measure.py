@@ -23,7 +23,7 @@ from looper.core import failure as core_failure
 from looper.core import limits as core_limits
 from looper.core import phases as core_phases
 from looper.core.verdict import Outcome
-from looper.executors import EvalJob, RunResult, TrainJob
+from looper.executors import EvalJob, RunResult
 from looper.executors.sandbox import WEIGHTS_REFUSED_EXIT
 from looper.night.canary import (
     EVAL_CANARY,
@@ -202,11 +202,7 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
     ctx.display.set_phase(exp_id, f"{ctx.night.wlabel(w)}train {role} seed={seed}", budget)
     started = now_iso()
     on_line, first_step = startup_watch(ctx.display.log_line)
-    tr = w.executor.train(
-        TrainJob(checkout=ck, out_dir=out, seed=seed, budget_seconds=budget,
-                 grace_seconds=ctx.cfg.loop.grace_seconds, stall_seconds=ctx.cfg.loop.stall_seconds,
-                 log_path=rd / "train.log", device=w.device, max_steps=max_steps, threads=threads),
-        on_line, ctx.night.cancel)
+    tr = w.executor.train(ctx.train_job(w, ck, rd, seed, budget, threads), on_line, ctx.night.cancel)
     m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd, started_at=started,
                     train_started_at=first_step[0] if first_step else None, train_ended_at=now_iso())
     if tr.cancelled or ctx.night.cancel.is_set():
