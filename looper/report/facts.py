@@ -16,6 +16,7 @@ band, the score test and the class tests. A verdict from before them (no ``noise
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
@@ -123,9 +124,8 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
     night = Night(
         since=since, tag=tag, score_name=score_name, experiments=experiments, events=events, counts=counts,
         baseline=baseline, baseline_source=ref.source, baseline_score=ref.score, baseline_id=ref.id,
-        baseline_classes=ref.classes, best=best, best_classes=best_classes, kept=kinds.kept,
-        near_misses=kinds.near_misses, crash_groups=kinds.crash_groups, vacuous=kinds.vacuous,
-        inconclusive=kinds.inconclusive, errors=kinds.errors, interrupted=kinds.interrupted,
+        baseline_classes=ref.classes, best=best, best_classes=best_classes,
+        **{f.name: getattr(kinds, f.name) for f in dataclasses.fields(Sorted)},
         exclusions=[clean(x) for x in _exclusion_lines(experiments)],
         dead_gates=_dead_gates(ref.metrics, baseline, events), attention=[], time=time, time_ids=time_ids,
         gpu=_gpu_summary(experiments), best_before=best_before,

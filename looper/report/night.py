@@ -183,7 +183,7 @@ class Reference:
     approved: bool
 
 
-@dataclass(frozen=True)
+@dataclass
 class Sorted:
     """The window's experiments sorted by what the report says about them."""
 
@@ -197,8 +197,8 @@ class Sorted:
 
 
 @dataclass
-class Night:
-    """The facts of one report window."""
+class Night(Sorted):
+    """The facts of one report window: its experiments sorted (the fields of :class:`Sorted`) and the rest."""
 
     since: str | None
     tag: str | None
@@ -213,13 +213,6 @@ class Night:
     baseline_classes: dict[str, dict[str, Any]]
     best: ExperimentRecord | None
     best_classes: dict[str, dict[str, Any]]
-    kept: list[KeptChange]
-    near_misses: list[NearMiss]
-    crash_groups: list[CrashGroup]
-    vacuous: list[ExperimentRow]
-    inconclusive: list[ExperimentRow]
-    errors: list[ExperimentRow]
-    interrupted: list[ExperimentRow]
     exclusions: list[str]
     dead_gates: list[str]
     attention: list[Attention]
