@@ -247,9 +247,11 @@ class EventRecord(_Record):
 
 
 @dataclass(frozen=True, slots=True)
-class ConfirmationRecord(_Record):
-    """The night's final best re-run on fresh seeds and compared with the tag's baseline
-    (``status``: confirmed | not_confirmed | nothing; ``trigger``: night_end | command | cut_short)."""
+class FreshCheckRecord(_Record):
+    """What every check of a tag's best on fresh seeds records (a confirmation, a transfer check): the best
+    and the baseline it compared, why it ran (``trigger``), its verdict (``status``, ``diff`` in
+    [``low``, ``high``], ``flagged``, ``headline``) and its runs (``seeds``, ``scores``, ``runs``,
+    ``seconds`` of runs added up, ``started_at`` .. ``finished_at``)."""
 
     id: int
     tag: str
@@ -258,14 +260,12 @@ class ConfirmationRecord(_Record):
     trigger: str
     status: str
     score_key: str
-    planned: int
     seeds: tuple[int, ...]
     scores: tuple[float, ...]
     baseline_scores: tuple[float, ...]
     diff: float | None
     low: float | None
     high: float | None
-    selection_diff: float | None
     flagged: bool
     headline: str
     runs: int
@@ -280,16 +280,30 @@ class ConfirmationRecord(_Record):
         took = datetime.fromisoformat(self.finished_at) - datetime.fromisoformat(self.started_at)
         return max(0.0, took.total_seconds())
 
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> ConfirmationRecord:
-        return cls(
+    @staticmethod
+    def common(row: Mapping[str, Any]) -> dict[str, Any]:
+        """The shared fields out of a table row (the JSON lists decoded)."""
+        return dict(
             id=row["id"], tag=row["tag"], experiment_id=row["experiment_id"], baseline_id=row["baseline_id"],
-            trigger=row["trigger"], status=row["status"], score_key=row["score_key"], planned=row["planned"],
+            trigger=row["trigger"], status=row["status"], score_key=row["score_key"],
             seeds=tuple(_loads(row["seeds_json"])), scores=tuple(_loads(row["scores_json"])),
             baseline_scores=tuple(_loads(row["baseline_scores_json"])), diff=row["diff"], low=row["low"],
-            high=row["high"], selection_diff=row["selection_diff"], flagged=bool(row["flagged"]),
-            headline=row["headline"], runs=row["runs"], seconds=row["seconds"], started_at=row["started_at"],
-            finished_at=row["finished_at"])
+            high=row["high"], flagged=bool(row["flagged"]), headline=row["headline"], runs=row["runs"],
+            seconds=row["seconds"], started_at=row["started_at"], finished_at=row["finished_at"])
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationRecord(FreshCheckRecord):
+    """The night's final best re-run on fresh seeds and compared with the tag's baseline
+    (``status``: confirmed | not_confirmed | nothing; ``trigger``: night_end | command | cut_short),
+    ``planned`` seeds, ``selection_diff`` the best's lead when the night selected it."""
+
+    planned: int
+    selection_diff: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ConfirmationRecord:
+        return cls(**cls.common(row), planned=row["planned"], selection_diff=row["selection_diff"])
 
 
 @dataclass(frozen=True, slots=True)

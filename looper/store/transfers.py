@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Column, Float, Integer, Table, Text, insert, select
 
 from looper.store import models as m
+from looper.store.records import FreshCheckRecord
 from looper.store.repo import Store, utc_now
 
 transfers = Table(
@@ -29,45 +29,19 @@ transfers = Table(
 
 
 @dataclass(frozen=True, slots=True)
-class TransferRecord:
+class TransferRecord(FreshCheckRecord):
     """One transfer check: the best and the baseline at ``steps`` (the night's: ``night_steps``) on fresh
-    seeds (``status``: holds | shrinks | reverses | nothing; ``trigger``: night_end | command | cut_short)."""
+    seeds, after confirmation ``confirmation_id`` (``status``: holds | shrinks | reverses | nothing;
+    ``trigger``: night_end | command | cut_short)."""
 
-    id: int
-    tag: str
     confirmation_id: int | None
-    experiment_id: int | None
-    baseline_id: int | None
-    trigger: str
-    status: str
-    score_key: str
     steps: int
     night_steps: int
-    seeds: tuple[int, ...]
-    scores: tuple[float, ...]
-    baseline_scores: tuple[float, ...]
-    diff: float | None
-    low: float | None
-    high: float | None
-    flagged: bool
-    headline: str
-    runs: int
-    seconds: float
-    started_at: str
-    finished_at: str
-
-    @property
-    def wall_seconds(self) -> float:
-        took = datetime.fromisoformat(self.finished_at) - datetime.fromisoformat(self.started_at)
-        return max(0.0, took.total_seconds())
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> TransferRecord:
-        d = dict(row)
-        for k in ("seeds", "scores", "baseline_scores"):
-            d[k] = tuple(json.loads(d.pop(f"{k}_json")))
-        d["flagged"] = bool(d["flagged"])
-        return cls(**d)
+        return cls(**cls.common(row), confirmation_id=row["confirmation_id"], steps=row["steps"],
+                   night_steps=row["night_steps"])
 
 
 def add_transfer(store: Store, *, seeds: list[int], scores: list[float], baseline_scores: list[float],
