@@ -156,32 +156,46 @@ with open(os.path.join(out, "weights.pt"), "w") as f:  # the evaluator's stand-i
     _intact(ws)
 
 
-def test_the_evaluator_runs_no_pth_file_where_python_dash_i_would(tmp_path: Path) -> None:
-    """The root of finding 1: ``python -I`` still runs every ``.pth`` in site-packages; the evaluation
-    sandbox's ``python -I -S`` with an explicit sys.path (sandbox.NOSITE) runs none, and still imports
-    from that site-packages. A scratch venv (never the shared one) holds the plant."""
+def _scratch_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A scratch venv (never the shared one) and its site-packages, where a test plants .pth files."""
     import subprocess
-
-    from looper import proc
-    from looper.executors import sandbox
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    site = next(venv.glob("lib/python3*/site-packages"))
-    mark = tmp_path / "out" / "pth_ran"
-    (site / "zz_plant.pth").write_text(f"import os; open({str(mark)!r}, 'w').write('ran')\n")
-    (site / "honest_mod.py").write_text("VALUE = 42\n")
-    (tmp_path / "out").mkdir()
+    return venv, next(venv.glob("lib/python3*/site-packages"))
+
+
+def _run_evaluator_probe(tmp_path: Path, python: str, source: str):  # noqa: ANN202
+    """``source`` as evaluate.py in the evaluation sandbox (sandbox.eval_argv) under ``python``, with an
+    empty data folder and weights; the finished process."""
+    from looper import proc
+    from looper.executors import sandbox
+
+    (tmp_path / "out").mkdir(exist_ok=True)
     (tmp_path / "data" / "pages").mkdir(parents=True)
     (tmp_path / "data" / "manifest.json").write_text("{}")
     (tmp_path / "w.pt").write_text("w")
     probe = tmp_path / "eval" / "evaluate.py"
     probe.parent.mkdir()
-    probe.write_text("import sys, honest_mod\nprint('VALUE', honest_mod.VALUE, sys.flags.no_site)\n")
-    python = str(venv / "bin" / "python")
+    probe.write_text(source)
     argv = sandbox.eval_argv(python, probe, weights=tmp_path / "w.pt", data_dir=tmp_path / "data",
                              out_dir=tmp_path / "out", env={})
-    done = proc.run(argv, timeout=120)
+    return proc.run(argv, timeout=120)
+
+
+def test_the_evaluator_runs_no_pth_file_where_python_dash_i_would(tmp_path: Path) -> None:
+    """The root of finding 1: ``python -I`` still runs every ``.pth`` in site-packages; the evaluation
+    sandbox's ``python -I -S`` with an explicit sys.path (sandbox.NOSITE) runs none, and still imports
+    from that site-packages. A scratch venv (never the shared one) holds the plant."""
+    from looper import proc
+
+    venv, site = _scratch_venv(tmp_path)
+    mark = tmp_path / "out" / "pth_ran"
+    (site / "zz_plant.pth").write_text(f"import os; open({str(mark)!r}, 'w').write('ran')\n")
+    (site / "honest_mod.py").write_text("VALUE = 42\n")
+    python = str(venv / "bin" / "python")
+    done = _run_evaluator_probe(tmp_path, python,
+                                "import sys, honest_mod\nprint('VALUE', honest_mod.VALUE, sys.flags.no_site)\n")
     assert done.exit_code == 0 and "VALUE 42 1" in done.stdout, done.stdout + done.stderr
     assert not mark.exists(), "a .pth ran inside the evaluator"
     plain = proc.run([python, "-I", "-c", "pass"], timeout=60)  # what -I alone does with the same venv
@@ -259,28 +273,12 @@ def test_a_tag_pinned_before_the_runtime_pin_gets_it_at_the_next_start(make_ws) 
 def test_a_pth_files_folder_lines_still_count_in_the_evaluator(tmp_path: Path) -> None:
     """A venv that gets its packages through a .pth naming another folder (tests/e2e/test_installed.py
     does so) still imports them in the evaluation sandbox; only the .pth's import lines never run."""
-    import subprocess
-
-    from looper import proc
-    from looper.executors import sandbox
-
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    site = next(venv.glob("lib/python3*/site-packages"))
+    venv, site = _scratch_venv(tmp_path)
     deps = tmp_path / "other-venv" / "site-packages"  # the sandbox shows site-packages folders on the path
     deps.mkdir(parents=True)
     (deps / "dep_mod.py").write_text("VALUE = 7\n")
     mark = tmp_path / "out" / "pth_ran"
     (site / "zz_deps.pth").write_text(f"# deps\n{deps}\nimport os; open({str(mark)!r}, 'w')\n")
-    (tmp_path / "out").mkdir()
-    (tmp_path / "data" / "pages").mkdir(parents=True)
-    (tmp_path / "data" / "manifest.json").write_text("{}")
-    (tmp_path / "w.pt").write_text("w")
-    probe = tmp_path / "eval" / "evaluate.py"
-    probe.parent.mkdir()
-    probe.write_text("import dep_mod\nprint('VALUE', dep_mod.VALUE)\n")
-    argv = sandbox.eval_argv(str(venv / "bin" / "python"), probe, weights=tmp_path / "w.pt",
-                             data_dir=tmp_path / "data", out_dir=tmp_path / "out", env={})
-    done = proc.run(argv, timeout=120)
+    done = _run_evaluator_probe(tmp_path, str(venv / "bin" / "python"), "import dep_mod\nprint('VALUE', dep_mod.VALUE)\n")
     assert done.exit_code == 0 and "VALUE 7" in done.stdout, done.stdout + done.stderr
     assert not mark.exists(), "a .pth's import line ran"
