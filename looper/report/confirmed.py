@@ -116,17 +116,23 @@ def _wall(minutes: float | None) -> str:
     return "" if minutes is None else f", {minutes:.1f} min wall"
 
 
+def _per_hour(decisions: int, wall_minutes: float) -> str:
+    """`` (12.3 decisions per hour of it)``: decisions per hour of their own wall clock (the agent's
+    thinking, the baseline and the confirmation not counted); "" when no wall time is known."""
+    return f" ({60.0 * decisions / wall_minutes:.1f} decisions per hour of it)" if wall_minutes > 0 else ""
+
+
 def cost_lines(m: Morning) -> list[str]:
     """Runs and minutes per decision and per confirmation, in words. "min of runs": the runs' own
     training and evaluation time added up (compute); "min wall": the decision's clock time from its
     first run to its last look (less than the runs' sum when seeds run side by side, ``[loop]
-    seed_jobs``; absent for decisions recorded before it was kept)."""
+    seed_jobs``; absent for decisions recorded before it was kept), and the decisions per hour of it."""
     out = []
     if m.decisions:
         runs = [d["runs"] for d in m.decisions]
         minutes = [d["minutes"] for d in m.decisions]
         walls = [d["wall_minutes"] for d in m.decisions if d["wall_minutes"] is not None]
-        wall = _wall(sum(walls)) if len(walls) == len(runs) else ""
+        wall = _wall(sum(walls)) + _per_hour(len(runs), sum(walls)) if len(walls) == len(runs) else ""
         best = sum(d["best_runs"] for d in m.decisions)
         early = sum(1 for d in m.decisions if "early" in d["stopped"])
         out.append(f"decisions: {len(runs)}, {sum(runs)} run(s) ({best} of them the best gaining a seed), "

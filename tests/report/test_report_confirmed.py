@@ -56,8 +56,8 @@ def test_the_headline_is_the_confirmed_difference_beside_the_selection_figure(ni
     assert lines[0] == (f"Confirmed: weighted F1 +0.050 [+0.020, +0.080] over the baseline on 3 fresh seeds "
                         f"(best #{kept}, 3 run(s), 5.5 min of runs, night end)")
     assert lines[1].startswith("  at selection: +0.070 over the baseline")
-    assert "  decisions: 1, 3 run(s) (1 of them the best gaining a seed), 5.0 min of runs, 3.1 min wall; " \
-           "per decision 3.0 run(s), 5.0 min of runs; 1 stopped early" in lines
+    assert "  decisions: 1, 3 run(s) (1 of them the best gaining a seed), 5.0 min of runs, 3.1 min wall " \
+           "(19.4 decisions per hour of it); per decision 3.0 run(s), 5.0 min of runs; 1 stopped early" in lines
     assert (f"    #{kept} keep: 2 run(s) + 1 of the best, 5.0 min of runs, 3.1 min wall; "
             "stopped early for success after 2 seed(s)") in lines
     assert not any(x.startswith("!!") for x in lines)
