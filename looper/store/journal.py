@@ -60,9 +60,4 @@ class Journal:
             q = q.where(t.c.at >= _bound(since, "since"))
         if kind is not None:
             q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
-        q = q.order_by(t.c.id.desc())
-        if limit is not None:
-            q = q.limit(limit)
-        with self._ro() as conn:
-            rows = conn.execute(q).all()
-        return [EventRecord.from_row(r._mapping) for r in reversed(rows)]
+        return [EventRecord.from_row(r._mapping) for r in self._newest(q, t.c.id, limit)]

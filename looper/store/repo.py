@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, insert, select, update
+from sqlalchemy import Connection, Engine, Row, Select, and_, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 import looper.store.models as m
@@ -112,6 +112,14 @@ class Store(Journal, TagRows):
                 yield conn
         except OperationalError as exc:
             raise StoreError(f"{self.path}: read failed: {exc.orig}") from exc
+
+    def _newest(self, q: Select, id_col: Any, limit: int | None) -> list[Row]:
+        """The rows of ``q``, the newest ``limit`` by ``id_col`` (all when None), in id order."""
+        q = q.order_by(id_col.desc())
+        if limit is not None:
+            q = q.limit(limit)
+        with self._ro() as conn:
+            return list(reversed(conn.execute(q).all()))
 
     def version(self) -> int:
         with self._ro() as conn:
@@ -333,12 +341,7 @@ class Store(Journal, TagRows):
         exclusive); ``limit`` keeps the newest N (still in id order)."""
         t = m.experiments
         q = experiment_filter(select(t), tag=tag, status=status, since=since, until=until, kind=kind)
-        q = q.order_by(t.c.id.desc())
-        if limit is not None:
-            q = q.limit(limit)
-        with self._ro() as conn:
-            rows = conn.execute(q).all()
-        return [ExperimentRecord.from_row(r._mapping) for r in reversed(rows)]
+        return [ExperimentRecord.from_row(r._mapping) for r in self._newest(q, t.c.id, limit)]
 
     def best(self, tag: str) -> ExperimentRecord | None:
         """The tag's latest ``keep`` (baseline or candidate), else its latest measured

@@ -6,7 +6,8 @@ weights and train.json. Each must end as the candidate's ``crash`` naming the li
 or both step counts), its out/ removed where a limit was hit, and the night must go on: a control
 change after the attacks is kept, ``looper run`` exits 0 at its stop rule, no page, no halt, the
 database intact (SQLite's integrity check, no row left running), the checkout clean, the next
-experiment started within 30 s of each attack's end, and a restart judges an honest change.
+experiment started within 30 s of each attack's end, the daemon's own resident memory stayed under
+300 MiB throughout (sampled every 0.2 s), and a restart judges an honest change.
 
 The full disk is real: the attack's experiment folder is a 48 MiB tmpfs (root only), so its
 train.log and out/ meet ENOSPC together, as on a disk the run filled (before issue 39: "internal
@@ -100,6 +101,32 @@ LIMITS = ("fills the disk", "fills its /tmp", "fills its /dev/shm", "asks for 4 
 TRUTH = "TEST-TRUTH-BOXES-7f3a"  # what the earlier run's MATCHES.json holds: it must reach no database row
 
 
+DAEMON_RSS_MAX = 300 * MIB  # the daemon alone (no torch in it); the attacks ask for 4 GiB and 3 x 300 MiB
+
+
+def _sample_rss(pid: int) -> list[int]:
+    """The process's resident set (VmRSS, bytes) every 0.2 s until it ends, gathered by a thread into the
+    list returned (read it after the process ended)."""
+    import threading
+    import time
+
+    got: list[int] = []
+
+    def watch() -> None:
+        while True:
+            try:
+                text = open(f"/proc/{pid}/status").read()
+            except OSError:
+                return
+            if "VmRSS:" not in text:  # a zombie: ended
+                return
+            got.append(int(text.split("VmRSS:")[1].split()[0]) * 1024)
+            time.sleep(0.2)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return got
+
+
 def _needs() -> str:
     missing = [c for c in ("memory", "pids") if c not in limits.cgroup_parents()]
     if os.getuid() != 0:
@@ -125,8 +152,12 @@ def test_a_run_that_hits_its_limits_is_the_candidates_crash_and_the_night_goes_o
             source = SRC + "\nimport time\nEARLIER = " + repr(str(earlier)) + "\n" + attack
             ws.enqueue(description, source=source)
         ws.enqueue("a fine change", knobs={"QUALITY": 0.9})
-        r = ws.looper("run", "--max-experiments", str(len(ATTACKS) + 1), timeout=900)
-        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]  # the stop rule's, never 3 (a halt)
+        daemon = ws.start("--max-experiments", str(len(ATTACKS) + 1))
+        rss = _sample_rss(daemon.pid)
+        out, _ = daemon.communicate(timeout=900)
+        assert daemon.returncode == 0, out[-8000:]  # the stop rule's, never 3 (a halt)
+        # the daemon's own memory (VmRSS, sampled every 0.2 s) stayed its own: no attack's bytes reached it
+        assert len(rss) > 10 and max(rss) < DAEMON_RSS_MAX, (max(rss), len(rss))
         rows = ws.by_description()
         assert rows["fills the disk"]["id"] == first
         for description, (_, words) in ATTACKS.items():
@@ -155,7 +186,8 @@ def test_a_run_that_hits_its_limits_is_the_candidates_crash_and_the_night_goes_o
         again = ws.looper("run", "--max-experiments", "1", timeout=300)
         assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
         assert ws.by_description()["a change after the restart"]["status"] in ("keep", "discard", "inconclusive")
-        print("limits night:", {d: rows[d]["status"] for d in rows}, "gaps (s):", [round(g, 1) for g in gaps])
+        print("limits night:", {d: rows[d]["status"] for d in rows}, "gaps (s):", [round(g, 1) for g in gaps],
+              "daemon RSS MiB (min, max):", min(rss) >> 20, max(rss) >> 20)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
