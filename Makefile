@@ -33,7 +33,7 @@ demo: $(STAMP)
 	  exit $$code
 
 # Every test on two pytest-xdist workers, a test file on one worker (its module fixture, such as the one real
-# tiny night in tests/e2e/test_installed.py, made once); SLURM tests take turns (tests/slurm/conftest.py). TEST_WORKERS=0: all in this one process.
+# tiny night in tests/e2e/test_installed.py, made once); SLURM tests take turns (tests/executors/slurm/conftest.py). TEST_WORKERS=0: all in this one process.
 TEST_WORKERS ?= 2
 
 # The verdict core must stay fully branch-covered by its own tests (issue 3); then every test.

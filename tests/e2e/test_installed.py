@@ -15,7 +15,7 @@ prepare.py (tiny scale), the real train.py fine-tuning the shipped checkpoint fo
 planner with the real program.md, and the report drawn from what the runs left. From the shipped
 checkpoint the tiny baseline detects (about 100 boxes on the 2 test pages), so its candidate is
 gated; a baseline that found nothing halts the night with "cannot gate", which
-tests/loop/test_experiment_inprocess.py checks with a real loop around a scripted train.py."""
+tests/night/test_experiment_inprocess.py checks with a real loop around a scripted train.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Fault matrix, part 2: the daemon killed (SIGKILL) in each phase, then restarted.
 
-Training is covered by tests/loop/test_loop.py::test_kill_9_mid_training_then_restart_recovers_and_continues.
+Training is covered by tests/night/test_loop.py::test_kill_9_mid_training_then_restart_recovers_and_continues.
 Here: the agent phase, evaluation, and recording (LOOPER_FAULT_PAUSE=record:30 pauses just
 before an experiment's outcome is written). After the restart: the interrupted experiment
 is `interrupted`, the worktree is back at the last kept commit, the next experiment runs."""

@@ -1,7 +1,8 @@
-"""The night's fast tests: the fixture workspace of tests/harness.py, with no pager (nothing is sent)."""
+"""The night's tests: the fixture workspace of tests/harness.py, through the real daemon (``make_ws``, with a
+pager on loopback: ``pages``) or committed with no pager for the fast tests on the fake executor (``ws``)."""
 
 import pytest
-from harness import build_ws
+from harness import build_ws, make_ws, pages  # noqa: F401  (pytest fixtures)
 
 
 @pytest.fixture

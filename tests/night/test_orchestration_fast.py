@@ -1,7 +1,7 @@
 """The night's orchestration in the fast tier: the real Loop, real git, a real SQLite store, on the fake
 executor (tests/fakes/executor.py: no subprocess, no sandbox) with a scripted agent. Each test drives one
 whole candidate through run_candidate and asserts what settle() did: the one outcome row, the branch,
-the checkout, the halt. The same outcomes through real sandboxed runs: tests/loop/test_experiment_inprocess.py."""
+the checkout, the halt. The same outcomes through real sandboxed runs: tests/night/test_experiment_inprocess.py."""
 
 from __future__ import annotations
 

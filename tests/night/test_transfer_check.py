@@ -8,13 +8,13 @@ import dataclasses
 import json
 
 import pytest
-from test_experiment_inprocess import night, ready  # noqa: F401 (fixtures below)
-from test_experiment_inprocess import ws as ws  # noqa: F401,PLC0414
 
 from looper.core.verdict import Outcome
 from looper.night.experiment import run_candidate
 from looper.report import report_text
 from looper.store.queries import confirmations, transfers
+from night.test_experiment_inprocess import night, ready  # noqa: F401 (fixtures below)
+from night.test_experiment_inprocess import ws as ws  # noqa: F401,PLC0414
 
 pytestmark = pytest.mark.e2e
 LONGER = {"loop.confirm_seeds": 2, "loop.max_steps": 2, "confirm.transfer_steps": -1, "confirm.transfer_seeds": 2}

@@ -22,7 +22,7 @@ import tiers
 
 from looper.executors.slurm.executor import SlurmExecutor
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SLURM_UP = ROOT / "scripts" / "slurm_up.sh"
 
 TRAIN_PY = """\

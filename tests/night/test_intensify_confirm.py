@@ -9,8 +9,6 @@ import subprocess
 import sys
 
 import pytest
-from test_experiment_inprocess import night, ready  # noqa: F401 (fixtures below)
-from test_experiment_inprocess import ws as ws  # noqa: F401,PLC0414
 
 from looper.core.gate import PAIRED_TEST
 from looper.core.verdict import Outcome
@@ -19,6 +17,8 @@ from looper.night.experiment import run_candidate
 from looper.report import history_rows, report_text, write_html
 from looper.store import Store
 from looper.store.queries import confirmations
+from night.test_experiment_inprocess import night, ready  # noqa: F401 (fixtures below)
+from night.test_experiment_inprocess import ws as ws  # noqa: F401,PLC0414
 
 pytestmark = pytest.mark.e2e
 

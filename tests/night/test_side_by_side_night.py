@@ -10,11 +10,11 @@ import json
 import os
 
 import pytest
-from test_experiment_inprocess import night  # noqa: F401
-from test_experiment_inprocess import ws as ws  # noqa: F401,PLC0414
-from test_intensify_confirm import noisy
 
 from looper.store.queries import confirmations
+from night.test_experiment_inprocess import night  # noqa: F401
+from night.test_experiment_inprocess import ws as ws  # noqa: F401,PLC0414
+from night.test_intensify_confirm import noisy
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two runs side by side need two cores")]

@@ -1,3 +1,0 @@
-"""The loop tests use the shared fixture workspace in tests/harness.py."""
-
-from harness import make_ws, pages  # noqa: F401  (pytest fixtures)
