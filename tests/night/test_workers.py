@@ -11,17 +11,23 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def test_two_workers_race_clean_merge_is_rerun_and_kept(make_ws):
+def _race(make_ws, slow: str, knobs: dict):  # noqa: ANN001, ANN202
+    """Two workers: a fast winner (QUALITY 0.5 -> 0.7), and ``slow`` (3 s longer) that finishes after its
+    keep; the night run to its stop rule. Returns the workspace and the two rows (fast, slow)."""
     ws = make_ws(loop_workers=2)
-    # one fast winner, and one slow winner on another line that finishes after the keep
     ws.enqueue("fast: QUALITY 0.5 -> 0.7", knobs={"QUALITY": 0.7})
-    ws.enqueue("slow: BONUS 0 -> 0.1", knobs={"BONUS": 0.1, "SLEEP": 3.0})
+    ws.enqueue(slow, knobs={**knobs, "SLEEP": 3.0})
     r = ws.looper("run", "--max-experiments", "2")
     assert r.returncode == 0, r.stdout + r.stderr
     exps = ws.by_description()
     fast = exps["fast: QUALITY 0.5 -> 0.7"]
-    slow = exps["slow: BONUS 0 -> 0.1"]
     assert fast["status"] == "keep"
+    return ws, fast, exps[slow]
+
+
+def test_two_workers_race_clean_merge_is_rerun_and_kept(make_ws):
+    # one fast winner, and one slow winner on another line that finishes after the keep
+    ws, fast, slow = _race(make_ws, "slow: BONUS 0 -> 0.1", {"BONUS": 0.1})
     assert {fast["worker"], slow["worker"]} == {"w0", "w1"}
     # the slow one beat the best it started from; the best had moved: merged and rerun
     assert slow["status"] == "keep", slow
@@ -38,15 +44,7 @@ def test_two_workers_race_clean_merge_is_rerun_and_kept(make_ws):
 
 
 def test_two_workers_race_conflicting_merge_is_discarded_with_reason(make_ws):
-    ws = make_ws(loop_workers=2)
-    ws.enqueue("fast: QUALITY 0.5 -> 0.7", knobs={"QUALITY": 0.7})
-    ws.enqueue("slow: QUALITY 0.5 -> 0.6", knobs={"QUALITY": 0.6, "SLEEP": 3.0})
-    r = ws.looper("run", "--max-experiments", "2")
-    assert r.returncode == 0, r.stdout + r.stderr
-    exps = ws.by_description()
-    fast = exps["fast: QUALITY 0.5 -> 0.7"]
-    slow = exps["slow: QUALITY 0.5 -> 0.6"]
-    assert fast["status"] == "keep"
+    ws, fast, slow = _race(make_ws, "slow: QUALITY 0.5 -> 0.6", {"QUALITY": 0.6})
     assert slow["status"] == "discard"
     assert f"conflicts with kept change #{fast['id']}" in slow["blocking_json"]
     assert ws.git("rev-parse", "looper/t") == fast["commit"]
