@@ -183,7 +183,7 @@ def test_agent_endpoint_going_away_halts_after_retries_and_pages_once(make_ws, p
 
 # ---------------------------------------------------------------- the SSH host goes away
 def _ssh_kit():  # noqa: ANN202
-    path = Path(__file__).resolve().parents[1] / "ssh" / "conftest.py"
+    path = Path(__file__).resolve().parents[1] / "executors" / "ssh" / "conftest.py"
     spec = importlib.util.spec_from_file_location("faults_ssh_kit", path)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
