@@ -39,10 +39,10 @@ PRESETS = {
     # a confirmed demo night").
     # Noise is measured, never assumed: the baseline runs 8 seeds (baseline_seeds: its LR0 0.01 spreads its
     # seeds about three times as much as LR0 0.003, and its seeds are what both the gate and the
-    # confirmation lean on); the candidate runs 1, 2, then 4 seeds (noise_reruns = 3: a cap of 4) on the
-    # baseline's own seeds. `make demo` runs one experiment, and a night that keeps it re-runs its best on
-    # 4 fresh seeds (confirm_seeds, the confirmed headline): 8 + 4 + 4 = 16 runs at most, in 9 rounds of
-    # two. [gate] score_test = "pooled": at this budget paired seeds barely correlate
+    # confirmation lean on); the candidate runs 2, then 4 seeds (noise_reruns = 3: a cap of 4; each look
+    # fills the two slots) on the baseline's own seeds. `make demo` runs one experiment, and a night that
+    # keeps it re-runs its best on 4 fresh seeds (confirm_seeds, the confirmed headline): 8 + 4 + 4 = 16 runs
+    # at most, in 8 rounds of two. [gate] score_test = "pooled": at this budget paired seeds barely correlate
     # (-0.13 to 0.32 over 12 pairs a change, bench/RESULTS.md "A score test fixed in advance" and "The
     # demo's regime fixed in steps"), so the
     # pooled t is fixed before any run and gets each look's whole alpha instead of half of it.
