@@ -109,19 +109,26 @@ class Confusion:
                 "groups": {k: list(v) for k, v in self.groups.items()}}
 
 
-def class_order(present: Iterable[str]) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+def class_order(present: Iterable[str], base: Sequence[str] = CLASSES,
+                ) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
     """The classes in ``present`` ordered so look-alikes sit together: each look-alike group of
-    program.md (``LOOKALIKE_GROUPS``) as a block, then the rest in class order, then unknown
-    names sorted. Returns (order, the groups restricted to ``present``)."""
+    program.md (``LOOKALIKE_GROUPS``) as a block, blocks and their members in the order of ``base`` (the
+    data's classes, in its manifest's order; looper's 26 by default), then the rest in ``base``'s order,
+    then names ``base`` lacks, sorted. Returns (order, the groups restricted to ``present``)."""
     want = set(present) - {BACKGROUND}
+    rank = {c: i for i, c in enumerate(base)}
     order: list[str] = []
     groups: dict[str, tuple[str, ...]] = {}
-    for name, members in sorted(LOOKALIKE_GROUPS.items(), key=lambda kv: CLASSES.index(kv[1][0])):
-        shown = tuple(c for c in members if c in want)
+    def place(c: str) -> tuple[int, str]:
+        return rank.get(c, len(rank)), c
+
+    blocks = {name: tuple(sorted((c for c in members if c in want), key=place))
+              for name, members in LOOKALIKE_GROUPS.items()}
+    for name, shown in sorted(blocks.items(), key=lambda kv: (place(kv[1][0]) if kv[1] else (len(rank) + 1, ""), kv[0])):
         if shown:
             groups[name] = shown
             order += shown
-    order += [c for c in CLASSES if c in want and c not in order]
+    order += [c for c in base if c in want and c not in order]
     order += sorted(want - set(order))
     return tuple(order), groups
 
@@ -156,7 +163,7 @@ def confusion(objs: Sequence[dict[str, Any]], iou: float, classes: Iterable[str]
             for r in p["missed"]:
                 if r.get("truth") not in confused:
                     add(BACKGROUND, r["class"])
-    order, groups = class_order(seen)
+    order, groups = class_order(seen, list(classes) or CLASSES)
     return Confusion(cells, (*order, BACKGROUND), groups)
 
 

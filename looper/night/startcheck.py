@@ -9,7 +9,6 @@ it), and answers pass, or error naming the file and what is wrong.
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from looper.core.classes import CLASSES
 from looper.core.hyperblock import HyperblockError, read_knobs
 from looper.core.startweights import class_transfer, read_header, start_problems
 from looper.core.verdict import Verdict
+from looper.data.manifest import manifest_classes
 from looper.workspace.hashes import PRETRAINED_DIR
 
 
@@ -50,10 +50,9 @@ def data_classes(data_dir: Path | None) -> list[str]:
     """The data's classes, from its manifest (looper's 26 synthetic HVAC classes when there is no
     readable manifest yet: prepare.py builds those)."""
     try:
-        classes = json.loads((Path(data_dir) / "manifest.json").read_text()).get("classes") if data_dir else None
-    except (OSError, ValueError, AttributeError):
-        classes = None
-    return [str(c) for c in classes] if isinstance(classes, list) and classes else list(CLASSES)
+        return manifest_classes(data_dir) if data_dir else list(CLASSES)
+    except ValueError:
+        return list(CLASSES)
 
 
 def check_pretrained(root: Path, train_source: str, data_dir: Path | None = None) -> Verdict:

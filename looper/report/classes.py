@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from looper.core.classes import CLASSES
 from looper.report.fmt import num
 from looper.report.night import Night, rare_classes, seed_count
 
@@ -16,7 +15,7 @@ __all__ = ["class_intervals", "class_rows", "rare_classes", "with_intervals"]
 
 def class_rows(n: Night) -> list[dict[str, Any]]:
     """Per class: baseline vs best precision and recall with deltas, rare classes marked."""
-    names = [c for c in CLASSES if c in n.baseline_classes or c in n.best_classes]
+    names = [c for c in n.class_order if c in n.baseline_classes or c in n.best_classes]
     names += sorted((set(n.baseline_classes) | set(n.best_classes)) - set(names))
     rare = n.rare_classes
     rows = []

@@ -26,6 +26,7 @@ from looper.core import exclusions as core_excl
 from looper.core.classes import CLASSES
 from looper.core.score import PAIRED_TEST
 from looper.core.verdict import Outcome
+from looper.data.manifest import manifest_classes, workspace_data_dir
 from looper.report.attention import attention
 from looper.report.classes import class_intervals, class_rows, rare_classes, with_intervals
 from looper.report.fmt import clean, num, tag_sigma
@@ -116,7 +117,8 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
     ref = _reference(store, Path(root), baseline, score_name)
     best = store.best(tag) if tag else None
     best_classes = {c: m.figures() for c, m in store.class_scores(best.id).items()} if best else {}
-    kinds = _sort(store, experiments, best_before)
+    order = _class_order(root)
+    kinds = _sort(store, experiments, best_before, order)
     time, time_ids = _time(experiments)
     figures = json_fields(store, _FIGURES, tag=start_tag, since=since)
     figures = {e.id: figures.get(e.id, {}) for e in experiments}
@@ -133,10 +135,19 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
         judgements=_judgements(experiments, figures), figures=figures, sandbox_off=off, network_on=net,
         sandbox_config=workspace_sandbox, baseline_seeds=_seeds(baseline.metrics if baseline else None),
         reference_seeds=_seeds(ref.metrics), baseline_scores=_baseline_scores(store, experiments),
-        sigma=tag_sigma(store, tag),
+        sigma=tag_sigma(store, tag), class_order=order,
     )
     night.attention = attention(night, ref.approved)
     return night
+
+
+def _class_order(root: Path) -> tuple[str, ...]:
+    """The data's classes in its manifest's order (the workspace's ``[data] dir``); looper's 26 when it has
+    no readable manifest."""
+    try:
+        return tuple(manifest_classes(workspace_data_dir(root)))
+    except ValueError:
+        return CLASSES
 
 
 def _best_before(experiments: list[ExperimentRow], keeps_by_tag: dict[str, list[tuple[int, float]]],
@@ -250,18 +261,20 @@ def _sandbox(figures: dict[int, dict[str, Any]], root: Path) -> tuple[list[int],
         return off, net, None
 
 
-def _class_reasons(blocking: Iterable[str]) -> list[str]:
+def _class_reasons(blocking: Iterable[str], classes: Iterable[str] = CLASSES) -> list[str]:
     out = []
+    names = tuple(classes)
     for reason in blocking:
         r = str(reason)
-        if r.startswith("recall.") or any(c in r for c in CLASSES):
+        if r.startswith("recall.") or any(c in r for c in names):
             out.append(r)
     return out
 
 
-def _near_miss(e: ExperimentRow, bb: float | None, bb_id: int | None) -> NearMiss | None:
+def _near_miss(e: ExperimentRow, bb: float | None, bb_id: int | None,
+               classes: tuple[str, ...] = CLASSES) -> NearMiss | None:
     """A discard that beat the best overall but failed a class gate, else None."""
-    reasons = _class_reasons(e.blocking)
+    reasons = _class_reasons(e.blocking, classes)
     diff = num(e.verdict_diff)
     if diff is None and bb is not None and e.score is not None:
         diff = float(e.score) - bb
@@ -272,7 +285,7 @@ def _near_miss(e: ExperimentRow, bb: float | None, bb_id: int | None) -> NearMis
 
 
 def _sort(store: Store, experiments: list[ExperimentRow],
-          best_before: dict[int, tuple[float | None, int | None]]) -> Sorted:
+          best_before: dict[int, tuple[float | None, int | None]], classes: tuple[str, ...] = CLASSES) -> Sorted:
     """Kept changes (their rationale and diff: one more query), near misses, crashes, the rest."""
     texts = kept_texts(store, [e.id for e in experiments if e.status is Outcome.KEEP and e.kind == "candidate"])
     out = Sorted([], [], [], [], [], [], [])
@@ -287,7 +300,7 @@ def _sort(store: Store, experiments: list[ExperimentRow],
                 id=e.id, tag=e.tag, commit=e.commit, description=clean(e.description), rationale=clean(rationale),
                 diff=clean(diff), score=float(e.score or 0.0), best_before=bb, best_before_id=bb_id))
         elif e.status is Outcome.DISCARD and e.score is not None:
-            near = _near_miss(e, bb, bb_id)
+            near = _near_miss(e, bb, bb_id, classes)
             if near is not None:
                 out.near_misses.append(near)
         elif e.status is Outcome.CRASH:

@@ -11,6 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from looper.core.classes import CLASSES
 from looper.report.fmt import num
 from looper.store import EventRecord, ExperimentRecord, ExperimentRow
 
@@ -230,6 +231,7 @@ class Night(Sorted):
     reference_seeds: int = 1            # ... and the compared baseline (approved or tag-start)
     baseline_scores: dict[int, tuple[float, ...]] = field(default_factory=dict)  # seed scores of window baselines
     sigma: float | None = None          # the score noise the tag's baseline measured (for rounding, fmt.shown)
+    class_order: tuple[str, ...] = CLASSES  # the data's classes in its manifest's order (looper's 26 by default)
 
     @property
     def scored(self) -> list[ExperimentRow]:

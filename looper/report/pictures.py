@@ -26,6 +26,7 @@ from typing import Any
 
 from looper.core import matches as core_matches
 from looper.core.matches import Confusion, Region
+from looper.data.manifest import workspace_data_dir
 from looper.report.night import Night
 
 __all__ = ["STYLES", "Crop", "Pictures", "Side", "glance_lines", "matches_of", "pictures"]
@@ -144,20 +145,6 @@ def matches_of(root: Path, tag: str, exp_id: int) -> tuple[dict[str, Any] | None
                         "or its runs were removed)")
 
 
-def _data_dir(root: Path) -> Path:
-    data = "data"
-    toml = Path(root) / "looper.toml"
-    if toml.is_file():
-        try:
-            from looper.config import load_config
-
-            data = load_config(toml).data.dir
-        except Exception:  # noqa: BLE001 - an unreadable config is `looper check`'s to report
-            data = "data"
-    p = Path(data)
-    return p if p.is_absolute() else Path(root) / p
-
-
 def pictures(n: Night, root: Path, limit: int = LIMIT) -> Pictures:
     """The pictures of the night's best and its baseline (see the module docstring)."""
     root = Path(root)
@@ -187,7 +174,7 @@ def pictures(n: Night, root: Path, limit: int = LIMIT) -> Pictures:
                    else "the baseline has no matched boxes")
             notes.append(f"{why}: the regions where {best.label} invents and misses most, drawn alone")
         crops, more = _crops(best.matches, None if alone else base.matches,  # type: ignore[union-attr]
-                             _data_dir(root) / "pages" / "test", limit)
+                             workspace_data_dir(root) / "pages" / "test", limit)
         notes += more
     return Pictures(best, base, iou, conf, cb, cr, crops, notes)
 

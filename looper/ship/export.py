@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from looper.core.ship import RunView, pick_run
+from looper.data.manifest import manifest_classes
 from looper.errors import UsageError
 from looper.workspace.hashes import file_sha256
 
@@ -101,14 +102,11 @@ def verified_weights(root: Path, run: RunView) -> Path:
 
 
 def data_classes(data_dir: Path) -> list[str]:
-    manifest = data_dir / "manifest.json"
+    """The data's class names, in the manifest's order; an ExportError naming the manifest otherwise."""
     try:
-        classes = json.loads(manifest.read_text()).get("classes")
-    except (OSError, ValueError) as exc:
-        raise ExportError(f"{manifest}: cannot read the data's class names ({exc})") from exc
-    if not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
-        raise ExportError(f"{manifest} lists no class names")
-    return classes
+        return manifest_classes(data_dir)
+    except ValueError as exc:
+        raise ExportError(str(exc)) from exc
 
 
 def _architecture_check(root: Path) -> Any:

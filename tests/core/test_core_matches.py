@@ -155,3 +155,31 @@ def test_error_regions_find_where_one_model_invents_and_misses() -> None:
     assert [r.score for r in regions] == [3, 1]  # three misses together, then the invented damper
     assert cm.error_regions(matches_file([page_matches("p.png", [D(t.cls, *t.box, 0.9) for t in truth], truth)],
                                          CLASSES), side=300, limit=4) == []  # a perfect page has none
+
+
+@pytest.mark.parametrize(("present", "base", "want"), [
+    # look-alikes still sit together (blocks first), but blocks, their members and the rest in the data's order
+    (["vav_box", "thermostat", "supply_diffuser", "return_diffuser"],
+     ["vav_box", "return_diffuser", "thermostat", "supply_diffuser"],
+     ("return_diffuser", "supply_diffuser", "thermostat", "vav_box")),
+    (["fire_damper", "supply_diffuser", "return_diffuser", "smoke_damper"],
+     ["smoke_damper", "fire_damper", "supply_diffuser", "return_diffuser"],
+     ("smoke_damper", "fire_damper", "supply_diffuser", "return_diffuser")),
+    # classes of the user's own, unknown to looper's 26: in the manifest's order, not sorted
+    (["zeta_valve", "alpha_pump", "vav_box"], ["zeta_valve", "vav_box", "alpha_pump"],
+     ("zeta_valve", "vav_box", "alpha_pump")),
+    # a name the manifest lacks goes last, sorted
+    (["b_thing", "a_thing", "vav_box"], ["vav_box"], ("vav_box", "a_thing", "b_thing")),
+    # the default base is looper's 26, in their order
+    (["vav_box", "thermostat"], None, ("thermostat", "vav_box")),
+])
+def test_class_order_follows_the_datas_manifest(present: list, base: list | None, want: tuple) -> None:
+    order, _ = cm.class_order(present) if base is None else cm.class_order(present, base)
+    assert order == want
+
+
+def test_the_confusion_matrix_takes_the_order_of_the_classes_matches_json_lists() -> None:
+    preds = [{"class": "zeta_valve", "match": "tp", "box": B}, {"class": "alpha_pump", "match": "tp", "box": B}]
+    c = cm.confusion([_page(preds, [])], IOU, ["zeta_valve", "alpha_pump"])
+    assert c.labels == ("zeta_valve", "alpha_pump", cm.BACKGROUND)
+    assert cm.confusion([_page(preds, [])], IOU).labels == ("alpha_pump", "zeta_valve", cm.BACKGROUND)
