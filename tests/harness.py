@@ -114,6 +114,14 @@ class WS:
     def by_description(self) -> dict[str, dict]:
         return {r["description"]: r for r in self.rows()}
 
+    def training(self) -> bool:
+        """Is an experiment running and in a training phase?"""
+        return any(r["status"] == "running" and (r["phase"] or "").startswith("train") for r in self.rows())
+
+    def wait_training(self, timeout: float = 90, what: str = "training") -> None:
+        """Wait until an experiment is running and training (AssertionError naming ``what`` after ``timeout``)."""
+        self.wait_for(self.training, timeout, what)
+
     def wait_for(self, predicate, timeout: float = 60, what: str = "condition") -> None:
         end = time.monotonic() + timeout
         while time.monotonic() < end:

@@ -156,8 +156,7 @@ def test_loop_through_litellm_then_the_proxy_stops_halts_with_one_page(proxy: Pr
     env["LITELLM_TEST_KEY"] = proxy.key
     daemon = ws.start(env=env)
     try:
-        ws.wait_for(lambda: any(r["status"] == "running" and (r["phase"] or "").startswith("train")
-                                for r in ws.rows()), 180, "the proxy's candidate to train")
+        ws.wait_training(180, "the proxy's candidate to train")
         proxy.stop()  # while the candidate trains: its proposal was the proxy's last answer
         out, _ = daemon.communicate(timeout=180)
     finally:

@@ -303,8 +303,7 @@ def test_second_daemon_refuses_to_start(make_ws):
     ws.enqueue("hang", knobs={"SCENARIO": "hang"})
     first = ws.start()
     try:
-        ws.wait_for(lambda: any(r["status"] == "running" and (r["phase"] or "").startswith("train")
-                                for r in ws.rows()), 90, "the first daemon to be training")
+        ws.wait_training(90, "the first daemon to be training")
         r = ws.looper("run", "--max-experiments", "1")
         assert first.poll() is None, "the first daemon stopped when the second one started"
         running = [x for x in ws.rows() if x["status"] == "running"]
@@ -326,12 +325,8 @@ def test_kill_9_mid_training_then_restart_recovers_and_continues(make_ws):
     ws.enqueue("hang for a long time", knobs={"SCENARIO": "hang"})
     daemon = ws.start()
 
-    def training() -> bool:
-        return any(r["status"] == "running" and (r["phase"] or "").startswith("train")
-                   for r in ws.rows())
-
     try:
-        ws.wait_for(training, 90, "the candidate to be training")
+        ws.wait_training(90, "the candidate to be training")
         daemon.send_signal(signal.SIGKILL)
         daemon.wait(10)
     finally:
@@ -361,8 +356,7 @@ def test_sigterm_stops_cleanly_and_marks_interrupted(make_ws):
     ws.enqueue("hang", knobs={"SCENARIO": "hang"})
     daemon = ws.start()
     try:
-        ws.wait_for(lambda: any(r["status"] == "running" and (r["phase"] or "").startswith("train")
-                                for r in ws.rows()), 90, "training")
+        ws.wait_training(90, "training")
         daemon.send_signal(signal.SIGTERM)
         out, _ = daemon.communicate(timeout=60)
     finally:

@@ -38,8 +38,7 @@ def test_sshd_stopped_mid_night_is_an_error_halt_with_one_page(make_ws, sshd, tm
     ws.enqueue("slow but fine", knobs={"QUALITY": 0.8, "SLEEP": 20.0})
     daemon = ws.start()
     try:
-        ws.wait_for(lambda: any(r["status"] == "running" and (r["phase"] or "").startswith("train")
-                                for r in ws.rows()), 90, "training over ssh")
+        ws.wait_training(90, "training over ssh")
         time.sleep(1.0)
         sshd.kill_all()
         out, _ = daemon.communicate(timeout=120)
