@@ -261,18 +261,16 @@ def _sandbox(figures: dict[int, dict[str, Any]], root: Path) -> tuple[list[int],
         return off, net, None
 
 
-def _class_reasons(blocking: Iterable[str], classes: Iterable[str] = CLASSES) -> list[str]:
+def _class_reasons(blocking: Iterable[str], classes: tuple[str, ...]) -> list[str]:
     out = []
-    names = tuple(classes)
     for reason in blocking:
         r = str(reason)
-        if r.startswith("recall.") or any(c in r for c in names):
+        if r.startswith("recall.") or any(c in r for c in classes):
             out.append(r)
     return out
 
 
-def _near_miss(e: ExperimentRow, bb: float | None, bb_id: int | None,
-               classes: tuple[str, ...] = CLASSES) -> NearMiss | None:
+def _near_miss(e: ExperimentRow, bb: float | None, bb_id: int | None, classes: tuple[str, ...]) -> NearMiss | None:
     """A discard that beat the best overall but failed a class gate, else None."""
     reasons = _class_reasons(e.blocking, classes)
     diff = num(e.verdict_diff)
@@ -285,7 +283,7 @@ def _near_miss(e: ExperimentRow, bb: float | None, bb_id: int | None,
 
 
 def _sort(store: Store, experiments: list[ExperimentRow],
-          best_before: dict[int, tuple[float | None, int | None]], classes: tuple[str, ...] = CLASSES) -> Sorted:
+          best_before: dict[int, tuple[float | None, int | None]], classes: tuple[str, ...]) -> Sorted:
     """Kept changes (their rationale and diff: one more query), near misses, crashes, the rest."""
     texts = kept_texts(store, [e.id for e in experiments if e.status is Outcome.KEEP and e.kind == "candidate"])
     out = Sorted([], [], [], [], [], [], [])

@@ -30,6 +30,7 @@ or the ``looper-<short hash>-`` name prefix) in ``squeue`` and cancels them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shutil
 import sys
@@ -100,7 +101,7 @@ class SlurmExecutor(DataFolder):
         self.unreachable_seconds = unreachable_seconds
         self.cluster = SlurmClient(tool_timeout)
         digest = hashlib.sha1(str(self.workspace.resolve()).encode()).hexdigest()
-        self.batch = BatchOptions.of(section, comment=f"looper:{digest[:16]}")  # the #SBATCH lines
+        self.batch = BatchOptions.of(functools.partial(get, section), comment=f"looper:{digest[:16]}")  # the #SBATCH lines
         self.name_prefix = f"looper-{digest[:8]}-"
 
     # -- the data folder and the child environment (on the shared filesystem) ------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,18 +162,15 @@ class BatchOptions:
     comment: str = ""
 
     @classmethod
-    def of(cls, section: Any, comment: str) -> BatchOptions:
-        """From the ``[executor]`` section (a mapping or a config object); an extra entry that is not one
+    def of(cls, get: Callable[[str, Any], Any], comment: str) -> BatchOptions:
+        """From the ``[executor]`` section, read through ``get(key, default)``; an extra entry that is not one
         sbatch option (no leading ``-``, or a line break) is a :class:`ConfigError` naming it."""
-        def get(key: str, default: Any) -> Any:
-            return section.get(key, default) if isinstance(section, dict) else getattr(section, key, default)
-
-        extra = tuple(str(x) for x in get("sbatch_extra", []) or [])
+        extra = tuple(str(x) for x in get("sbatch_extra", []))
         for entry in extra:
             if not entry.startswith("-") or "\n" in entry:
                 raise ConfigError(f"executor.sbatch_extra: not one sbatch option: {entry!r}")
-        return cls(str(get("partition", "") or "").strip(), str(get("gres", "") or "").strip(),
-                   str(get("account", "") or "").strip(), extra, comment)
+        return cls(str(get("partition", "")).strip(), str(get("gres", "")).strip(), str(get("account", "")).strip(),
+                   extra, comment)
 
     def script(self, name: str, output: Path, cwd: Path, argv: Sequence[str], env: dict[str, str],
                seconds: float) -> str:
