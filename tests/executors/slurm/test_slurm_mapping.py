@@ -144,3 +144,11 @@ def test_config_slurm_errors_name_the_key(tmp_path: Path, body: str, key: str) -
     toml.write_text(f'[executor]\nkind = "slurm"\n{body}\n')
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(toml)
+
+
+@pytest.mark.parametrize("entry", ["mem=16G", "--mem=16G\n#SBATCH --uid=0"])
+def test_an_sbatch_extra_entry_that_is_not_one_option_is_refused_naming_it(tmp_path: Path, entry: str) -> None:
+    """A plain dict section skips the config file's own check: the executor refuses it too."""
+    with pytest.raises(ConfigError, match="not one sbatch option"):
+        SlurmExecutor(tmp_path, {"kind": "slurm", "sbatch_extra": [entry]})
+    assert SlurmExecutor(tmp_path, {"kind": "slurm", "sbatch_extra": ["--mem=16G"]}).batch.extra == ("--mem=16G",)
