@@ -85,6 +85,17 @@ class WS:
         return subprocess.run([sys.executable, "-m", "looper.cli", *args], cwd=self.root, env=env or self.env(),
                               capture_output=True, text=True, timeout=timeout)
 
+    def baseline_only(self, env: dict | None = None) -> None:
+        """Measure the tag's baseline and start no experiment (`looper run --until` now).
+
+        `--until HH:MM` more than a minute past means tomorrow's, so a run begun in a minute's last 10 s
+        could straddle into the next one and go on proposing: wait for the next minute then."""
+        if time.localtime().tm_sec >= 50:
+            time.sleep(61 - time.localtime().tm_sec)
+        r = self.looper("run", "--max-experiments", "0", "--until", time.strftime("%H:%M"), env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert [x["status"] for x in self.rows("baseline")] == ["keep"], r.stdout + r.stderr
+
     def start(self, *args: str, env: dict | None = None) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "looper.cli", "run", *args], cwd=self.root,
                                 env=env or self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

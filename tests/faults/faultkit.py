@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from harness import WS
@@ -43,15 +42,6 @@ def patch_config(ws: WS, section: str, **values: object) -> None:
             lines.append(line)
     path.write_text(head + header + "\n" + "\n".join(lines) + "\n" + (sep.lstrip("\n") and "\n[" + tail))
     ws.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", f"config: {section} {values}")
-
-
-def baseline_only(ws: WS) -> None:
-    """Measure the tag's baseline and start no experiment (`--until` now)."""
-    if time.localtime().tm_sec >= 50:  # `--until HH:MM` more than a minute ago means tomorrow's
-        time.sleep(61 - time.localtime().tm_sec)
-    r = ws.looper("run", "--max-experiments", "0", "--until", time.strftime("%H:%M"))
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert [x["status"] for x in ws.rows("baseline")] == ["keep"]
 
 
 def all_rows(ws: WS) -> list[dict]:

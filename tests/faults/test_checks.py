@@ -12,7 +12,7 @@ import time
 
 import pytest
 import tiers
-from faultkit import assert_nothing_lost, baseline_only, patch_config, procs_with_env, runs_rows
+from faultkit import assert_nothing_lost, patch_config, procs_with_env, runs_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +48,7 @@ def test_evaluate_changed_between_experiments_is_an_error_halt(make_ws, pages):
     """Someone edits the worktree's evaluate.py after one experiment was recorded and before
     the next one starts (the daemon paused just before writing the outcome)."""
     ws = make_ws()
-    baseline_only(ws)
+    ws.baseline_only()
     ws.enqueue("a fine change", knobs={"QUALITY": 0.8})
     ws.enqueue("never measured", knobs={"QUALITY": 0.9})
     env = ws.env()
@@ -94,7 +94,7 @@ def test_evaluate_changed_while_the_agent_thinks(make_ws, pages):
     nothing measured by it. Observed: it is treated as the agent's scope violation
     (discard, evaluate.py restored) -- see docs/RELIABILITY.md."""
     ws = make_ws()
-    baseline_only(ws)
+    ws.baseline_only()
     original = (ws.worktree / "evaluate.py").read_text()
     ws.enqueue("slow thinker", knobs={"QUALITY": 0.8}, sleep=4)
     daemon = ws.start("--max-experiments", "1")
@@ -121,7 +121,7 @@ def test_evaluate_changed_while_the_agent_thinks(make_ws, pages):
 # ---------------------------------------------------------------- a check that lies
 def test_evaluator_that_writes_metrics_and_exits_nonzero_is_an_error_never_a_keep(make_ws, pages):
     ws = make_ws()
-    baseline_only(ws)
+    ws.baseline_only()
     ws.enqueue("a big improvement", knobs={"QUALITY": 0.95})
     env = ws.env()
     env["FIXTURE_EVAL_EXIT"] = "1"

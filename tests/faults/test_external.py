@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from faultkit import (
     assert_nothing_lost,
-    baseline_only,
     integrity_ok,
     patch_config,
     procs_with_env,
@@ -36,7 +35,7 @@ def test_db_locked_briefly_the_daemon_waits_and_continues(make_ws, pages):
     """Another process holds BEGIN EXCLUSIVE for 3 s while the daemon must write (busy
     timeout 30 s in looper/store/repo.py): it waits, then goes on; nothing is corrupted."""
     ws = make_ws()
-    baseline_only(ws)
+    ws.baseline_only()
     ws.enqueue("a fine change", knobs={"QUALITY": 0.8}, sleep=1)
     daemon = ws.start("--max-experiments", "1")
     con = sqlite3.connect(ws.root / "experiments.db", timeout=10, isolation_level=None)
@@ -77,7 +76,7 @@ def _lock_past_timeout(ws) -> tuple[int, str]:  # noqa: ANN001
 
 def test_db_locked_past_the_busy_timeout_still_pages_a_person(make_ws, pages):
     ws = make_ws()
-    baseline_only(ws)
+    ws.baseline_only()
     ws.enqueue("a fine change", knobs={"QUALITY": 0.8}, sleep=1)
     code, out = _lock_past_timeout(ws)
     assert code == 3, out
@@ -90,7 +89,7 @@ def test_db_locked_past_the_busy_timeout_halts_with_an_error(make_ws, pages):
     halt with exit 3 and say why, the database must stay intact, and a restart must go on.
     (The page is the test above.)"""
     ws = make_ws()
-    baseline_only(ws)
+    ws.baseline_only()
     ws.enqueue("a fine change", knobs={"QUALITY": 0.8}, sleep=1)
     code, out = _lock_past_timeout(ws)
     integrity_ok(ws.root / "experiments.db")
@@ -234,7 +233,7 @@ def test_ssh_host_going_away_mid_night_halts_and_pages_once(make_ws, pages, tmp_
         assert_nothing_lost(ws, halted="halt")
         # the host comes back: a restart ends the run the dead link left behind, and recovers
         server.start()
-        baseline_only(ws)
+        ws.baseline_only()
         assert not _procs_under(remote / "checkout"), "the orphaned remote run survived the restart"
         assert ws.events("recover")
         assert len(runs_rows(ws)) >= 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from faultkit import baseline_only, runs_rows
+from faultkit import runs_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +51,7 @@ def _halted_before_any_run(ws, pages, *needles: str) -> None:
 def test_the_shipped_checkpoint_passes_preflight_and_the_baseline_runs(make_ws, pages):
     ws = make_ws()
     _use_start(ws)
-    baseline_only(ws)  # preflight passed: the baseline was measured and kept
+    ws.baseline_only()  # preflight passed: the baseline was measured and kept
     with ws.db() as con:
         fixed = json.loads(con.execute("SELECT fixed_hashes_json FROM tags").fetchone()[0])
     assert "pretrained/start.safetensors" in fixed, fixed
@@ -85,7 +85,7 @@ def test_a_checkpoint_of_other_classes_passes_preflight_as_a_transfer_said_once(
     ws = make_ws()
     _use_start(ws)
     _rewrite_names(ws.root / "pretrained" / "start.safetensors", ["person", "car"])
-    baseline_only(ws)
+    ws.baseline_only()
     said = [e["message"] for e in ws.events("baseline") if "starting weights" in e["message"]]
     assert len(said) == 1 and "other classes than the data's: 2 classes vs 4" in said[0], ws.events("baseline")
     assert "a transfer" in said[0] and pages.pages == []
@@ -102,7 +102,7 @@ def test_a_checkpoint_changed_after_the_tag_started_is_a_halt_by_its_pinned_hash
     """Bytes that still pass the header check but are not the pinned ones: the integrity check halts."""
     ws = make_ws()
     _use_start(ws)
-    baseline_only(ws)
+    ws.baseline_only()
     p = ws.root / "pretrained" / "start.safetensors"
     blob = p.read_bytes()
     n = int.from_bytes(blob[:8], "little")

@@ -12,7 +12,7 @@ import signal
 import subprocess
 
 import pytest
-from faultkit import assert_nothing_lost, baseline_only, kill_pids, procs_with_env, runs_rows
+from faultkit import assert_nothing_lost, kill_pids, procs_with_env, runs_rows
 
 from looper.proc import group_gone
 
@@ -54,7 +54,7 @@ def _assert_interrupted(row: dict) -> None:
 
 def _kill_daemon_while_the_agent_thinks(ws) -> tuple[subprocess.Popen, list[int]]:
     """Start the daemon, SIGKILL it while its (slow) agent thinks; returns it and the agent pids."""
-    baseline_only(ws)
+    ws.baseline_only()
     ws.enqueue("a slow idea", knobs={"QUALITY": 0.9}, sleep=30)
     daemon = ws.start("--max-experiments", "1")
     ws.wait_for(lambda: _thinking(ws), 60, "the agent to think")
@@ -85,7 +85,7 @@ def test_restart_ends_the_agent_a_killed_daemon_left_behind(make_ws):
     try:
         daemon, orphans = _kill_daemon_while_the_agent_thinks(ws)
         assert orphans, "expected the killed daemon's agent to be still running"
-        baseline_only(ws)  # a restart that starts no experiment: recovery only
+        ws.baseline_only()  # a restart that starts no experiment: recovery only
         alive = procs_with_env("FIXTURE_QUEUE", str(ws.queue), "agent.py")
         assert not set(alive) & set(orphans), f"agent pid(s) {alive} outlived the restart"
     finally:
@@ -96,7 +96,7 @@ def test_restart_ends_the_agent_a_killed_daemon_left_behind(make_ws):
 
 def test_kill_9_during_evaluation(make_ws):
     ws = make_ws()
-    baseline_only(ws)
+    ws.baseline_only()
     ws.enqueue("evaluated slowly", knobs={"QUALITY": 0.9})
     env = ws.env()
     env["FIXTURE_EVAL_SLEEP"] = "60"
@@ -123,7 +123,7 @@ def test_kill_9_during_evaluation(make_ws):
 
 def test_kill_9_while_recording_the_outcome(make_ws):
     ws = make_ws()
-    baseline_only(ws)
+    ws.baseline_only()
     ws.enqueue("a keep, never recorded", knobs={"QUALITY": 0.9})
     env = ws.env()
     env["LOOPER_FAULT_PAUSE"] = "record:30"

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from faults.faultkit import assert_nothing_lost, baseline_only
+from faults.faultkit import assert_nothing_lost
 
 from looper.proc import group_gone
 from looper.workspace.hashes import file_sha256
@@ -234,10 +234,7 @@ def test_planted_metrics_then_silent_evaluator_mid_night(make_ws, pages):
     nothing; the planted file is never read: a harness error, no score."""
     # sandbox off: what looper sees of an UNconfined train.py (the sandbox's own answer: tests/security)
     ws = make_ws(exec_sandbox="none")
-    r = ws.looper("run", "--max-experiments", "0", "--until", time.strftime("%H:%M"))
-    # --until now: the baseline is measured, then no experiment starts
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert _one(ws.rows("baseline"))["status"] == "keep"
+    ws.baseline_only()  # the baseline is measured, then no experiment starts
     ws.enqueue("plant a perfect METRICS.json", knobs={"SCENARIO": "plant_metrics"})
     env = ws.env()
     env["FIXTURE_EVAL_SILENT"] = "1"
@@ -278,7 +275,7 @@ def test_train_py_that_changes_evaluate_during_the_run_is_a_harness_error(make_w
     # the halt leaves the tampered evaluate.py for a person to see; a restart's recovery puts
     # the committed one back, and then nothing of the night was lost
     assert ws.git("status", "--porcelain", cwd=ws.worktree) == "M evaluate.py"
-    baseline_only(ws)
+    ws.baseline_only()
     assert (ws.worktree / "evaluate.py").read_text() == ws.git("show", "looper/t:evaluate.py") + "\n"
     assert_nothing_lost(ws, halted="halt", recovered=True)
 
@@ -325,15 +322,16 @@ def test_kill_9_mid_training_then_restart_recovers_and_continues(make_ws):
     ws.enqueue("hang for a long time", knobs={"SCENARIO": "hang"})
     daemon = ws.start()
 
-    try:
-        ws.wait_training(90, "the candidate to be training")
+    pids = ws.root / ".looper" / "pids"
+    try:  # the phase turns to training before the child is spawned: wait for its trail as well
+        ws.wait_for(lambda: ws.training() and any(pids.glob("*.pid")), 90, "the candidate's training child")
         daemon.send_signal(signal.SIGKILL)
         daemon.wait(10)
     finally:
         if daemon.poll() is None:
             daemon.kill()
-    left = list((ws.root / ".looper" / "pids").glob("*.pid"))
-    assert left, "the killed daemon left no trail of its training child"
+    left = list(pids.glob("*.pid"))
+    assert left, "the killed daemon's trail of its training child is gone"
     assert ws.git("rev-parse", "looper/t") == _one(ws.rows())["commit"]  # mid-experiment state
     ws.enqueue("a fine change", knobs={"QUALITY": 0.8})
     r = ws.looper("run", "--max-experiments", "1")
@@ -394,8 +392,7 @@ def test_a_secret_printed_by_train_py_reaches_no_database_log_or_page(make_ws, p
 
 def test_verify_gates_the_current_train_py_and_commits_nowhere(make_ws):
     ws = make_ws()
-    r = ws.looper("run", "--max-experiments", "0", "--until", time.strftime("%H:%M"))
-    assert r.returncode == 0, r.stdout + r.stderr  # the baseline only
+    ws.baseline_only()
     tip = ws.git("rev-parse", "looper/t")
     src = (ws.root / "train.py").read_text()
 

@@ -30,7 +30,7 @@ import time
 from datetime import datetime
 
 import pytest
-from faults.faultkit import assert_nothing_lost, baseline_only, patch_config
+from faults.faultkit import assert_nothing_lost, patch_config
 from harness import FIXTURE, make_ws, pages  # noqa: F401  (pytest fixtures)
 
 pytestmark = [
@@ -193,7 +193,7 @@ def test_a_nearly_full_disk_refuses_the_next_run_first_naming_the_folder_and_fre
     refuses the run before it starts (a harness error: halt, one page) and says where and how much;
     the outcome is written (the reserve is given back first on a nearly full disk)."""
     ws = make_ws()
-    baseline_only(ws)
+    ws.baseline_only()
     assert (ws.root / ".looper" / "reserve").stat().st_size == 16 << 20  # held while there is room
     patch_config(ws, "limits", min_free_bytes=1 << 60)
     ws.enqueue("a fine change", knobs={"QUALITY": 0.9})

@@ -24,7 +24,7 @@ import subprocess
 from datetime import datetime
 
 import pytest
-from faults.faultkit import assert_nothing_lost, baseline_only, patch_config
+from faults.faultkit import assert_nothing_lost, patch_config
 from harness import FIXTURE, make_ws, pages  # noqa: F401  (pytest fixtures)
 
 from looper.executors import limits
@@ -139,7 +139,7 @@ def test_a_run_that_hits_its_limits_is_the_candidates_crash_and_the_night_goes_o
     ws = make_ws(loop_stuck_after=20)
     patch_config(ws, "limits", memory_max_bytes=384 * MIB, pids_max=48, tmp_max_bytes=8 * MIB,
                  out_max_bytes=64 * MIB, min_free_bytes=0)  # the 48 MiB disk's quota: all of it
-    baseline_only(ws)
+    ws.baseline_only()
     (base,) = ws.rows("baseline")
     earlier = ws.root / "runs" / "t" / f"{base['id']:05d}" / "baseline-s0" / "MATCHES.json"
     earlier.write_text(json.dumps({"format": "looper-matches/1", "pages": [{"truth": TRUTH}]}))
