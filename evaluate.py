@@ -211,18 +211,26 @@ def detect_page(model, image: Path, device: str, nc: int,  # type: ignore[no-unt
         padded[:h, :w] = page
         page = padded
     grid = tile_grid(page.shape[1], page.shape[0], TILE, OVERLAP)
-    found: list[Detection] = []
-    for start in range(0, len(grid), BATCH):
-        chunk = grid[start:start + BATCH]
-        tiles = np.stack([page[y0:y0 + TILE, x0:x0 + TILE] for x0, y0 in chunk])
-        x = (torch.from_numpy(tiles).float().div_(255.0).unsqueeze(1).expand(-1, 3, -1, -1)
-             .contiguous(memory_format=torch.channels_last).to(device))
+    tiles = [page[y0:y0 + TILE, x0:x0 + TILE] for x0, y0 in grid]  # views of the page, no copies
+    # a tile of one grey value (blank paper) looks the same wherever it lies: the network sees one of each
+    # value once and the others reuse its detections; a page without one runs exactly the batches it did
+    flat = [int(t[0, 0]) if (t == t[0, 0]).all() else None for t in tiles]
+    first = {v: flat.index(v) for v in dict.fromkeys(v for v in flat if v is not None)}
+    todo = [i for i, v in enumerate(flat) if v is None or first[v] == i]
+    rows: dict[int, list[list[float]]] = {}  # tile index -> its detections, tile coordinates
+    for start in range(0, len(todo), BATCH):
+        chunk = todo[start:start + BATCH]
+        x = (torch.from_numpy(np.stack([tiles[i] for i in chunk])).float().div_(255.0).unsqueeze(1)
+             .expand(-1, 3, -1, -1).contiguous(memory_format=torch.channels_last).to(device))
         with torch.inference_mode():
             out = model(x)
-        for (x0, y0), res in zip(chunk, tile_nms(out, nc, min_score), strict=True):
-            dets = [Detection(str(int(c)), (float(a) + x0, float(b) + y0, float(cc) + x0, float(d) + y0), float(s))
-                    for a, b, cc, d, s, c in res[:, :6].cpu().tolist()]
-            found += drop_seam_boxes(dets, (x0, y0), TILE, (w, h))
+        for i, res in zip(chunk, tile_nms(out, nc, min_score), strict=True):
+            rows[i] = res[:, :6].cpu().tolist()
+    found: list[Detection] = []
+    for i, (x0, y0) in enumerate(grid):
+        dets = [Detection(str(int(c)), (float(a) + x0, float(b) + y0, float(cc) + x0, float(d) + y0), float(s))
+                for a, b, cc, d, s, c in rows[i if flat[i] is None else first[flat[i]]]]
+        found += drop_seam_boxes(dets, (x0, y0), TILE, (w, h))
     merged = merge_detections(found)
     return [(int(d.cls), d.box, d.score) for d in merged if d.score >= min_score]
 

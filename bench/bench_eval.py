@@ -1,7 +1,7 @@
 """Benchmark: evaluate.py's batched tiled inference vs SAHI sliced prediction (CPU).
 
     python bench/bench_eval.py --weights RUN/weights.pt --data DATA [--pages 6] [--device cpu]
-    python bench/bench_eval.py --weights W --sizes 1024,3072,6144 --before DIR [--repeats 2] [--sahi]
+    python bench/bench_eval.py --weights W --sizes 1024,3072,6144 --before DIR [--repeats 2] [--sahi] [--ink F]
 
 ``--sizes``: one page of each side (bench/big_pages.py, under --work), evaluated by a whole
 ``evaluate.py`` process of this checkout and of ``--before`` (a folder holding an older evaluate.py and
@@ -84,9 +84,9 @@ def sizes(args: argparse.Namespace) -> int:
 
     rows = []
     for side in args.sizes:
-        data = args.work / f"pages-{side}"
+        data = args.work / (f"pages-{side}" + (f"-ink{args.ink:g}" if args.ink < 1 else ""))
         if not (data / "manifest.json").is_file():
-            big_pages.write(data, side, 1, 0)
+            big_pages.write(data, side, 1, 0, args.ink)
         for rep in range(args.repeats):
             for who, script in (("before", args.before / "evaluate.py"), ("after", REPO / "evaluate.py")):
                 r = timed_eval(script, args.weights, data, args.work / f"out-{side}-{who}-{rep}")
@@ -112,6 +112,8 @@ def main() -> int:
     ap.add_argument("--before", type=Path, help="with --sizes: a folder with an older evaluate.py and its looper/")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "eval-sizes")
+    ap.add_argument("--ink", type=float, default=1.0, help="with --sizes: the drawn fraction of each page's 1024-px "
+                    "blocks, the rest white paper (bench/big_pages.py --ink)")
     ap.add_argument("--sahi", action="store_true", help="with --sizes: also SAHI + Ultralytics predict per page")
     args = ap.parse_args()
     if args.sizes:

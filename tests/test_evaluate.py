@@ -21,6 +21,7 @@ from looper.core.metrics import CONFIDENCE, STREAM_CONFIDENCE, Detection, evalua
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 import evaluate  # noqa: E402
+import prepare  # noqa: E402
 
 sys.path.remove(str(REPO))
 
@@ -70,3 +71,59 @@ def test_the_stream_keeps_low_scores_and_the_boundary_box_counts() -> None:
     assert (a["tp"], a["fp"], a["fn"]) == (1, 0, 3) and a["found"] == [1, 0, 0, 0]  # only the box at 0.25
     assert m["predictions"] == 1
     assert a["ap50"] == pytest.approx(76 / 101, abs=1e-6)  # 3 ranked hits of 4: precision 1 up to recall 0.75
+
+
+def _all_tiles(model, page: np.ndarray, nc: int) -> list[tuple[int, tuple[float, float, float, float], float]]:
+    """The reference: every tile of the page through the network in grid order, as evaluate.py did before
+    it reused a blank tile's detections."""
+    import torch
+
+    from looper.core.metrics import drop_seam_boxes, merge_detections, tile_grid
+
+    h, w = page.shape
+    grid = tile_grid(w, h, evaluate.TILE, evaluate.OVERLAP)
+    found: list[Detection] = []
+    for start in range(0, len(grid), evaluate.BATCH):
+        chunk = grid[start:start + evaluate.BATCH]
+        tiles = np.stack([page[y0:y0 + evaluate.TILE, x0:x0 + evaluate.TILE] for x0, y0 in chunk])
+        x = torch.from_numpy(tiles).float().div_(255.0).unsqueeze(1).expand(-1, 3, -1, -1).contiguous(
+            memory_format=torch.channels_last)
+        with torch.inference_mode():
+            out = model(x)
+        for (x0, y0), res in zip(chunk, evaluate.tile_nms(out, nc, STREAM_CONFIDENCE), strict=True):
+            dets = [Detection(str(int(c)), (a + x0, b + y0, cc + x0, d + y0), s)
+                    for a, b, cc, d, s, c in res[:, :6].tolist()]
+            found += drop_seam_boxes(dets, (x0, y0), evaluate.TILE, (w, h))
+    return [(int(d.cls), d.box, d.score) for d in merge_detections(found) if d.score >= STREAM_CONFIDENCE]
+
+
+def test_a_blank_tile_runs_through_the_network_once_and_the_page_detects_the_same(tmp_path: Path) -> None:
+    """A drawing's empty paper: every tile of one grey value reuses the detections of the first such tile.
+    The page's merged detections are those of running every tile, and the network saw each blank value once."""
+    from PIL import Image
+
+    drawn, _ = prepare.make_page(np.random.RandomState(3), 512, list(prepare.CLASSES[:12]),
+                                 prepare.SCALES["demo"])
+    page = np.full((1536, 1280), 255, dtype=np.uint8)  # paper, with one drawn part and a grey margin
+    page[600:1112, 300:812] = np.asarray(drawn, dtype=np.uint8)
+    page[:, 1024:] = 240
+    image = tmp_path / "page.png"
+    Image.fromarray(page).save(image)
+    model = evaluate.load_model(REPO / "looper" / "pretrained" / "start.safetensors", "cpu")
+    nc = len(model.names)
+    seen: list[int] = []
+
+    def counting(x):  # type: ignore[no-untyped-def]
+        seen.append(int(x.shape[0]))
+        return model(x)
+
+    got = evaluate.detect_page(counting, image, "cpu", nc, STREAM_CONFIDENCE)
+    want = _all_tiles(model, page, nc)
+    grid = evaluate.tile_grid(1280, 1536, evaluate.TILE, evaluate.OVERLAP)
+    blank = [(x0, y0) for x0, y0 in grid if (page[y0:y0 + 256, x0:x0 + 256] == page[y0, x0]).all()]
+    values = {int(page[y0, x0]) for x0, y0 in blank}
+    assert len(blank) > len(grid) / 3 and values == {255, 240}  # much of the page is paper, of two greys
+    assert sum(seen) == len(grid) - len(blank) + len(values)  # each blank value through the network once
+    assert [c for c, _, _ in got] == [c for c, _, _ in want] and len(got) > 20  # the drawn part was found
+    for (_, box, score), (_, box2, score2) in zip(got, want, strict=True):
+        assert box == pytest.approx(box2, abs=1e-3) and score == pytest.approx(score2, abs=1e-5)
