@@ -81,3 +81,42 @@ def write_yolo(folder: Path, splits: dict[str, int] | None = None, classes: list
     path = folder / "data.yaml"
     path.write_text(f"path: .\n{keys}names:\n{names}\n")
     return path
+
+
+def write_with_supervision(folder: Path, fmt: str, splits: dict[str, int], classes: list[str],
+                           side: int = 768) -> Path:
+    """The drawn pages written by supervision (Roboflow's library), in Roboflow's layout of split folders
+    ``train``, ``valid``, ``test``: ``fmt = "coco"`` each with its images and ``_annotations.coco.json``
+    (``DetectionDataset.as_coco``), returns the folder; ``fmt = "yolo"`` each with ``images/`` and
+    ``labels/`` (``as_yolo``) and a ``data.yaml``, returned. supervision's data.yaml holds ``nc`` and
+    ``names`` only; the split keys are added as Roboflow's export adds them."""
+    import supervision as sv
+    import yaml
+
+    drawn = pages(sum(splits.values()), classes, side)
+    originals = folder.with_name(folder.name + "-originals")  # the labelling tool's own copies of the pages
+    originals.mkdir(parents=True, exist_ok=True)
+    k = 0
+    for split, n in splits.items():
+        where = folder / ("valid" if split == "val" else split)
+        annotations: dict[str, sv.Detections] = {}
+        for _ in range(n):
+            img, truth = drawn[k]
+            k += 1
+            key = str(originals / f"IMG_{k:04d}.png")
+            img.convert("RGB").save(key)
+            annotations[key] = sv.Detections(xyxy=np.array([t["box"] for t in truth], dtype=np.float64),
+                                             class_id=np.array([classes.index(t["class"]) for t in truth]))
+        ds = sv.DetectionDataset(classes=classes, images=list(annotations), annotations=annotations)
+        if fmt == "coco":
+            ds.as_coco(images_directory_path=str(where), annotations_path=str(where / "_annotations.coco.json"))
+        else:
+            ds.as_yolo(images_directory_path=str(where / "images"), annotations_directory_path=str(where / "labels"),
+                       data_yaml_path=str(folder / "data.yaml"))
+    if fmt == "coco":
+        return folder
+    path = folder / "data.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc.update({s: f"{'valid' if s == 'val' else s}/images" for s in splits})
+    path.write_text(yaml.safe_dump(doc))
+    return path

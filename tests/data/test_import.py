@@ -15,7 +15,7 @@ from looper.data.check import check_data
 from looper.data.formats import FormatError, guess_format
 from looper.data.importer import DataError, import_data
 from looper.data.tiles import TILE, verify
-from tests.data.exports import write_coco, write_yolo
+from tests.data.exports import write_coco, write_with_supervision, write_yolo
 
 FOUR = ["thermostat", "vav_box", "exhaust_fan", "fire_damper"]
 
@@ -229,3 +229,29 @@ def test_pages_prepare_py_drew_exported_as_coco_import_into_the_same_tiles_and_p
         if k.startswith("pages/") and k.endswith(".json"):
             a, b = json.loads(ours[k]), json.loads(theirs[k])
             assert a["boxes"] == b["boxes"] and a["width"] == b["width"], k
+
+
+def test_exports_supervision_writes_as_coco_and_as_yolo_import_into_the_same_tiles_and_truth(tmp_path):
+    """Issue 38's third-party exports: the same pages written by supervision (Roboflow's library), once as
+    Roboflow's COCO folders and once as its YOLO folders, import with no other step, pass every check, and
+    give byte-identical tiles and page images and the same truth boxes (only each page's source name differs)."""
+    splits = {"train": 3, "val": 1, "test": 2}
+    coco = write_with_supervision(tmp_path / "coco", "coco", splits, FOUR, side=400)
+    yolo = write_with_supervision(tmp_path / "yolo", "yolo", splits, FOUR, side=400)
+    assert (guess_format(coco), guess_format(yolo)) == ("coco", "yolo")
+    a = import_data(coco, tmp_path / "from-coco")
+    b = import_data(yolo, tmp_path / "from-yolo")
+    assert a.pages == b.pages == splits and a.classes == b.classes == tuple(FOUR) and not a.warnings
+    assert a.instances == b.instances and min(a.instances.values()) > 0
+    for out in (a.out, b.out):
+        v = check_data(out, out.name)
+        assert v.ok and v.blocking == [], v.blocking
+    ta, tb = tree(a.out), tree(b.out)
+    assert set(ta) == set(tb)
+    pictures = [k for k in ta if k.endswith(".png")]
+    assert len(pictures) == 3 * 4 + 4 + 3 and all(ta[k] == tb[k] for k in pictures)  # train and val tiles, val and test pages
+    truths = [k for k in ta if k.startswith("pages/") and k.endswith(".json")]
+    assert len(truths) == 3  # the val and test pages
+    for k in truths:
+        x, y = json.loads(ta[k]), json.loads(tb[k])
+        assert x.pop("source") != y.pop("source") and x == y, k

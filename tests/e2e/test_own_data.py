@@ -20,7 +20,7 @@ from looper.core.verdict import Status
 from looper.data.importer import import_data
 from looper.night.startcheck import check_pretrained
 from looper.workspace.create import shipped_pretrained
-from tests.data.exports import write_coco
+from tests.data.exports import write_coco, write_with_supervision
 from tests.e2e.test_pretrained import _env, _train
 
 pytestmark = pytest.mark.e2e
@@ -110,9 +110,11 @@ def test_a_night_refuses_bad_data_before_anything_trains_naming_the_file(tmp_pat
 
 
 def test_one_tiny_night_on_a_coco_export_with_init_data_and_run(tmp_path: Path) -> None:
-    """Nothing but `looper init --preset tiny --data annotations.json` and `looper run --max-experiments 1`:
-    4 classes of another list than the shipped checkpoint's 26, fine-tuned as a transfer in the sandbox."""
-    coco = write_coco(tmp_path / "export", n=8, classes=FOUR, side=768)
+    """Nothing but `looper init --preset tiny --data EXPORT` and `looper run --max-experiments 1`, on a COCO
+    export supervision wrote in Roboflow's split folders (its YOLO export of the same pages imports into the
+    same tiles and truth: tests/data/test_import.py): 4 classes of another list than the shipped checkpoint's
+    26, fine-tuned as a transfer in the sandbox."""
+    coco = write_with_supervision(tmp_path / "export", "coco", {"train": 5, "val": 1, "test": 2}, FOUR, side=768)
     ws = tmp_path / "ws"
     r = _run("init", str(ws), "--preset", "tiny", "--data", str(coco), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
