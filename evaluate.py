@@ -215,8 +215,8 @@ def detect_page(model, image: Path, device: str, nc: int,  # type: ignore[no-unt
     # a tile of one grey value (blank paper) looks the same wherever it lies: the network sees one of each
     # value once and the others reuse its detections; a page without one runs exactly the batches it did
     flat = [int(t[0, 0]) if (t == t[0, 0]).all() else None for t in tiles]
-    first = {v: flat.index(v) for v in dict.fromkeys(v for v in flat if v is not None)}
-    todo = [i for i, v in enumerate(flat) if v is None or first[v] == i]
+    first: dict[int, int] = {}  # grey value -> the index of its first tile, the one the network sees
+    todo = [i for i, v in enumerate(flat) if v is None or first.setdefault(v, i) == i]
     rows: dict[int, list[list[float]]] = {}  # tile index -> its detections, tile coordinates
     for start in range(0, len(todo), BATCH):
         chunk = todo[start:start + BATCH]
