@@ -33,12 +33,17 @@ from looper.core.metrics import (
     merge_detections,
     page_matches,
     tile_grid,
+    tile_side,
 )
 
-TILE = 256  # inference tile side, px (the training tile side)
+TILE = 1024  # the largest inference tile side, px: a page is cut into tiles of at most this (tile_side); the
+# network is fully convolutional, so a tile larger than the 256-px training tiles sees each symbol as they do,
+# and fewer, larger tiles pass each pixel through it 1.2 times instead of 2.6 (docs/INTERFACES.md)
+LEAST = 256  # the smallest tile side, px (the training tile side): a smaller page is padded with paper to it
 OVERLAP = 96  # px; larger than the largest symbol, so every symbol is whole in some tile
 NMS_IOU = 0.7  # within-tile NMS (Ultralytics' default for validation)
-BATCH = 32  # tiles per forward pass
+BATCH_PIXELS = 32 * 256 * 256  # pixels per forward pass (32 tiles of 256 px, 2 of 1024): memory bounded per batch
+MAX_DET = 300  # boxes a 256-px tile keeps after NMS; a larger tile keeps as many per pixel
 MATCHES_NAME = "MATCHES.json"  # the matched boxes of every page, written beside --out (docs/REFERENCE.md)
 
 
@@ -183,9 +188,12 @@ def nms_threshold(min_score: float) -> float:
     return float(np.nextafter(np.float32(min_score), np.float32(0.0)))
 
 
-def tile_nms(out, nc: int, min_score: float):  # type: ignore[no-untyped-def]
+def tile_nms(out, nc: int, min_score: float, side: int = LEAST):  # type: ignore[no-untyped-def]
     """Within-tile NMS of one batch of raw network outputs: per tile, an (n, 6+) tensor of
-    x1, y1, x2, y2, score, class, every score >= ``min_score`` (at most 300 per tile)."""
+    x1, y1, x2, y2, score, class, every score >= ``min_score`` (at most MAX_DET per 256 x 256 px)."""
+    import torchvision  # noqa: F401 - imported, it makes Ultralytics' NMS run torchvision's C++ kernel (the same
+    # boxes as its Python loop, which runs otherwise: 1.5 s of a 6144-px page)
+
     try:
         from ultralytics.utils.nms import non_max_suppression
     except ImportError:  # older Ultralytics
@@ -193,8 +201,15 @@ def tile_nms(out, nc: int, min_score: float):  # type: ignore[no-untyped-def]
 
     out = out[0] if isinstance(out, (list, tuple)) else out
     results = non_max_suppression(out, conf_thres=nms_threshold(min_score), iou_thres=NMS_IOU, nc=nc,
-                                  max_det=300, max_time_img=1e6)
+                                  max_det=MAX_DET * side * side // (LEAST * LEAST), max_time_img=1e6)
     return [r[r[:, 4] >= min_score] for r in results]
+
+
+def blank_value(tile) -> int | None:  # type: ignore[no-untyped-def]
+    """The grey value of a tile that is all one value (blank paper), else None. Every 32nd row is
+    compared first: a tile with ink there is answered without reading the rest."""
+    v = tile[0, 0]
+    return int(v) if (tile[::32] == v).all() and (tile == v).all() else None
 
 
 def detect_page(model, image: Path, device: str, nc: int,  # type: ignore[no-untyped-def]
@@ -206,31 +221,33 @@ def detect_page(model, image: Path, device: str, nc: int,  # type: ignore[no-unt
 
     page = np.asarray(Image.open(image).convert("L"), dtype=np.uint8)
     h, w = page.shape
-    if h < TILE or w < TILE:  # pad small pages with paper
-        padded = np.full((max(h, TILE), max(w, TILE)), 255, dtype=np.uint8)
+    side = tile_side(w, h, TILE, OVERLAP, LEAST)
+    if h < side or w < side:  # pad small pages with paper
+        padded = np.full((max(h, side), max(w, side)), 255, dtype=np.uint8)
         padded[:h, :w] = page
         page = padded
-    grid = tile_grid(page.shape[1], page.shape[0], TILE, OVERLAP)
-    tiles = [page[y0:y0 + TILE, x0:x0 + TILE] for x0, y0 in grid]  # views of the page, no copies
+    grid = tile_grid(page.shape[1], page.shape[0], side, OVERLAP)
+    tiles = [page[y0:y0 + side, x0:x0 + side] for x0, y0 in grid]  # views of the page, no copies
     # a tile of one grey value (blank paper) looks the same wherever it lies: the network sees one of each
     # value once and the others reuse its detections; a page without one runs exactly the batches it did
-    flat = [int(t[0, 0]) if (t == t[0, 0]).all() else None for t in tiles]
+    flat = [blank_value(t) for t in tiles]
     first: dict[int, int] = {}  # grey value -> the index of its first tile, the one the network sees
     todo = [i for i, v in enumerate(flat) if v is None or first.setdefault(v, i) == i]
     rows: dict[int, list[list[float]]] = {}  # tile index -> its detections, tile coordinates
-    for start in range(0, len(todo), BATCH):
-        chunk = todo[start:start + BATCH]
+    per_batch = max(1, BATCH_PIXELS // (side * side))
+    for start in range(0, len(todo), per_batch):
+        chunk = todo[start:start + per_batch]
         x = (torch.from_numpy(np.stack([tiles[i] for i in chunk])).float().div_(255.0).unsqueeze(1)
              .expand(-1, 3, -1, -1).contiguous(memory_format=torch.channels_last).to(device))
         with torch.inference_mode():
             out = model(x)
-        for i, res in zip(chunk, tile_nms(out, nc, min_score), strict=True):
+        for i, res in zip(chunk, tile_nms(out, nc, min_score, side), strict=True):
             rows[i] = res[:, :6].cpu().tolist()
     found: list[Detection] = []
     for i, (x0, y0) in enumerate(grid):
         dets = [Detection(str(int(c)), (float(a) + x0, float(b) + y0, float(cc) + x0, float(d) + y0), float(s))
                 for a, b, cc, d, s, c in rows[i if flat[i] is None else first[flat[i]]]]
-        found += drop_seam_boxes(dets, (x0, y0), TILE, (w, h))
+        found += drop_seam_boxes(dets, (x0, y0), side, (w, h))
     merged = merge_detections(found)
     return [(int(d.cls), d.box, d.score) for d in merged if d.score >= min_score]
 

@@ -81,19 +81,20 @@ def _all_tiles(model, page: np.ndarray, nc: int) -> list[tuple[int, tuple[float,
     from looper.core.metrics import drop_seam_boxes, merge_detections, tile_grid
 
     h, w = page.shape
-    grid = tile_grid(w, h, evaluate.TILE, evaluate.OVERLAP)
+    side = evaluate.tile_side(w, h, evaluate.TILE, evaluate.OVERLAP, evaluate.LEAST)
+    grid = tile_grid(w, h, side, evaluate.OVERLAP)
     found: list[Detection] = []
-    for start in range(0, len(grid), evaluate.BATCH):
-        chunk = grid[start:start + evaluate.BATCH]
-        tiles = np.stack([page[y0:y0 + evaluate.TILE, x0:x0 + evaluate.TILE] for x0, y0 in chunk])
+    for start in range(0, len(grid), 2):
+        chunk = grid[start:start + 2]
+        tiles = np.stack([page[y0:y0 + side, x0:x0 + side] for x0, y0 in chunk])
         x = torch.from_numpy(tiles).float().div_(255.0).unsqueeze(1).expand(-1, 3, -1, -1).contiguous(
             memory_format=torch.channels_last)
         with torch.inference_mode():
             out = model(x)
-        for (x0, y0), res in zip(chunk, evaluate.tile_nms(out, nc, STREAM_CONFIDENCE), strict=True):
+        for (x0, y0), res in zip(chunk, evaluate.tile_nms(out, nc, STREAM_CONFIDENCE, side), strict=True):
             dets = [Detection(str(int(c)), (a + x0, b + y0, cc + x0, d + y0), s)
                     for a, b, cc, d, s, c in res[:, :6].tolist()]
-            found += drop_seam_boxes(dets, (x0, y0), evaluate.TILE, (w, h))
+            found += drop_seam_boxes(dets, (x0, y0), side, (w, h))
     return [(int(d.cls), d.box, d.score) for d in merge_detections(found) if d.score >= STREAM_CONFIDENCE]
 
 
@@ -104,9 +105,11 @@ def test_a_blank_tile_runs_through_the_network_once_and_the_page_detects_the_sam
 
     drawn, _ = prepare.make_page(np.random.RandomState(3), 512, list(prepare.CLASSES[:12]),
                                  prepare.SCALES["demo"])
-    page = np.full((1536, 1280), 255, dtype=np.uint8)  # paper, with one drawn part and a grey margin
+    page = np.full((4096, 3072), 255, dtype=np.uint8)  # paper, with one drawn part and a grey margin
     page[600:1112, 300:812] = np.asarray(drawn, dtype=np.uint8)
-    page[:, 1024:] = 240
+    side = evaluate.tile_side(3072, 4096, evaluate.TILE, evaluate.OVERLAP, evaluate.LEAST)
+    assert side == 896  # 5 tiles down the page, 4 across: x at 0, 800, 1600, 2176
+    page[:, 3072 - side:] = 240  # the last column of tiles all margin
     image = tmp_path / "page.png"
     Image.fromarray(page).save(image)
     model = evaluate.load_model(REPO / "looper" / "pretrained" / "start.safetensors", "cpu")
@@ -131,8 +134,8 @@ def test_a_blank_tile_runs_through_the_network_once_and_the_page_detects_the_sam
     got = evaluate.detect_page(marking, image, "cpu", nc, STREAM_CONFIDENCE)
     calls = len(seen)
     want = _all_tiles(marking, page, nc)
-    grid = evaluate.tile_grid(1280, 1536, evaluate.TILE, evaluate.OVERLAP)
-    blank = [(x0, y0) for x0, y0 in grid if (page[y0:y0 + 256, x0:x0 + 256] == page[y0, x0]).all()]
+    grid = evaluate.tile_grid(3072, 4096, side, evaluate.OVERLAP)
+    blank = [(x0, y0) for x0, y0 in grid if (page[y0:y0 + side, x0:x0 + side] == page[y0, x0]).all()]
     values = {int(page[y0, x0]) for x0, y0 in blank}
     assert len(blank) > len(grid) / 3 and values == {255, 240}  # much of the page is paper, of two greys
     assert sum(seen[:calls]) == len(grid) - len(blank) + len(values)  # each blank value through the network once

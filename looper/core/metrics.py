@@ -9,7 +9,7 @@ METRICS.json object of docs/INTERFACES.md.
 
 Pipeline (evaluate.py drives it):
 
-1. ``tile_grid`` cuts a page into overlapping tiles.
+1. ``tile_side`` picks a page's tile size; ``tile_grid`` cuts the page into overlapping tiles.
 2. ``drop_seam_boxes`` removes, per tile, boxes cut by an inner tile edge: with an overlap
    larger than the biggest symbol, such a symbol is seen whole in a neighbouring tile.
 3. ``merge_detections`` merges, class by class, boxes seen by several tiles: greedy, most
@@ -124,6 +124,21 @@ def tile_origins(side: int, tile: int, overlap: int) -> list[int]:
     if pos[-1] != side - tile:
         pos.append(side - tile)
     return pos
+
+
+def tile_side(width: int, height: int, most: int, overlap: int, least: int, multiple: int = 32) -> int:
+    """The side of the square tiles a page is cut into for inference.
+
+    Along the page's longer side: as few tiles as tiles of at most ``most`` px need, each as small as
+    covering that side with ``overlap`` px of overlap allows, rounded up to ``multiple`` (the network's
+    stride) and never below ``least``: a 6144-px page gets 7 tiles of 960 px a row, not 7 of 1024 with
+    a last one overlapping by 900 px; a page up to ``most`` px is one tile of its own size."""
+    if most <= overlap:
+        raise ValueError(f"tile ({most}) must be larger than overlap ({overlap})")
+    longest = max(width, height)
+    n = max(1, -(-(longest - overlap) // (most - overlap)))  # tiles along the longer side
+    need = -(-(longest - overlap) // n) + overlap  # the smallest side n tiles cover it with
+    return max(least, min(most, -(-need // multiple) * multiple))
 
 
 def tile_grid(width: int, height: int, tile: int, overlap: int) -> list[tuple[int, int]]:

@@ -35,7 +35,7 @@ from looper.workspace.hashes import file_sha256
 FORMATS = ("pt", "onnx")
 ONNX_NEEDS = ("onnx", "onnxslim")  # Ultralytics' ONNX exporter (simplify=True) imports these
 EXPORT_EXTRA = "pip install 'looper[export]'  (onnx, onnxslim, onnxruntime)"
-IMGSZ = 256  # evaluate.py's tile side: the exported model's default image size
+IMGSZ = 1024  # evaluate.py's largest tile side (TILE): the exported model's default image size
 
 
 class ExportError(UsageError):

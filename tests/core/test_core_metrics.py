@@ -22,6 +22,7 @@ from looper.core.metrics import (
     metrics_from_counts,
     tile_grid,
     tile_origins,
+    tile_side,
 )
 
 CLASSES = ["supply_grille", "return_grille", "exhaust_grille", "thermostat"]
@@ -228,6 +229,34 @@ def test_weights_favour_rare_classes() -> None:
 def test_unknown_class_is_an_error() -> None:
     with pytest.raises(ValueError, match="outside"):
         evaluate_pages([([D("mystery", 0, 0, 10, 10, 0.9)], [])], CLASSES)
+
+
+@pytest.mark.parametrize(("w", "h", "side"), [
+    (6144, 6144, 960),  # 7 tiles a row: ceil(6048 / 7) + 96 = 960
+    (6144, 4000, 960),  # the longer side decides; the shorter is cut by the same tiles
+    (4000, 6144, 960),
+    (3072, 3072, 864),  # 4 a row: 744 + 96 = 840 -> 864 on the 32-px grid
+    (1024, 1024, 1024),  # up to the most: one tile of the page's own size
+    (1024, 700, 1024),
+    (1000, 1000, 1024),  # rounded up to the network's stride
+    (1025, 1025, 576),  # 2 a row: 465 + 96 = 561 -> 576, not two tiles of 1024
+    (700, 500, 704),
+    (256, 256, 256),
+    (200, 100, 256),  # never below the least: a small page is padded with paper to it, as before
+    (1, 1, 256),
+])
+def test_tile_side_covers_the_longer_side_with_as_few_and_as_small_tiles_as_the_most_allows(w: int, h: int,
+                                                                                           side: int) -> None:
+    assert tile_side(w, h, 1024, 96, 256) == side
+    origins = tile_origins(max(w, h), side, 96)
+    assert len(origins) == max(1, -(-(max(w, h) - 96) // (1024 - 96)))  # no more tiles than tiles of 1024 need
+    assert origins[-1] + side >= max(w, h)  # the page covered
+    assert all(b - a <= side - 96 for a, b in zip(origins, origins[1:]))  # with at least the overlap
+
+
+def test_tile_side_refuses_a_tile_no_larger_than_its_overlap() -> None:
+    with pytest.raises(ValueError, match="larger than overlap"):
+        tile_side(2000, 2000, 96, 96, 32)
 
 
 def test_tile_grid_covers_page() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from looper.core.metrics import Detection, drop_seam_boxes, merge_detections, tile_grid
 from looper.core.verdict import Outcome
+from looper.ship import export as export_mod
 from looper.store import Store
 from looper.workspace.hashes import file_sha256
 
@@ -65,15 +66,17 @@ def _yolo_page(model, image: Path, ev, conf: float) -> list[Detection]:  # noqa:
 
     page = np.asarray(Image.open(image).convert("L"), dtype=np.uint8)
     h, w = page.shape
+    side = ev.tile_side(w, h, ev.TILE, ev.OVERLAP, ev.LEAST)
+    assert min(w, h) >= side  # the tiny pages need no paper padding
     found: list[Detection] = []
-    for x0, y0 in tile_grid(w, h, ev.TILE, ev.OVERLAP):
-        tile = page[y0:y0 + ev.TILE, x0:x0 + ev.TILE]
-        res = model.predict(np.stack([tile] * 3, axis=-1), imgsz=ev.TILE, conf=conf, iou=ev.NMS_IOU,
-                            max_det=300, verbose=False)[0]
+    for x0, y0 in tile_grid(w, h, side, ev.OVERLAP):
+        tile = page[y0:y0 + side, x0:x0 + side]
+        res = model.predict(np.stack([tile] * 3, axis=-1), imgsz=side, conf=conf, iou=ev.NMS_IOU,
+                            max_det=ev.MAX_DET * side * side // ev.LEAST ** 2, verbose=False)[0]
         dets = [Detection(str(int(c)), (a + x0, b + y0, cc + x0, d + y0), float(s))
                 for (a, b, cc, d), s, c in zip(res.boxes.xyxy.tolist(), res.boxes.conf.tolist(),
                                                res.boxes.cls.tolist(), strict=True)]
-        found += drop_seam_boxes(dets, (x0, y0), ev.TILE, (w, h))
+        found += drop_seam_boxes(dets, (x0, y0), side, (w, h))
     return [d for d in merge_detections(found) if d.score >= conf]
 
 
@@ -121,17 +124,18 @@ def _same_tiles(model, net, image: Path, ev, nc: int) -> int:  # noqa: ANN001
     from PIL import Image
 
     page = np.asarray(Image.open(image).convert("L"), dtype=np.uint8)
+    side = ev.tile_side(page.shape[1], page.shape[0], ev.TILE, ev.OVERLAP, ev.LEAST)
     n = 0
-    for x0, y0 in tile_grid(page.shape[1], page.shape[0], ev.TILE, ev.OVERLAP):
-        tile = page[y0:y0 + ev.TILE, x0:x0 + ev.TILE]
-        res = model.predict(np.stack([tile] * 3, axis=-1), imgsz=ev.TILE, conf=0.001, iou=ev.NMS_IOU,
-                            max_det=300, verbose=False)[0]
+    for x0, y0 in tile_grid(page.shape[1], page.shape[0], side, ev.OVERLAP):
+        tile = page[y0:y0 + side, x0:x0 + side]
+        res = model.predict(np.stack([tile] * 3, axis=-1), imgsz=side, conf=0.001, iou=ev.NMS_IOU,
+                            max_det=ev.MAX_DET * side * side // ev.LEAST ** 2, verbose=False)[0]
         ours = [(int(c), tuple(b), float(s)) for b, s, c in zip(res.boxes.xyxy.tolist(), res.boxes.conf.tolist(),
                                                                res.boxes.cls.tolist(), strict=True)]
         x = torch.from_numpy(tile[None].copy()).float().div_(255.0).unsqueeze(1).expand(-1, 3, -1, -1).contiguous()
         with torch.inference_mode():
-            (raw,) = ev.tile_nms(net(x), nc, 0.001)
-        theirs = [(int(c), tuple(min(max(v, 0.0), float(ev.TILE)) for v in (a, b, cc, d)), float(s))
+            (raw,) = ev.tile_nms(net(x), nc, 0.001, side)
+        theirs = [(int(c), tuple(min(max(v, 0.0), float(side)) for v in (a, b, cc, d)), float(s))
                   for a, b, cc, d, s, c in raw[:, :6].tolist()]
         _same(ours, theirs, 1e-4)
         n += len(theirs)
@@ -157,6 +161,8 @@ def test_export_onnx_through_ultralytics_exporter(tiny_data: Path, tiny_weights:
     import onnx
 
     graph = onnx.load(str(tmp_path / "best.onnx"))
-    assert [d.dim_value for d in graph.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 256, 256]
+    ev = _evaluate_module()
+    assert [d.dim_value for d in graph.graph.input[0].type.tensor_type.shape.dim] == [1, 3, ev.TILE, ev.TILE]
+    assert export_mod.IMGSZ == ev.TILE  # the shipped default is the evaluator's largest tile
     names = {p.key: p.value for p in graph.metadata_props}
     assert json.loads((tiny_data / "manifest.json").read_text())["classes"][0] in names["names"]
