@@ -2,7 +2,8 @@
 
     python evaluate.py --weights W --data D --out METRICS.json [--split test] [--device cpu]
 
-Each page is cut into overlapping tiles; tiles go through the network in batches (no
+Each page is cut into overlapping square tiles of up to 1024 px (tile_side: as few and as small as
+cover the page's longer side; never resized: the network is fully convolutional); tiles go through the network in batches (no
 per-tile predict call; batch norms folded into their convolutions, as Ultralytics' predict does; one
 batch's tensor held at a time, so memory does not grow with the page beyond its decoded image); boxes cut by an inner tile edge are dropped and the rest merged
 across tiles class by class; predictions are matched to the page's truth per class at
