@@ -189,21 +189,59 @@ def nms_threshold(min_score: float) -> float:
     return float(np.nextafter(np.float32(min_score), np.float32(0.0)))
 
 
+def nms_kernel():  # type: ignore[no-untyped-def]
+    """torchvision's compiled NMS (``torch.ops.torchvision.nms``), its library loaded into torch without
+    importing the torchvision package: ``import torchvision`` pulls torch._dynamo (1.8 s of every
+    evaluation), and without it Ultralytics' NMS runs a Python loop (1.5 s of a 6144-px page)."""
+    import importlib.machinery
+    import importlib.util
+
+    import torch
+
+    if "torchvision" in sys.modules or "nms" in dir(torch.ops.torchvision):
+        return torch.ops.torchvision.nms  # imported or loaded already
+    spec = importlib.util.find_spec("torchvision")  # finds the package without running it
+    folder = Path(spec.origin).parent if spec and spec.origin else None
+    libs = [folder / f"{name}{suffix}" for name in ("_C_stable", "_C")
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES] if folder else []
+    lib = next((p for p in libs if p.is_file()), None)
+    if lib is None:
+        fail("torchvision's compiled operators are not installed (no torchvision/_C library): "
+             "install the torchvision that matches torch", 1)
+    torch.ops.load_library(str(lib))
+    return torch.ops.torchvision.nms
+
+
 def tile_nms(out, nc: int, min_score: float, side: int = LEAST):  # type: ignore[no-untyped-def]
-    """Within-tile NMS of one batch of raw network outputs: per tile, an (n, 6+) tensor of
-    x1, y1, x2, y2, score, class, every score >= ``min_score`` (at most MAX_DET per 256 x 256 px)."""
-    import torchvision  # noqa: F401 - imported, it makes Ultralytics' NMS run torchvision's C++ kernel (the same
-    # boxes as its Python loop, which runs otherwise: 1.5 s of a 6144-px page)
+    """Within-tile NMS of one batch of raw network outputs: per tile, an (n, 6) tensor of
+    x1, y1, x2, y2, score, class, every score >= ``min_score`` (at most MAX_DET per 256 x 256 px).
+
+    Ultralytics' ``non_max_suppression`` for a detection head, step for step (best class per box,
+    score above the float32 just below ``min_score``, at most 30,000 boxes into NMS, classes kept apart
+    by a 7,680-px offset, torchvision's kernel, which orders tied scores one way), with the kernel loaded
+    by ``nms_kernel``; tests/test_evaluate.py compares the two row for row, tests/e2e/test_export.py
+    with Ultralytics' own predict."""
+    import torch
 
     try:
-        from ultralytics.utils.nms import non_max_suppression
-    except ImportError:  # older Ultralytics
-        from ultralytics.utils.ops import non_max_suppression
+        from ultralytics.utils.ops import xywh2xyxy
+    except ImportError:  # where newer Ultralytics keeps it
+        from ultralytics.utils.nms import xywh2xyxy  # type: ignore[no-redef]
 
+    nms = nms_kernel()
     out = out[0] if isinstance(out, (list, tuple)) else out
-    results = non_max_suppression(out, conf_thres=nms_threshold(min_score), iou_thres=NMS_IOU, nc=nc,
-                                  max_det=MAX_DET * side * side // (LEAST * LEAST), max_time_img=1e6)
-    return [r[r[:, 4] >= min_score] for r in results]
+    threshold = nms_threshold(min_score)
+    most = MAX_DET * side * side // (LEAST * LEAST)
+    results = []
+    for pred in out.transpose(-1, -2):  # one tile: (anchors, 4 + nc)
+        conf, cls = pred[:, 4:4 + nc].max(1, keepdim=True)
+        keep = conf.view(-1) > threshold
+        x = torch.cat((xywh2xyxy(pred[keep, :4]), conf[keep], cls[keep].float()), 1)
+        if x.shape[0] > 30000:  # Ultralytics' max_nms: the most confident 30,000
+            x = x[x[:, 4].argsort(descending=True)[:30000]]
+        x = x[nms(x[:, :4] + x[:, 5:6] * 7680, x[:, 4], NMS_IOU)[:most]]
+        results.append(x[x[:, 4] >= min_score])
+    return results
 
 
 def blank_value(tile) -> int | None:  # type: ignore[no-untyped-def]

@@ -90,7 +90,9 @@ def sizes(args: argparse.Namespace) -> int:
         for rep in range(args.repeats):
             for who, script in (("before", args.before / "evaluate.py"), ("after", REPO / "evaluate.py")):
                 r = timed_eval(script, args.weights, data, args.work / f"out-{side}-{who}-{rep}")
-                rows.append({"side": side, "who": who, "repeat": rep, **r})
+                m = json.loads(r["metrics"])
+                rows.append({"side": side, "who": who, "repeat": rep, **r, "weighted_f1": m["weighted_f1"],
+                             "predictions": m["predictions"]})
                 print(json.dumps({k: v for k, v in rows[-1].items() if k != "metrics"}), flush=True)
         same = len({r["metrics"] for r in rows if r["side"] == side}) == 1
         print(json.dumps({"side": side, "metrics_identical_before_after": same}), flush=True)

@@ -73,6 +73,50 @@ def test_the_stream_keeps_low_scores_and_the_boundary_box_counts() -> None:
     assert a["ap50"] == pytest.approx(76 / 101, abs=1e-6)  # 3 ranked hits of 4: precision 1 up to recall 0.75
 
 
+def test_tile_nms_keeps_what_ultralytics_nms_keeps_box_for_box() -> None:
+    """evaluate.py's NMS is Ultralytics' non_max_suppression step for step, on torchvision's kernel: on a
+    batch of crowded random outputs (overlapping boxes of 5 classes, scores across the whole range, some
+    tied) both keep the same rows, in the same order, bit for bit, at both confidences and a tile's box cap."""
+    import torch
+
+    try:
+        from ultralytics.utils.nms import non_max_suppression
+    except ImportError:  # older Ultralytics
+        from ultralytics.utils.ops import non_max_suppression
+
+    import torchvision  # noqa: F401 - Ultralytics' NMS on the same kernel (its Python loop orders tied scores
+    # another way: both are NMS, but only one kernel gives one order)
+
+    g = torch.Generator().manual_seed(0)
+    nc, anchors = 5, 4000
+    out = torch.zeros(3, 4 + nc, anchors)
+    out[:, :2] = torch.rand(3, 2, anchors, generator=g) * 256  # centres crowded on one 256-px tile
+    out[:, 2:4] = 8 + torch.rand(3, 2, anchors, generator=g) * 40
+    out[:, 4:] = torch.rand(3, nc, anchors, generator=g) ** 3
+    for min_score, side in ((CONFIDENCE, 256), (STREAM_CONFIDENCE, 256), (STREAM_CONFIDENCE, 512)):
+        ours = evaluate.tile_nms(out, nc, min_score, side)
+        theirs = non_max_suppression(out, conf_thres=evaluate.nms_threshold(min_score), iou_thres=evaluate.NMS_IOU,
+                                     nc=nc, max_det=evaluate.MAX_DET * side * side // 256 ** 2, max_time_img=1e6)
+        for a, b in zip(ours, theirs, strict=True):
+            b = b[b[:, 4] >= min_score]
+            assert len(a) > 50 and torch.equal(a, b)
+    assert len(evaluate.tile_nms(out, nc, STREAM_CONFIDENCE, 256)[0]) == evaluate.MAX_DET  # the cap binds here
+
+
+def test_evaluation_loads_the_nms_kernel_without_importing_torchvision_or_dynamo() -> None:
+    """torchvision's package import pulls torch._dynamo (about 1.8 s of every evaluation's start-up):
+    evaluate.py loads only its compiled operators."""
+    import subprocess
+
+    code = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import evaluate; "
+            "k = evaluate.nms_kernel(); "
+            "print(k(torch.tensor([[0., 0, 10, 10], [1, 1, 10, 10]]), torch.tensor([0.9, 0.8]), 0.5).tolist(), "
+            "'torchvision' in sys.modules, 'torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[0]", "False", "False"]
+
+
 def _all_tiles(model, page: np.ndarray, nc: int) -> list[tuple[int, tuple[float, float, float, float], float]]:
     """The reference: every tile of the page through the network in grid order, as evaluate.py did before
     it reused a blank tile's detections."""
