@@ -251,7 +251,7 @@ def test_tile_side_covers_the_longer_side_with_as_few_and_as_small_tiles_as_the_
     origins = tile_origins(max(w, h), side, 96)
     assert len(origins) == max(1, -(-(max(w, h) - 96) // (1024 - 96)))  # no more tiles than tiles of 1024 need
     assert origins[-1] + side >= max(w, h)  # the page covered
-    assert all(b - a <= side - 96 for a, b in zip(origins, origins[1:]))  # with at least the overlap
+    assert all(b - a <= side - 96 for a, b in zip(origins[:-1], origins[1:], strict=True))  # with at least the overlap
 
 
 def test_tile_side_refuses_a_tile_no_larger_than_its_overlap() -> None:
