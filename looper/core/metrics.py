@@ -9,7 +9,8 @@ METRICS.json object of docs/INTERFACES.md.
 
 Pipeline (evaluate.py drives it):
 
-1. ``tile_side`` picks a page's tile size; ``tile_grid`` cuts the page into overlapping tiles.
+1. ``tile_side`` picks a page's tile size; ``tile_grid`` cuts the page into overlapping tiles
+   (both in looper.core.tilegrid).
 2. ``drop_seam_boxes`` removes, per tile, boxes cut by an inner tile edge: with an overlap
    larger than the biggest symbol, such a symbol is seen whole in a neighbouring tile.
 3. ``merge_detections`` merges, class by class, boxes seen by several tiles: greedy, most
@@ -29,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from looper.core.tilegrid import tile_grid, tile_origins, tile_side  # noqa: F401 - evaluate.py imports them from here
 
 SCHEMA = 1
 IOU = 0.5  # a prediction matches a truth box of its class at IoU >= this
@@ -113,39 +116,6 @@ def iou(a: BoxT, b: BoxT) -> float:
 # --------------------------------------------------------------------------------------
 # tiles and merging
 # --------------------------------------------------------------------------------------
-def tile_origins(side: int, tile: int, overlap: int) -> list[int]:
-    """Tile origins along one axis covering ``[0, side)``; the last tile is flush with the edge."""
-    if tile <= overlap:
-        raise ValueError(f"tile ({tile}) must be larger than overlap ({overlap})")
-    if side <= tile:
-        return [0]
-    stride = tile - overlap
-    pos = list(range(0, side - tile + 1, stride))
-    if pos[-1] != side - tile:
-        pos.append(side - tile)
-    return pos
-
-
-def tile_side(width: int, height: int, most: int, overlap: int, least: int, multiple: int = 32) -> int:
-    """The side of the square tiles a page is cut into for inference.
-
-    Along the page's longer side: as few tiles as tiles of at most ``most`` px need, each as small as
-    covering that side with ``overlap`` px of overlap allows, rounded up to ``multiple`` (the network's
-    stride) and never below ``least``: a 6144-px page gets 7 tiles of 960 px a row, not 7 of 1024 with
-    a last one overlapping by 900 px; a page up to ``most`` px is one tile of its own size."""
-    if most <= overlap:
-        raise ValueError(f"tile ({most}) must be larger than overlap ({overlap})")
-    longest = max(width, height)
-    n = max(1, -(-(longest - overlap) // (most - overlap)))  # tiles along the longer side
-    need = -(-(longest - overlap) // n) + overlap  # the smallest side n tiles cover it with
-    return max(least, min(most, -(-need // multiple) * multiple))
-
-
-def tile_grid(width: int, height: int, tile: int, overlap: int) -> list[tuple[int, int]]:
-    """(x0, y0) of every tile of a page, row by row."""
-    return [(x0, y0) for y0 in tile_origins(height, tile, overlap) for x0 in tile_origins(width, tile, overlap)]
-
-
 def drop_seam_boxes(dets: Iterable[Detection], origin: tuple[int, int], tile: int,
                     page_size: tuple[int, int], tol: float = SEAM_TOL) -> list[Detection]:
     """Drop boxes (page coordinates) that touch an inner edge of their tile.
