@@ -58,7 +58,7 @@ def tree_hash(root: Path, ignore: tuple[str, ...] = IGNORED) -> tuple[str, int]:
 # page matching and metrics, and the class list. Paths relative to the folder holding the
 # installed ``looper`` package; the ONE list of what, besides the fixed files, decides a score.
 SCORING_MODULES = ("looper/__init__.py", "looper/core/__init__.py", "looper/core/metrics.py",
-                   "looper/core/classes.py", "looper/data/__init__.py", "looper/data/tiles.py")
+                   "looper/core/tilegrid.py", "looper/core/classes.py", "looper/data/__init__.py", "looper/data/tiles.py")
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the folder that holds this ``looper`` package
 
 
