@@ -212,6 +212,11 @@ def nms_kernel():  # type: ignore[no-untyped-def]
     return torch.ops.torchvision.nms
 
 
+def tile_max_det(side: int) -> int:
+    """The boxes a tile of ``side`` px keeps after NMS: MAX_DET per 256 x 256 px of tile."""
+    return MAX_DET * side * side // (LEAST * LEAST)
+
+
 def tile_nms(out, nc: int, min_score: float, side: int = LEAST):  # type: ignore[no-untyped-def]
     """Within-tile NMS of one batch of raw network outputs: per tile, an (n, 6) tensor of
     x1, y1, x2, y2, score, class, every score >= ``min_score`` (at most MAX_DET per 256 x 256 px).
@@ -231,7 +236,7 @@ def tile_nms(out, nc: int, min_score: float, side: int = LEAST):  # type: ignore
     nms = nms_kernel()
     out = out[0] if isinstance(out, (list, tuple)) else out
     threshold = nms_threshold(min_score)
-    most = MAX_DET * side * side // (LEAST * LEAST)
+    most = tile_max_det(side)
     results = []
     for pred in out.transpose(-1, -2):  # one tile: (anchors, 4 + nc)
         conf, cls = pred[:, 4:4 + nc].max(1, keepdim=True)

@@ -96,11 +96,12 @@ def test_tile_nms_keeps_what_ultralytics_nms_keeps_box_for_box() -> None:
     for min_score, side in ((CONFIDENCE, 256), (STREAM_CONFIDENCE, 256), (STREAM_CONFIDENCE, 512)):
         ours = evaluate.tile_nms(out, nc, min_score, side)
         theirs = non_max_suppression(out, conf_thres=evaluate.nms_threshold(min_score), iou_thres=evaluate.NMS_IOU,
-                                     nc=nc, max_det=evaluate.MAX_DET * side * side // 256 ** 2, max_time_img=1e6)
+                                     nc=nc, max_det=evaluate.tile_max_det(side), max_time_img=1e6)
         for a, b in zip(ours, theirs, strict=True):
             b = b[b[:, 4] >= min_score]
             assert len(a) > 50 and torch.equal(a, b)
     assert len(evaluate.tile_nms(out, nc, STREAM_CONFIDENCE, 256)[0]) == evaluate.MAX_DET  # the cap binds here
+    assert [evaluate.tile_max_det(s) for s in (256, 512, 960, 1024)] == [300, 1200, 4218, 4800]  # per pixel
 
 
 def test_evaluation_loads_the_nms_kernel_without_importing_torchvision_or_dynamo() -> None:

@@ -72,7 +72,7 @@ def _yolo_page(model, image: Path, ev, conf: float) -> list[Detection]:  # noqa:
     for x0, y0 in tile_grid(w, h, side, ev.OVERLAP):
         tile = page[y0:y0 + side, x0:x0 + side]
         res = model.predict(np.stack([tile] * 3, axis=-1), imgsz=side, conf=conf, iou=ev.NMS_IOU,
-                            max_det=ev.MAX_DET * side * side // ev.LEAST ** 2, verbose=False)[0]
+                            max_det=ev.tile_max_det(side), verbose=False)[0]
         dets = [Detection(str(int(c)), (a + x0, b + y0, cc + x0, d + y0), float(s))
                 for (a, b, cc, d), s, c in zip(res.boxes.xyxy.tolist(), res.boxes.conf.tolist(),
                                                res.boxes.cls.tolist(), strict=True)]
@@ -129,7 +129,7 @@ def _same_tiles(model, net, image: Path, ev, nc: int) -> int:  # noqa: ANN001
     for x0, y0 in tile_grid(page.shape[1], page.shape[0], side, ev.OVERLAP):
         tile = page[y0:y0 + side, x0:x0 + side]
         res = model.predict(np.stack([tile] * 3, axis=-1), imgsz=side, conf=0.001, iou=ev.NMS_IOU,
-                            max_det=ev.MAX_DET * side * side // ev.LEAST ** 2, verbose=False)[0]
+                            max_det=ev.tile_max_det(side), verbose=False)[0]
         ours = [(int(c), tuple(b), float(s)) for b, s, c in zip(res.boxes.xyxy.tolist(), res.boxes.conf.tolist(),
                                                                res.boxes.cls.tolist(), strict=True)]
         x = torch.from_numpy(tile[None].copy()).float().div_(255.0).unsqueeze(1).expand(-1, 3, -1, -1).contiguous()
