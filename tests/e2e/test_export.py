@@ -59,8 +59,33 @@ def _evaluate_module():  # noqa: ANN202
     return mod
 
 
-def _yolo_page(model, image: Path, ev, conf: float) -> list[Detection]:  # noqa: ANN001
-    """One page through ultralytics.YOLO.predict tile by tile, merged as evaluate.py merges tiles."""
+def _mosaic(tiny_data: Path, folder: Path) -> Path:
+    """A data folder with one 1536-px test page, the tiny test pages 2 x 2 (0 1 / 1 0) with their truth:
+    evaluate.py cuts it into 4 tiles of 832 px whose seams cross drawn symbols (a tiny page is one tile)."""
+    from PIL import Image
+
+    pages = sorted((tiny_data / "pages" / "test").glob("page_*.json"))[:2]
+    images = [Image.open(p.with_suffix(".png")).convert("L") for p in pages]
+    truths = [json.loads(p.read_text())["boxes"] for p in pages]
+    side = images[0].width
+    assert len(pages) == 2 and all(im.size == (side, side) for im in images)
+    big = Image.new("L", (2 * side, 2 * side), 255)
+    boxes = []
+    for (c, r), k in zip(((0, 0), (1, 0), (0, 1), (1, 1)), (0, 1, 1, 0), strict=True):
+        big.paste(images[k], (c * side, r * side))
+        boxes += [{"class": b["class"], "box": [b["box"][0] + c * side, b["box"][1] + r * side,
+                                                 b["box"][2] + c * side, b["box"][3] + r * side]} for b in truths[k]]
+    test = folder / "pages" / "test"
+    test.mkdir(parents=True)
+    big.save(test / "page_000.png")
+    (test / "page_000.json").write_text(json.dumps({"boxes": boxes}))
+    shutil.copy2(tiny_data / "manifest.json", folder / "manifest.json")
+    return folder
+
+
+def _yolo_page(model, image: Path, ev, conf: float) -> tuple[list[Detection], int, int]:  # noqa: ANN001
+    """One page through ultralytics.YOLO.predict tile by tile, merged as evaluate.py merges tiles; with
+    the boxes dropped at a seam and those merged away (a duplicate from an overlapping tile)."""
     import numpy as np
     from PIL import Image
 
@@ -69,6 +94,7 @@ def _yolo_page(model, image: Path, ev, conf: float) -> list[Detection]:  # noqa:
     side = ev.tile_side(w, h, ev.TILE, ev.OVERLAP, ev.LEAST)
     assert min(w, h) >= side  # the tiny pages need no paper padding
     found: list[Detection] = []
+    seen = 0
     for x0, y0 in tile_grid(w, h, side, ev.OVERLAP):
         tile = page[y0:y0 + side, x0:x0 + side]
         res = model.predict(np.stack([tile] * 3, axis=-1), imgsz=side, conf=conf, iou=ev.NMS_IOU,
@@ -76,8 +102,10 @@ def _yolo_page(model, image: Path, ev, conf: float) -> list[Detection]:  # noqa:
         dets = [Detection(str(int(c)), (a + x0, b + y0, cc + x0, d + y0), float(s))
                 for (a, b, cc, d), s, c in zip(res.boxes.xyxy.tolist(), res.boxes.conf.tolist(),
                                                res.boxes.cls.tolist(), strict=True)]
+        seen += len(dets)
         found += drop_seam_boxes(dets, (x0, y0), side, (w, h))
-    return [d for d in merge_detections(found) if d.score >= conf]
+    merged = merge_detections(found)
+    return [d for d in merged if d.score >= conf], seen - len(found), len(found) - len(merged)
 
 
 def _same(ours: list[tuple[str, tuple, float]], theirs: list[tuple[str, tuple, float]], tol: float) -> None:
@@ -99,21 +127,28 @@ def test_export_loads_in_ultralytics_and_predicts_evaluates_boxes(tiny_data: Pat
     classes = json.loads((tiny_data / "manifest.json").read_text())["classes"]
     assert [model.names[i] for i in sorted(model.names)] == classes
     ev = _evaluate_module()
-    out = tmp_path / "eval" / "METRICS.json"
-    done = subprocess.run([sys.executable, str(REPO / "evaluate.py"), "--weights", str(root / WEIGHTS),
-                           "--data", str(tiny_data), "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    matches = json.loads(out.with_name("MATCHES.json").read_text())
     net = ev.load_model(root / WEIGHTS, "cpu")
-    pinned = low = 0
-    for page in matches["pages"]:
-        image = tiny_data / "pages" / "test" / page["page"]
-        ours = [(classes[int(d.cls)], d.box, d.score) for d in _yolo_page(model, image, ev, ev.CONFIDENCE)]
-        theirs = [(p["class"], tuple(p["box"]), p["score"]) for p in page["predictions"]]
-        _same(ours, theirs, 2e-3)  # MATCHES.json rounds scores to 4 places
-        pinned += len(theirs)
-        low += _same_tiles(model, net, image, ev, len(classes))
-    assert pinned > 0 and low > pinned, (pinned, low)  # never an empty comparison
+    mosaic = _mosaic(tiny_data, tmp_path / "mosaic")
+    assert len(tile_grid(1536, 1536, ev.tile_side(1536, 1536, ev.TILE, ev.OVERLAP, ev.LEAST), ev.OVERLAP)) == 4
+    for data in (tiny_data, mosaic):  # the tiny pages one tile each; the mosaic 4 tiles, merged across seams
+        out = tmp_path / "eval" / data.name / "METRICS.json"
+        done = subprocess.run([sys.executable, str(REPO / "evaluate.py"), "--weights", str(root / WEIGHTS),
+                               "--data", str(data), "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        pinned = low = at_seams = merged_away = 0
+        for page in json.loads(out.with_name("MATCHES.json").read_text())["pages"]:
+            image = data / "pages" / "test" / page["page"]
+            kept, dropped, merged = _yolo_page(model, image, ev, ev.CONFIDENCE)
+            at_seams += dropped
+            merged_away += merged
+            ours = [(classes[int(d.cls)], d.box, d.score) for d in kept]
+            theirs = [(p["class"], tuple(p["box"]), p["score"]) for p in page["predictions"]]
+            _same(ours, theirs, 2e-3)  # MATCHES.json rounds scores to 4 places
+            pinned += len(theirs)
+            low += _same_tiles(model, net, image, ev, len(classes))
+        assert pinned > 0 and low > pinned, (data.name, pinned, low)  # never an empty comparison
+        if data is mosaic:  # the seams were there to be handled: boxes dropped at them and merged across them
+            assert at_seams > 0 and merged_away > 0, (at_seams, merged_away)
 
 
 def _same_tiles(model, net, image: Path, ev, nc: int) -> int:  # noqa: ANN001
