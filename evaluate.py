@@ -29,9 +29,10 @@ from looper.core.metrics import (
     STREAM_CONFIDENCE,
     Detection,
     drop_seam_boxes,
-    evaluate_pages,
+    match_page,
     matches_file,
     merge_detections,
+    metrics_from_results,
     page_matches,
     tile_grid,
     tile_side,
@@ -330,15 +331,15 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"weights refused: the model's classes ({len(model_classes)}: {model_classes[:3]}...) differ from the "
              f"data set's ({len(classes)}: {classes[:3]}...)", WEIGHTS_REFUSED)
 
-    evaluated = []
+    results = []
     matched = []
     for image, truth in pages:
         preds = [Detection(classes[c], box, score)
                  for c, box, score in detect_page(model, image, device, len(classes), STREAM_CONFIDENCE)]
         gt = [Detection(str(b["class"]), tuple(float(v) for v in b["box"])) for b in truth["boxes"]]  # type: ignore[misc]
-        evaluated.append((preds, gt))
-        matched.append(page_matches(image.name, preds, gt, IOU, CONFIDENCE))
-    metrics = evaluate_pages(evaluated, classes, IOU, CONFIDENCE)
+        results.append(match_page(preds, gt, IOU, CONFIDENCE))  # matched once, for METRICS and MATCHES
+        matched.append(page_matches(image.name, preds, gt, IOU, CONFIDENCE, result=results[-1]))
+    metrics = metrics_from_results(results, classes, IOU, CONFIDENCE)
     text = json.dumps(metrics, sort_keys=True, indent=1) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     # the matched boxes of every page, beside METRICS.json (written first: METRICS.json last means both)

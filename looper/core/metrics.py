@@ -392,12 +392,19 @@ def evaluate_pages(pages: Sequence[tuple[Sequence[Detection], Sequence[Detection
     ranks every prediction given, so feed the low-confidence stream (scores above
     ``STREAM_CONFIDENCE``): P/R/F1 and ``found`` still count only scores >= ``confidence``.
     """
+    return metrics_from_results([match_page(preds, truth, iou_thr, confidence) for preds, truth in pages],
+                                classes, iou_thr, confidence)
+
+
+def metrics_from_results(results: Sequence[PageResult], classes: Sequence[str], iou_thr: float = IOU,
+                         confidence: float = CONFIDENCE) -> dict[str, object]:
+    """The METRICS.json object of pages already matched by :func:`match_page` (in page order), for a
+    caller that also needs each page's matches (evaluate.py: MATCHES.json) without matching twice."""
     total: dict[str, Counts] = {}
     ranked: dict[str, list[tuple[float, bool]]] = {}
     found: dict[str, list[bool]] = {}
     n_pred = n_truth = 0
-    for preds, truth in pages:
-        res = match_page(preds, truth, iou_thr, confidence)
+    for res in results:
         n_pred += res.predictions
         n_truth += res.truth
         for c, k in res.counts.items():
@@ -407,7 +414,7 @@ def evaluate_pages(pages: Sequence[tuple[Sequence[Detection], Sequence[Detection
             ranked.setdefault(c, []).extend(r)
         for c, f in res.found.items():
             found.setdefault(c, []).extend(f)
-    return metrics_from_counts(total, classes, len(pages), n_pred, n_truth, iou_thr, confidence,
+    return metrics_from_counts(total, classes, len(results), n_pred, n_truth, iou_thr, confidence,
                                ranked=ranked, found=found)
 
 
@@ -419,8 +426,10 @@ def _box(b: BoxT) -> list[float]:
 
 
 def page_matches(name: str, preds: Sequence[Detection], truth: Sequence[Detection], iou_thr: float = IOU,
-                 confidence: float = CONFIDENCE, max_fp: int = MAX_PAGE_FP) -> dict[str, object]:
-    """One page of MATCHES.json: what :func:`match_page` decided at the pinned confidence, box by box.
+                 confidence: float = CONFIDENCE, max_fp: int = MAX_PAGE_FP,
+                 result: PageResult | None = None) -> dict[str, object]:
+    """One page of MATCHES.json: what :func:`match_page` decided at the pinned confidence, box by box
+    (``result``: the page's match_page of these same predictions and truth, when the caller has it).
 
     ``predictions``: every prediction scored >= ``confidence``, most confident first, each with
     its class, score, box and ``match``: ``tp`` (with ``truth``, the index of the truth box it
@@ -431,7 +440,7 @@ def page_matches(name: str, preds: Sequence[Detection], truth: Sequence[Detectio
     counts the page implies stay exact.
     """
     truth_l = list(truth)
-    res = match_page(preds, truth_l, iou_thr, confidence)
+    res = result if result is not None else match_page(preds, truth_l, iou_thr, confidence)
     tb = np.array([t.box for t in truth_l], dtype=np.float64).reshape(-1, 4)
     matched: set[int] = set()
     listed: list[dict[str, object]] = []

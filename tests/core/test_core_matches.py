@@ -10,7 +10,16 @@ import random
 import pytest
 
 from looper.core import matches as cm
-from looper.core.metrics import CONFIDENCE, IOU, Detection, evaluate_pages, matches_file, page_matches
+from looper.core.metrics import (
+    CONFIDENCE,
+    IOU,
+    Detection,
+    evaluate_pages,
+    match_page,
+    matches_file,
+    metrics_from_results,
+    page_matches,
+)
 
 CLASSES = ["supply_diffuser", "return_diffuser", "fire_damper", "smoke_damper", "thermostat"]
 
@@ -56,6 +65,18 @@ def test_the_counts_matches_imply_equal_metrics_exactly(seed: int, max_fp: int) 
     assert sum(p["truth"] for p in obj["pages"]) == metrics["truth"]
     if max_fp == 1:
         assert all(sum(1 for r in p["predictions"] if r["match"] == "fp") <= 1 for p in obj["pages"])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pages_matched_once_give_the_same_metrics_and_matches_as_matched_twice(seed: int) -> None:
+    """evaluate.py matches each page once and hands the result to both files: METRICS.json and MATCHES.json
+    are what evaluate_pages and page_matches give when each matches the page itself."""
+    pages = _random_pages(seed, 6)
+    results = [match_page(p, t) for _, p, t in pages]
+    assert metrics_from_results(results, CLASSES) == evaluate_pages([(p, t) for _, p, t in pages], CLASSES)
+    for (name, p, t), res in zip(pages, results, strict=True):
+        assert page_matches(name, p, t, result=res) == page_matches(name, p, t)
+    assert sum(r.predictions for r in results) > 0
 
 
 def test_a_page_box_by_box() -> None:
