@@ -51,6 +51,7 @@ CLS_PRIOR = 0.01  # initial class probability of the detection head (0: Ultralyt
 VALIDATE = False  # run Ultralytics' validation on the val tiles after each epoch (costs budget)
 WORKERS = 1  # data loader worker processes
 THREADS = 0  # torch CPU threads (0: LOOPER_THREADS when looper runs seeds side by side, else every core this process may use)
+AMP = True  # mixed precision (float16) on a GPU, after a local check on this run's own model (amp_check: never a download); off on a CPU
 CACHE = "ram"  # keep decoded training tiles in memory: ram | disk | none (saves the PNG decode per step)
 REPEAT_THRESHOLD = 0.1  # repeat-factor sampling: tiles holding a class seen in fewer than this fraction of tiles repeat (0: off)
 REPEAT_POWER = 1.0  # repeat factor r(c) = (REPEAT_THRESHOLD / f(c)) ** REPEAT_POWER (0.5: LVIS; 1.0: full balance)
@@ -110,6 +111,49 @@ def _deterministic(mode: bool, *, warn_only: bool = False) -> None:
 
 
 torch.use_deterministic_algorithms = _deterministic  # Ultralytics' init_seeds(deterministic=True) calls it
+
+
+def amp_agrees(net: torch.nn.Module, device: torch.device, dtype: torch.dtype = torch.float16) -> tuple[bool, str]:
+    """Does ``net`` give the same raw outputs in float32 and under ``dtype`` autocast on ``device``? One fixed
+    input of IMGSZ px (its own generator: the run's random streams are untouched), eval mode (no batch-norm
+    update), boxes within 0.5 px and scores within 1 % (Ultralytics' own tolerance on its boxes)."""
+    x = torch.rand(2, 3, IMGSZ, IMGSZ, generator=torch.Generator().manual_seed(0)).to(device)
+    was_training = net.training
+    net.eval()
+    try:
+        with torch.no_grad():
+            a = net(x)[0].float()
+            with torch.autocast(device.type, dtype=dtype):
+                b = net(x)[0].float()
+    finally:
+        net.train(was_training)
+    if not bool(torch.isfinite(b).all()):
+        return False, f"{dtype} outputs not finite"
+    err = float((a - b).abs().max())
+    return bool(torch.allclose(a, b, atol=0.5, rtol=0.01)), f"max abs difference {err:.4f}"
+
+
+def amp_check(net: torch.nn.Module) -> bool:
+    """Stands in for Ultralytics' check_amp, which downloads yolo26n.pt into ./weights (a read-only folder in
+    looper's sandbox, and offline): AMP on a GPU when this run's own model agrees with itself in float16."""
+    device = next(net.parameters()).device
+    if not AMP:
+        on, why = False, "AMP = False"
+    elif device.type != "cuda":
+        on, why = False, f"device {device.type} (AMP is for a GPU)"
+    else:
+        try:
+            on, why = amp_agrees(net, device)
+        except Exception as exc:  # noqa: BLE001 (a check that cannot run leaves AMP off and says why)
+            on, why = False, f"check failed: {type(exc).__name__}: {exc}"
+    PHASES["amp"] = round(time.time() - T_START, 2)
+    print(f"LOOPER_AMP on={on} reason={why}", flush=True)
+    return on
+
+
+import ultralytics.engine.trainer  # noqa: E402
+
+ultralytics.engine.trainer.check_amp = amp_check  # the trainer's own AMP check downloads a model
 PHASES: dict[str, float] = {"imports": round(time.time() - T_START, 2)}  # start-up, s since T_START, per phase
 
 
@@ -370,7 +414,7 @@ def main() -> int:
         close_mosaic=0, scale=SCALE, translate=TRANSLATE, fliplr=FLIPLR, flipud=FLIPUD,
         hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, box=BOX_GAIN, cls=CLS_GAIN, dfl=DFL_GAIN,
         device=DEVICE if DEVICE != "cuda" else 0, workers=WORKERS, seed=SEED, deterministic=True,
-        amp=CUDA, plots=False, val=False, project=str(OUT), name="ultralytics", exist_ok=True,
+        amp=AMP, plots=False, val=False, project=str(OUT), name="ultralytics", exist_ok=True,
         verbose=False, pretrained=False, cache=False if CACHE == "none" else CACHE, trainer=start_trainer(start),
     )
     weights_dir = OUT / "ultralytics" / "weights"
