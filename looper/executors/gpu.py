@@ -29,8 +29,12 @@ class GpuReading:
     ecc_uncorrected: int | None = None
     retired_pages_pending: bool | None = None
 
+    ALWAYS = ("ok", "problem", "count", "name", "memory_total_mb", "memory_used_mb", "memory_free_mb")
+
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, "")}
+        """Every field a reader parses, always (an empty ``problem`` on a good reading); the optional ones
+        only where the device reported them."""
+        return {k: v for k, v in self.__dict__.items() if k in self.ALWAYS or v is not None}
 
 
 class NvmlProbe:

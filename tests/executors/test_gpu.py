@@ -141,6 +141,15 @@ def test_probe_healthy_device_reports_numbers() -> None:
     assert r.as_dict()["ok"] is True
 
 
+def test_a_healthy_reading_as_printed_holds_every_field_a_reader_parses() -> None:
+    """The remote reading of a good device: ``ok`` true and ``problem`` empty, both present (on the H200 the
+    printed reading lacked them: empty values were dropped), the memory figures with them."""
+    d = NvmlProbe(0, nvml=FakeNvml(used_mb=[2048.0], util=[37.0], ecc=None)).read().as_dict()
+    assert d["ok"] is True and d["problem"] == "" and d["count"] == 1
+    assert d["memory_total_mb"] == pytest.approx(81920.0) and d["memory_free_mb"] == pytest.approx(81920.0 - 2048.0)
+    assert "ecc_uncorrected" not in d  # not reported by this device: absent, not a made-up 0
+
+
 def test_probe_device_lost_while_reading() -> None:
     r = NvmlProbe(0, nvml=FakeNvml(lose_after=0)).read()
     assert not r.ok and "GPU is lost" in r.problem
