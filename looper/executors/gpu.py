@@ -97,6 +97,14 @@ class NvmlProbe:
                 pass
 
 
+def gpu_count(executor: Any, otherwise: int) -> int:
+    """The GPUs an executor's machine has (its NVML probe: the local executor), or ``otherwise`` where it has no
+    probe or the probe found none (workers then keep one GPU each from ``gpu_index`` on, as configured)."""
+    probe = getattr(executor, "probe", None)
+    reading = probe.read() if probe is not None else None
+    return reading.count if reading is not None and reading.ok else otherwise
+
+
 # -- sampling during a run ----------------------------------------------------------------
 
 # XIDs after which a run's numbers cannot be trusted (the device is gone or its memory

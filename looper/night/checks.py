@@ -61,11 +61,14 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
              "pretrained": check_pretrained(ctx.root, (w.wt.path / "train.py").read_text(), _data_path(ctx)),
              "baselines": Verdict.errored(*planted) if planted else Verdict.passed(),
              "disk": _disk(ctx), "cores": _cores(ctx)}
+    parts["gpu_slots"] = _gpu_slots(ctx, parts["executor"].metrics.get("gpu"))
     dirty = [c.path for c in w.wt.changes()]
     parts["checkout"] = (Verdict.errored(f"checkout not clean: {', '.join(dirty[:5])}") if dirty
                          else Verdict.passed())
     problems = [f"{k}: {b}" for k, v in parts.items() for b in v.blocking]
     metrics: dict[str, Any] = {k: v.status.value for k, v in parts.items()}
+    if parts["gpu_slots"].metrics:
+        metrics["gpu_slots"] = parts["gpu_slots"].metrics
     if parts["pretrained"].metrics.get("transfer"):  # a checkpoint of other classes: fine-tuned as a transfer
         metrics["transfer"] = parts["pretrained"].metrics["transfer"]
     return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
@@ -83,6 +86,27 @@ def _cores(ctx: Context) -> Verdict:
         return Verdict.passed({"threads_per_run": run_threads(ctx.cfg)})
     except HarnessError as exc:
         return Verdict.errored(str(exc))
+
+
+def _gpu_slots(ctx: Context, gpu: dict[str, Any] | None) -> Verdict:
+    """With ``require_gpu``: the runs at a time on the busiest GPU (``seed_jobs`` x the workers on it) fit its
+    free memory at the tag's measured peak a run (looper.core.slots); more would fail as out-of-memory
+    crashes blamed on the candidates."""
+    from looper.core.slots import gpu_slots, runs_per_gpu
+    from looper.night.context import usable_cores
+    from looper.store.queries import gpu_run_peak_mb
+
+    if not ctx.cfg.executor.require_gpu or not gpu or not gpu.get("ok"):
+        return Verdict.passed()
+    loop = ctx.cfg.loop
+    plan = gpu_slots(float(gpu.get("memory_free_mb") or 0), gpu_run_peak_mb(ctx.store, loop.tag), len(usable_cores()))
+    runs = runs_per_gpu(loop.seed_jobs, loop.workers, ctx.cfg.executor.gpu_index, int(gpu.get("count") or 0))
+    metrics = {"slots": plan.slots, "runs_per_gpu": runs, "plan": plan.line()}
+    if runs > plan.by_memory:
+        return Verdict.errored(f"loop.seed_jobs {loop.seed_jobs} x loop.workers {loop.workers} put {runs} runs at a "
+                               f"time on one GPU, which has memory for {plan.by_memory} ({plan.line()}): lower "
+                               "loop.seed_jobs or loop.workers", metrics=metrics)
+    return Verdict.passed(metrics)
 
 
 def _disk(ctx: Context) -> Verdict:

@@ -20,9 +20,11 @@ from typing import Any
 from looper import proc, tracking
 from looper.agents.base import Agent
 from looper.config import Config
+from looper.core.slots import worker_gpu
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, StuckError
 from looper.executors import Executor
+from looper.executors.gpu import gpu_count
 from looper.night.baseline import measure_baseline, verify
 from looper.night.checks import preflight
 from looper.night.confirm import confirm, record_nothing, run_confirm
@@ -94,8 +96,9 @@ class Loop:
             ctx.night.workers = [main]
         else:
             gpu = ctx.cfg.executor.require_gpu
+            first, count = ctx.cfg.executor.gpu_index, gpu_count(ctx.executor, ctx.cfg.executor.gpu_index + n)
             ctx.night.workers = [Worker(i, ctx.tag.ws.ensure_detached_worktree(ctx.tag.name, i, ctx.tag.wt.head()), ctx.executor,
-                                  str(ctx.cfg.executor.gpu_index + i) if gpu else "cpu", detached=True)
+                                  str(worker_gpu(i, first, count)) if gpu else "cpu", detached=True)
                            for i in range(n)]
         return None
 

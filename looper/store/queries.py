@@ -195,3 +195,15 @@ def transfers(store: Store, tag: str | None = None) -> list[Any]:
     from looper.store.transfers import transfer_records
 
     return transfer_records(store, tag)
+
+
+def gpu_run_peak_mb(store: Store, tag: str) -> float | None:
+    """The largest GPU memory one run of the tag took (train.py's ``peak_memory_mb`` of runs on cuda); None
+    before any run of the tag trained on a GPU."""
+    r, t = m.runs, m.experiments
+    peak = func.json_extract(r.c.train_json, "$.peak_memory_mb")
+    q = (select(func.max(peak)).select_from(r.join(t, r.c.experiment_id == t.c.id))
+         .where(t.c.tag == tag, func.json_extract(r.c.train_json, "$.device") == "cuda"))
+    with store._ro() as conn:  # noqa: SLF001 - queries are part of the store package
+        value = conn.execute(q).scalar()
+    return float(value) if value is not None else None

@@ -1,0 +1,77 @@
+"""Runs side by side on one GPU, and which GPU a worker's runs go to (pure: the readings come in).
+
+A small detector does not fill a GPU: on one H200, one train.py alone used 5 % of it and 4 copies at once
+trained 3.7 times the steps a second (issue 46). So the runs of a night share their GPU: the seeds of one look
+side by side (``[loop] seed_jobs``), and the experiments of several workers (``[loop] workers``) on the same
+GPU where the machine has one. How many fit is a question of the GPU's free memory over one run's peak, and of
+the CPU cores that feed them (each run's process and its data loader): :func:`gpu_slots`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_RUN_PEAK_MB = 4096.0  # a run's GPU memory before any run of the tag measured it (a demo run: < 1 GB)
+HEADROOM = 0.8  # the share of the GPU's free memory runs may plan on (the CUDA context and fragmentation)
+CORES_PER_RUN = 2  # a run's main process and its data loader worker (train.py's WORKERS = 1)
+MAX_SLOTS = 16  # more runs on one GPU than this: contention, not throughput (8 copies: 5.2x of 1, 4: 3.7x)
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    """How many runs one GPU takes at a time, and what limits it."""
+
+    slots: int
+    by_memory: int
+    by_cores: int
+    run_peak_mb: float
+    free_mb: float
+    cores: int
+
+    @property
+    def limited_by(self) -> str:
+        if self.slots == self.by_memory and self.by_memory <= self.by_cores:
+            return "memory"
+        return "cores" if self.slots == self.by_cores else "cap"
+
+    def line(self) -> str:
+        return (f"{self.slots} runs at a time (limited by {self.limited_by}: {self.free_mb:.0f} MB free / "
+                f"{self.run_peak_mb:.0f} MB a run -> {self.by_memory}; {self.cores} cores / {CORES_PER_RUN} a run "
+                f"-> {self.by_cores}; at most {MAX_SLOTS})")
+
+
+def gpu_slots(free_mb: float, run_peak_mb: float | None, cores: int) -> SlotPlan:
+    """The runs one GPU with ``free_mb`` of free memory takes side by side, each using ``run_peak_mb`` at its
+    peak (None: not measured yet, :data:`DEFAULT_RUN_PEAK_MB`), fed by ``cores`` CPU cores; at least 1.
+
+    >>> gpu_slots(140_000, 900, 16).slots
+    8
+    >>> gpu_slots(10_000, 4096, 16).slots
+    1
+    """
+    peak = float(run_peak_mb) if run_peak_mb and run_peak_mb > 0 else DEFAULT_RUN_PEAK_MB
+    by_memory = max(1, int(max(0.0, free_mb) * HEADROOM // peak))
+    by_cores = max(1, cores // CORES_PER_RUN)
+    return SlotPlan(slots=min(by_memory, by_cores, MAX_SLOTS), by_memory=by_memory, by_cores=by_cores,
+                    run_peak_mb=peak, free_mb=float(free_mb), cores=cores)
+
+
+def worker_gpu(worker: int, first: int, count: int) -> int:
+    """The GPU index worker ``worker`` (0-based) trains on: the GPUs from ``first`` on, taken in turn, so
+    workers share a GPU where there are fewer GPUs than workers (one GPU: every worker on ``first``).
+
+    >>> [worker_gpu(i, 0, 1) for i in range(3)]
+    [0, 0, 0]
+    >>> [worker_gpu(i, 1, 3) for i in range(3)]
+    [1, 2, 1]
+    """
+    return first + worker % max(1, count - first)
+
+
+def runs_per_gpu(seed_jobs: int, workers: int, first: int, count: int) -> int:
+    """The most runs at a time on any one GPU: each worker's ``seed_jobs`` seeds, on its :func:`worker_gpu`."""
+    per_gpu: dict[int, int] = {}
+    for w in range(workers):
+        g = worker_gpu(w, first, count)
+        per_gpu[g] = per_gpu.get(g, 0) + seed_jobs
+    return max(per_gpu.values(), default=0)

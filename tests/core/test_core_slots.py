@@ -1,0 +1,47 @@
+"""Runs side by side on one GPU (looper.core.slots): sized by free memory over a run's peak and by cores."""
+
+from __future__ import annotations
+
+import pytest
+
+from looper.core.slots import CORES_PER_RUN, DEFAULT_RUN_PEAK_MB, MAX_SLOTS, gpu_slots, runs_per_gpu, worker_gpu
+
+
+@pytest.mark.parametrize("free_mb, peak, cores, slots, limited_by", [
+    (140_000, 900, 16, 8, "cores"),        # an H200 and 16 cores: the cores decide
+    (140_000, 900, 64, MAX_SLOTS, "cap"),  # memory for 124 and cores for 32: the cap
+    (20_000, 4000, 16, 4, "memory"),       # 16,000 MB usable / 4,000 a run
+    (10_000, 4096, 16, 1, "memory"),       # room for 1.95: one
+    (1_000, 4096, 16, 1, "memory"),        # not even one fits: still one (a run alone says so when it fails)
+    (140_000, None, 16, 8, "cores"),       # not measured: the default peak
+    (40_000, 0, 2, 1, "cores"),            # a 2-core host: one run
+])
+def test_slots_follow_memory_cores_and_the_cap(free_mb, peak, cores, slots, limited_by):
+    plan = gpu_slots(free_mb, peak, cores)
+    assert plan.slots == slots and plan.limited_by == limited_by
+    assert plan.slots == min(plan.by_memory, plan.by_cores, MAX_SLOTS) and plan.slots >= 1
+    assert f"{plan.slots} runs at a time (limited by {limited_by}" in plan.line()
+
+
+def test_an_unmeasured_peak_is_the_stated_default():
+    assert gpu_slots(100_000, None, 8).run_peak_mb == DEFAULT_RUN_PEAK_MB
+    assert gpu_slots(100_000, -5, 8).run_peak_mb == DEFAULT_RUN_PEAK_MB
+    assert gpu_slots(100_000, 0, 2 * CORES_PER_RUN).by_cores == 2
+
+
+@pytest.mark.parametrize("first, count, expected", [
+    (0, 1, [0, 0, 0, 0]),   # one GPU: every worker shares it (it asked for GPUs 1, 2, 3 that do not exist)
+    (0, 2, [0, 1, 0, 1]),
+    (1, 3, [1, 2, 1, 2]),   # from gpu_index 1 on
+    (0, 0, [0, 0, 0, 0]),   # no count known: the first
+    (2, 2, [2, 2, 2, 2]),   # gpu_index past the count: still the one asked for (preflight names it)
+])
+def test_workers_take_the_gpus_in_turn(first, count, expected):
+    assert [worker_gpu(i, first, count) for i in range(4)] == expected
+
+
+@pytest.mark.parametrize("seed_jobs, workers, first, count, expected", [
+    (4, 1, 0, 1, 4), (4, 2, 0, 1, 8), (4, 3, 0, 2, 8), (2, 4, 0, 4, 2), (1, 0, 0, 1, 0),
+])
+def test_runs_per_gpu_is_the_busiest_gpu(seed_jobs, workers, first, count, expected):
+    assert runs_per_gpu(seed_jobs, workers, first, count) == expected

@@ -1,0 +1,70 @@
+"""Runs sharing one GPU, through the real Loop on the fake executor: the preflight sizes the runs at a time
+against the GPU's free memory (looper.core.slots), and workers on a one-GPU machine all train on it."""
+
+from __future__ import annotations
+
+import pytest
+from fakes.agent import ScriptedAgent
+from fakes.executor import FakeExecutor
+from harness import build_ws
+
+from looper.config import load_config
+from looper.core.verdict import Verdict
+from looper.errors import HarnessError
+from looper.executors.gpu import GpuReading
+from looper.night.checks import preflight
+from looper.night.display import Display
+from looper.night.loop import Loop
+from looper.night.notify import AppriseNotifier
+from looper.store import Store
+
+
+class OneGpu:
+    def __init__(self, free_mb: float) -> None:
+        self.reading = GpuReading(ok=True, count=1, name="Fake GPU", memory_total_mb=143_000.0,
+                                  memory_free_mb=free_mb)
+
+    def read(self) -> GpuReading:
+        return self.reading
+
+
+class OneGpuExecutor(FakeExecutor):
+    """The fake executor on a machine with one GPU of ``free_mb`` free memory."""
+
+    def __init__(self, free_mb: float) -> None:
+        super().__init__()
+        self.probe = OneGpu(free_mb)
+
+    def preflight(self, require_gpu: bool) -> Verdict:
+        super().preflight(require_gpu)
+        return Verdict.passed({"executor": self.name, "gpu": self.probe.read().as_dict()})
+
+
+def _loop(tmp_path, executor: FakeExecutor, **over: object) -> Loop:
+    ws = build_ws(tmp_path / "ws", tmp_path / "queue", "", exec_sandbox="none", exec_require_gpu=True, **over)
+    return Loop(ws.root, load_config(ws.root / "looper.toml"), Store(ws.root / "experiments.db"), executor,
+                ScriptedAgent({}), AppriseNotifier([]), display=Display(), program_md="")
+
+
+def test_more_runs_at_a_time_than_the_gpu_has_memory_for_stops_the_preflight_naming_the_keys(tmp_path):
+    loop = _loop(tmp_path, OneGpuExecutor(free_mb=10_000), loop_seed_jobs=2)  # 8,000 MB usable / 4,096 a run
+    with pytest.raises(HarnessError) as caught:
+        loop.setup()
+    assert ("gpu_slots: loop.seed_jobs 2 x loop.workers 1 put 2 runs at a time on one GPU, which has memory for 1"
+            in str(caught.value))
+    assert "limited by memory" in str(caught.value)
+    assert [c for c in loop.ctx.executor.calls if c[0] == "train"] == []  # nothing trained
+
+
+def test_runs_that_fit_pass_and_the_plan_is_in_the_preflight(tmp_path):
+    loop = _loop(tmp_path, OneGpuExecutor(free_mb=140_000), loop_seed_jobs=2)  # 2 runs: this 2-core machine's most
+    assert loop.setup() is None
+    v = preflight(loop.ctx, loop.ctx.main_worker())
+    assert not [b for b in v.blocking if b.startswith("gpu_slots:")], v.blocking
+    assert v.metrics["gpu_slots"]["runs_per_gpu"] == 2 and v.metrics["gpu_slots"]["slots"] >= 1
+
+
+def test_workers_on_a_one_gpu_machine_all_train_on_that_gpu(tmp_path):
+    loop = _loop(tmp_path, OneGpuExecutor(free_mb=140_000), loop_workers=3)
+    assert loop.setup() is None
+    assert [w.device for w in loop.ctx.night.workers] == ["0", "0", "0"]  # it once asked for GPUs 1 and 2
