@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    ?= build/demo
 
-.PHONY: venv system system-base demo test test-fast verify-json lint bench bench-fast calibrate-gpu clean
+.PHONY: venv system system-base demo test test-fast verify-json lint bench bench-fast calibrate-gpu gpu-check clean
 
 # System packages (Debian; scripts/system_packages.txt): installed as root, else the apt line and
 # a failure. LOOPER_SKIP_TIERS=ssh,browser,slurm leaves a tier out (its tests are skipped
@@ -76,6 +76,11 @@ calibrate-gpu: $(STAMP)
 	  --require-gpu --seeds 16 --degraded 16 --noop 0 --variant lrlow=0.003 --jobs 1 --out $(GPU_POOL)
 	$(BIN)/python bench/calibration_resample.py --pool $(GPU_POOL) --procedures pooled,paired --caps 2,4,8 \
 	  --draws 1500 --shift-to 1,2 --scale-to 1,2 --scale-from lrlow --jobs 2 --json bench/calibration/gpu-full.json
+
+# On a machine with a GPU (not in CI): looper's GPU path proved in about 9 minutes, each step one line of
+# bench/out/gpu-check/summary.txt (bench/gpu_check.py; docs/GPU.md). CI runs its dry run on a CPU.
+gpu-check: $(STAMP)
+	$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

@@ -8,10 +8,11 @@ a machine with no device, or a device that disappears mid-run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +106,32 @@ def gpu_count(executor: Any, otherwise: int) -> int:
     return reading.count if reading is not None and reading.ok else otherwise
 
 
+@contextlib.contextmanager
+def night_gpu(ctx: Any) -> Iterator[None]:
+    """With ``[executor] require_gpu`` on an executor that reads its GPU here (the local one): the GPU sampled
+    every second while the block runs, and one journal note when it ends: the share of samples a kernel was
+    running (busy), the mean utilisation and the peak memory of the whole night, every run on it together."""
+    if not ctx.cfg.executor.require_gpu or getattr(ctx.executor, "probe", None) is None:
+        yield
+        return
+    sampler = GpuSampler(ctx.cfg.executor.gpu_index, interval=1.0).start()
+    try:
+        yield
+    finally:
+        g = sampler.stop()
+        if g.get("samples"):
+            ctx.journal.event("note", night_gpu_line(g))
+
+
+NIGHT_GPU = "GPU over the night:"  # the note's first words (looper.report.lines reads the last one)
+
+
+def night_gpu_line(g: dict[str, Any]) -> str:
+    return (f"{NIGHT_GPU} busy {g.get('busy_pct')}% of {g.get('samples')} samples (1 s), mean utilisation "
+            f"{g.get('mean_utilization_pct')}%, peak memory {g.get('peak_memory_mb')} MB of "
+            f"{g.get('memory_total_mb')} on GPU {g.get('index')} ({g.get('name') or '?'})")
+
+
 # -- sampling during a run ----------------------------------------------------------------
 
 # XIDs after which a run's numbers cannot be trusted (the device is gone or its memory
@@ -149,6 +176,7 @@ class GpuSampler:
         self.peak_memory_mb = 0.0
         self._util_sum = 0.0
         self._util_n = 0
+        self._busy_n = 0  # samples with a kernel running (utilisation > 0): the busy share
         self.ecc_start: int | None = None
         self.ecc_end: int | None = None
         self.xids: list[int] = []
@@ -271,6 +299,7 @@ class GpuSampler:
             if util is not None:
                 self._util_sum += util
                 self._util_n += 1
+                self._busy_n += util > 0
         if self._on_sample is not None:
             try:
                 self._on_sample(self.summary())
@@ -318,7 +347,8 @@ class GpuSampler:
                 out.update(name=self.name, memory_total_mb=self.memory_total_mb,
                            peak_memory_mb=self.peak_memory_mb,
                            mean_utilization_pct=(round(self._util_sum / self._util_n, 1)
-                                                 if self._util_n else None))
+                                                 if self._util_n else None),
+                           busy_pct=round(100.0 * self._busy_n / self._util_n, 1) if self._util_n else None)
             if self.ecc_start is not None:
                 out["ecc_uncorrected_start"] = self.ecc_start
             if self.ecc_end is not None:

@@ -24,7 +24,7 @@ from looper.core.slots import worker_gpu
 from looper.core.verdict import Outcome, Verdict
 from looper.errors import HarnessError, StuckError
 from looper.executors import Executor
-from looper.executors.gpu import gpu_count
+from looper.executors.gpu import gpu_count, night_gpu
 from looper.night.baseline import measure_baseline, verify
 from looper.night.checks import preflight
 from looper.night.confirm import confirm, record_nothing, run_confirm
@@ -177,7 +177,8 @@ class Loop:
             halted = self.setup()
             if halted is not None:
                 return self.halt(halted)
-            self.run_workers(limit, deadline)
+            with night_gpu(ctx):  # [executor] require_gpu: the GPU sampled the whole night (its busy share)
+                self.run_workers(limit, deadline)
             ctx.display.finish()  # the live panel's last render: its failure still halts, with a page
             if self.halted is not None:  # leave everything as it is for the person
                 code = self.halt(self.halted)  # the page first: the record below may find the database broken

@@ -36,14 +36,22 @@ def record_best_run(ctx: Context, best_id: int, m: Measurement) -> None:
     record_run(ctx, best_id, "rerun", dataclasses.replace(m, metrics=None) if m.cut_short else m)
 
 
+#: What a run's record keeps of the GPU sampler's summary (looper.executors.gpu), as ``train.harness_gpu``:
+#: train.py's own train.json is the candidate's word; these figures are the harness's.
+RUN_GPU_KEYS = ("index", "name", "mean_utilization_pct", "busy_pct", "peak_memory_mb", "samples", "lost")
+
+
 def record_run(ctx: Context, exp_id: int, role: str, m: Measurement) -> None:
     score = m.metrics.get(ctx.cfg.gate.score) if m.metrics is not None else None
     tail = (m.train.log_tail if m.train else "")[-4000:]
     weights = m.run_dir / "out" / "weights.pt" if m.run_dir is not None and m.metrics is not None else None
     digest = weights_sha256(m) if weights is not None else None  # the scored weights, hashed as recorded
+    train = None if m.train_json is None else {k: v for k, v in m.train_json.items() if k != "harness_gpu"}
+    if train is not None and m.train is not None and m.train.gpu:  # the harness's own NVML figures of the run
+        train["harness_gpu"] = {k: m.train.gpu[k] for k in RUN_GPU_KEYS if k in m.train.gpu}
     ctx.store.add_run(exp_id, role=role, seed=m.seed,
                       exit_code=m.train.exit_code if m.train else None, score=score,
-                      metrics=m.metrics, train=m.train_json, log_tail=ctx.journal.redact(tail),
+                      metrics=m.metrics, train=train, log_tail=ctx.journal.redact(tail),
                       started_at=m.started_at, finished_at=now_iso(), train_started_at=m.train_started_at,
                       train_ended_at=m.train_ended_at, eval_ended_at=m.eval_ended_at,
                       weights_path=_relative(ctx.root, weights) if digest else None, weights_sha256=digest)

@@ -21,6 +21,9 @@ HISTORY_KEYS: tuple[str, ...] = (
     # fresh seeds (looper confirm): its confirmed difference over the baseline beside ``score``, the
     # selection-time figure
     "cost", "confirmations",
+    # its runs: role, seed, score, device, train.py's peak memory and the harness's GPU figures of each
+    # (looper.store.queries.run_figures)
+    "runs",
 )
 
 
@@ -33,10 +36,11 @@ def history_rows(store: Store, tag: str | None = None, status: str | Iterable[st
     if status is not None:
         wanted = [Outcome.parse(s) for s in ([status] if isinstance(status, str) else list(status))]
     from looper.report.confirmed import costs_by_experiment
-    from looper.store.queries import confirmations
+    from looper.store.queries import confirmations, run_figures
 
     rows = []
     costs = costs_by_experiment(store, tag=tag, since=since)
+    runs = run_figures(store, tag=tag, since=since)
     confirmed: dict[int, list[dict[str, Any]]] = {}
     for c in confirmations(store, tag):
         if c.experiment_id is not None:
@@ -45,9 +49,10 @@ def history_rows(store: Store, tag: str | None = None, status: str | Iterable[st
             d["wall_seconds"] = round(c.wall_seconds, 3)  # its clock time; "seconds": its runs' time added up
             confirmed.setdefault(c.experiment_id, []).append(d)
     for e in lean_experiments(store, tag=tag, status=wanted, since=since, until=until, figures=False, clean=clean):
-        row = {k: getattr(e, k) for k in HISTORY_KEYS if k not in ("cost", "confirmations")}
+        row = {k: getattr(e, k) for k in HISTORY_KEYS if k not in ("cost", "confirmations", "runs")}
         row["status"], row["blocking"] = e.status.value, list(e.blocking)
         row["cost"], row["confirmations"] = costs.get(e.id), confirmed.get(e.id, [])
+        row["runs"] = runs.get(e.id, [])
         rows.append(row)
     return rows
 

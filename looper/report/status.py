@@ -17,6 +17,7 @@ def status_text(store: Store, cfg: Any, lock: Any) -> str:
         lines.append(f"daemon: running (pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')})")
     else:
         lines.append("daemon: not running")
+    lines.append(slots_line(cfg))
     for r in store.open_experiments():
         lines.append(f"now: #{r.id} [{r.tag}] {r.phase or r.status.value} since {r.started_at}"
                      f" on {r.worker or 'local'}: {r.description}")
@@ -41,3 +42,12 @@ def status_text(store: Store, cfg: Any, lock: Any) -> str:
         e = halts[-1]
         lines.append(f"last {e.kind}: {e.at}: {e.message[:200]}")
     return "\n".join(lines)
+
+
+def slots_line(cfg: Any) -> str:
+    """The runs the night trains at a time and where: each worker's seeds side by side, the workers on their GPUs
+    (looper.core.slots: one GPU takes them all)."""
+    loop, ex = cfg.loop, cfg.executor
+    where = f"GPU from index {ex.gpu_index}" if ex.require_gpu else "the CPU"
+    return (f"slots: {loop.seed_jobs * loop.workers} runs at a time ({loop.seed_jobs} seed(s) side by side x "
+            f"{loop.workers} worker(s)) on {where}")

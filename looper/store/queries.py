@@ -207,3 +207,26 @@ def gpu_run_peak_mb(store: Store, tag: str) -> float | None:
     with store._ro() as conn:  # noqa: SLF001 - queries are part of the store package
         value = conn.execute(q).scalar()
     return float(value) if value is not None else None
+
+
+def run_figures(store: Store, tag: str | None = None, since: str | None = None) -> dict[int, list[dict[str, Any]]]:
+    """Each experiment's runs as plain rows, in one query: role, seed, score, the device train.py trained on,
+    train.py's own peak memory, and the harness's GPU figures of the run (utilisation, busy share, the
+    device's peak memory while it ran; None on a CPU)."""
+    r, t = m.runs, m.experiments
+    j = func.json_extract
+    cols = (r.c.experiment_id, r.c.role, r.c.seed, r.c.score, j(r.c.train_json, "$.device"),
+            j(r.c.train_json, "$.peak_memory_mb"), j(r.c.train_json, "$.harness_gpu.mean_utilization_pct"),
+            j(r.c.train_json, "$.harness_gpu.busy_pct"), j(r.c.train_json, "$.harness_gpu.peak_memory_mb"))
+    q = select(*cols).select_from(r.join(t, r.c.experiment_id == t.c.id))
+    if tag is not None:
+        q = q.where(t.c.tag == tag)
+    if since is not None:
+        q = q.where(t.c.started_at >= since)
+    out: dict[int, list[dict[str, Any]]] = {}
+    with store._ro() as conn:  # noqa: SLF001 - queries are part of the store package
+        for eid, role, seed, score, device, train_peak, util, busy, gpu_peak in conn.execute(q.order_by(r.c.id)):
+            out.setdefault(int(eid), []).append({
+                "role": role, "seed": seed, "score": score, "device": device, "train_peak_memory_mb": train_peak,
+                "gpu_utilization_pct": util, "gpu_busy_pct": busy, "gpu_peak_memory_mb": gpu_peak})
+    return out

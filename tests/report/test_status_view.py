@@ -11,8 +11,13 @@ from looper.report.status import status_text
 from looper.workspace.lock import DaemonLock
 
 
+def _cfg(tag: str, seed_jobs: int = 1, workers: int = 1, require_gpu: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(loop=SimpleNamespace(tag=tag, seed_jobs=seed_jobs, workers=workers),
+                           executor=SimpleNamespace(require_gpu=require_gpu, gpu_index=0))
+
+
 def _status(s: Seeded) -> str:
-    cfg = SimpleNamespace(loop=SimpleNamespace(tag=TAG))
+    cfg = _cfg(TAG)
     return status_text(s.store, cfg, DaemonLock(s.root / ".looper" / "daemon.lock"))
 
 
@@ -22,6 +27,7 @@ def test_status_reads_every_line_from_the_database(seeded: Seeded) -> None:
     seeded.store.set_phase(running, "training 40%")
     lines = _status(seeded).splitlines()
     assert lines[0] == "daemon: not running"
+    assert lines[1] == "slots: 1 runs at a time (1 seed(s) side by side x 1 worker(s)) on the CPU"
     con = sqlite3.connect(seeded.store.path)
     try:
         started = con.execute("SELECT started_at FROM experiments WHERE id = ?", (running,)).fetchone()[0]
@@ -47,6 +53,7 @@ def test_status_reads_every_line_from_the_database(seeded: Seeded) -> None:
 
 
 def test_status_of_an_empty_tag(seeded: Seeded) -> None:
-    cfg = SimpleNamespace(loop=SimpleNamespace(tag="never-run"))
+    cfg = _cfg("never-run", seed_jobs=4, workers=2, require_gpu=True)
     text = status_text(seeded.store, cfg, DaemonLock(seeded.root / ".looper" / "daemon.lock"))
-    assert text.splitlines()[1:] == ["best [never-run]: none yet"]
+    assert text.splitlines()[1:] == ["slots: 8 runs at a time (4 seed(s) side by side x 2 worker(s)) on GPU from "
+                                     "index 0", "best [never-run]: none yet"]

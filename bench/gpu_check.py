@@ -1,0 +1,544 @@
+#!/usr/bin/env python3
+"""The GPU check: proves looper's GPU path on the machine it runs on, in about 9 minutes (`make gpu-check`).
+
+Run it where a GPU is, from the repository's root, with the interpreter that holds torch:
+
+    python3 bench/gpu_check.py [--wheels DIR] [--debs DIR] [--out DIR]   # on the GPU machine
+    python3 bench/gpu_check.py --dry-run                                  # a rehearsal on a CPU (CI runs it)
+
+Each step is time-boxed and appends one line to OUT/summary.txt as it ends ("ok", "FAIL", or "skipped" with
+the reason); OUT/gpu_check.json holds the figures, OUT/results.tar.gz the logs, the night's database and the
+GPU samples. Steps:
+
+  facts     GPU, driver, torch and CUDA, bubblewrap (the carried Debian package unpacked under the work folder
+            where the machine has none), CUDA inside looper's own training sandbox
+  install   carried wheels (--wheels: what the machine lacks) and looper itself into the interpreter, offline
+  tests     tests/executors/test_gpu.py and tests/e2e/test_offline.py on this machine
+  amp       train.py on the GPU: in looper's sandbox (read-only checkout, no network), and outside it with every
+            download made to fail (tests/offline_guard): AMP decided by train.py's own check, nothing downloaded
+  determinism  one seed trained twice alone and twice side by side: are the weights identical?
+  night     `looper init --preset demo`, require_gpu, the runs of a look side by side (seed_jobs) and workers on
+            the one GPU; the GPU sampled through NVML: busy share, mean utilisation, peak memory, decisions/hour
+  probe     train.py alone on the GPU, 1, 4 and 8 copies at once: steps a second
+  tune      Ultralytics' own model.tune() on the same data and steps a run: iterations per GPU-hour
+
+Nothing here downloads anything (the machine may be offline); a step a CPU cannot take says so in its line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+STEPS = ("facts", "install", "tests", "amp", "determinism", "night", "probe", "tune")
+# Seconds each step may take on a GPU (the whole fits 540 s) and in a dry run on 2 CPU cores.
+BOX = {"facts": (30, 60), "install": (60, 30), "tests": (60, 240), "amp": (45, 120), "determinism": (50, 200),
+       "night": (200, 600), "probe": (60, 200), "tune": (35, 120)}
+
+
+class Check:
+    """The work folder, the output folder, the summary lines and the figures of one run of the script."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.dry = args.dry_run
+        self.out = Path(args.out or os.environ.get("OUT") or REPO / "bench" / "out" / "gpu-check").resolve()
+        self.work = Path(args.work).resolve()
+        self.wheels, self.debs = args.wheels, args.debs
+        self.only = set(args.only.split(",")) if args.only else set(STEPS)
+        self.device = "cpu" if self.dry else "cuda"
+        self.figures: dict[str, object] = {"dry_run": self.dry}
+        self.samples: list[tuple[float, float, float]] = []  # (time, GPU utilisation %, memory used MiB)
+        self.t0 = time.time()
+        self.deadline = self.t0 + args.total_seconds
+        shutil.rmtree(self.work, ignore_errors=True)
+        for d in (self.out, self.work / "logs", self.work / "home", self.work / "tmp"):
+            d.mkdir(parents=True, exist_ok=True)
+        (self.out / "summary.txt").write_text("")
+        self.env = dict(os.environ, HOME=str(self.work / "home"), TMPDIR=str(self.work / "tmp"), YOLO_OFFLINE="1",
+                        YOLO_CONFIG_DIR=str(self.work / "ultralytics"), XDG_CACHE_HOME=str(self.work / "tmp"),
+                        PYTHONUNBUFFERED="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1",
+                        GIT_AUTHOR_NAME="gpu-check", GIT_AUTHOR_EMAIL="gpu@check", GIT_COMMITTER_NAME="gpu-check",
+                        GIT_COMMITTER_EMAIL="gpu@check")
+        self.env["PATH"] = f"{Path(PY).parent}:{self.env.get('PATH', '')}"
+
+    def line(self, text: str) -> None:
+        with open(self.out / "summary.txt", "a") as f:
+            f.write(text + "\n")
+        print(text, flush=True)
+
+    def run(self, argv: list[str], seconds: float, log: str, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """A command with a time limit, its output kept in logs/LOG; a timeout is exit 124."""
+        child = subprocess.Popen(argv, cwd=cwd or REPO, env=env or self.env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = child.communicate(timeout=max(5.0, seconds))
+            p = subprocess.CompletedProcess(argv, child.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, 9)  # its whole group: the tuner's and the trainers' own children too
+            out, err = child.communicate()
+            p = subprocess.CompletedProcess(argv, 124, out, err + "\n[timed out]")
+        with open(self.work / "logs" / log, "a") as f:
+            f.write(f"$ {' '.join(map(str, argv))}\n{p.stdout}\n{p.stderr}\n[exit {p.returncode}]\n")
+        return p
+
+    def python(self, code: str, seconds: float, log: str, **kw: object) -> subprocess.CompletedProcess[str]:
+        return self.run([PY, "-c", code], seconds, log, **kw)  # type: ignore[arg-type]
+
+
+def _text(b: bytes | str | None) -> str:
+    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+
+def _tail(p: subprocess.CompletedProcess[str], n: int = 1) -> str:
+    lines = [x for x in (p.stdout + "\n" + p.stderr).splitlines() if x.strip()]
+    return " | ".join(lines[-n:])[:300]
+
+
+# ---------------------------------------------------------------------------------------------- GPU samples
+def sampler(c: Check, stop: threading.Event) -> None:
+    """GPU 0's utilisation and memory through NVML every 0.5 s into ``c.samples`` until ``stop``."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception as exc:  # noqa: BLE001 (no NVML: no samples, and the figures say so)
+        c.figures["sampler"] = f"no NVML: {exc}"
+        return
+    while not stop.is_set():
+        try:
+            u = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
+            m = pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20
+            c.samples.append((time.time(), float(u), float(m)))
+        except Exception:  # noqa: BLE001, S110
+            pass
+        stop.wait(0.5)
+
+
+def gpu_window(c: Check, t0: float, t1: float) -> dict[str, float | int | None]:
+    s = [x for x in c.samples if t0 <= x[0] <= t1]
+    if not s:
+        return {"samples": 0, "busy_pct": None, "mean_util_pct": None, "peak_mem_mib": None}
+    return {"samples": len(s), "busy_pct": round(100 * sum(1 for x in s if x[1] > 0) / len(s), 1),
+            "mean_util_pct": round(statistics.fmean(x[1] for x in s), 1),
+            "peak_mem_mib": round(max(x[2] for x in s))}
+
+
+def gpu_words(g: dict[str, float | int | None]) -> str:
+    return (f"gpu busy {g['busy_pct']}% util {g['mean_util_pct']}% peak {g['peak_mem_mib']} MiB ({g['samples']} samples)"
+            if g["samples"] else "gpu: no samples")
+
+
+# ---------------------------------------------------------------------------------------------- the steps
+def step_facts(c: Check, left: float) -> str:
+    smi = c.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], 10,
+                "facts.log") if shutil.which("nvidia-smi") else None
+    torch = c.python("import torch, json; ok = torch.cuda.is_available(); print(json.dumps({'torch': "
+                     "torch.__version__, 'cuda_build': torch.version.cuda, 'cuda': ok, 'device': "
+                     "torch.cuda.get_device_name(0) if ok else None}))", 60, "facts.log")
+    facts = json.loads(torch.stdout.strip().splitlines()[-1]) if torch.returncode == 0 else {"torch": _tail(torch)}
+    facts["nvidia_smi"] = smi.stdout.strip() if smi and smi.returncode == 0 else None
+    facts["cores"] = os.cpu_count()
+    facts["bwrap"] = carried(c, "bwrap", ("bubblewrap", "libcap2", "libselinux1"))
+    facts["git"] = carried(c, "git", ("git",))
+    c.figures["facts"] = facts
+    if not c.dry and not facts.get("cuda"):
+        return f"FAIL no CUDA: {facts}"
+    return (f"ok {facts.get('device') or 'cpu (dry run)'}; driver {facts['nvidia_smi'] or '-'}; torch "
+            f"{facts.get('torch')} cuda {facts.get('cuda_build')}; {facts['cores']} cores; bwrap {facts['bwrap']}; "
+            f"git {facts['git']}")
+
+
+def unpack_deb(deb: Path, root: Path) -> None:
+    """A Debian package's files under ``root`` (its ``ar`` archive's data.tar.*, read here: no dpkg needed)."""
+    raw = deb.read_bytes()
+    at = 8  # after "!<arch>\n"
+    while at + 60 <= len(raw):
+        name, size = raw[at:at + 16].decode().strip().rstrip("/"), int(raw[at + 48:at + 58])
+        if name.startswith("data.tar"):
+            import io
+
+            with tarfile.open(fileobj=io.BytesIO(raw[at + 60:at + 60 + size])) as tar:
+                tar.extractall(root, filter="tar")
+            return
+        at += 60 + size + (size % 2)
+    raise ValueError(f"{deb.name}: no data.tar in it")
+
+
+def carried(c: Check, tool: str, packages: tuple[str, ...]) -> str:
+    """The machine's ``tool``, else the carried Debian packages (--debs) unpacked under the work folder and put first
+    on PATH (a shim sets LD_LIBRARY_PATH to the carried libraries; git gets its exec path)."""
+    if shutil.which(tool):
+        return f"system {shutil.which(tool)}"
+    debs = [d for d in sorted(Path(c.debs).glob("*.deb")) if d.name.split("_")[0] in packages] if c.debs else []
+    if not debs:
+        return "MISSING (not on this machine, none carried)"
+    root = c.work / "sysroot"
+    for d in debs:
+        unpack_deb(d, root)
+    shim = root / "shim" / tool
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    libs = ":".join(str(root / p) for p in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu"))
+    shim.write_text(f'#!/bin/sh\nLD_LIBRARY_PATH={libs} exec {root}/usr/bin/{tool} "$@"\n')
+    shim.chmod(0o755)
+    if tool == "git":
+        c.env.update(GIT_EXEC_PATH=str(root / "usr/lib/git-core"), GIT_TEMPLATE_DIR=str(root / "usr/share/git-core/templates"))
+    c.env["PATH"] = f"{shim.parent}:{c.env['PATH']}"
+    os.environ.update(c.env)
+    v = c.run([tool, "--version"], 10, "facts.log")
+    return f"carried ({(v.stdout.strip() or _tail(v))[:60]})"
+
+
+def step_install(c: Check, left: float) -> str:
+    if c.dry:
+        return "skipped: a dry run uses this interpreter's installed looper"
+    pip = [PY, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir"]
+    if os.geteuid() == 0:
+        pip.append("--root-user-action=ignore")
+    wheels = sorted(str(w) for w in Path(c.wheels).glob("*.whl")) if c.wheels else []
+    if wheels:
+        p = c.run(pip + wheels, left / 2, "install.log")
+        if p.returncode != 0:
+            return f"FAIL wheels: {_tail(p, 3)}"
+    p = c.run(pip + ["--no-build-isolation", str(REPO)], left / 2, "install.log")
+    if p.returncode != 0:
+        return f"FAIL looper: {_tail(p, 3)}"
+    imp = c.python("import looper.cli, ultralytics, sqlalchemy, git, apprise, pydantic, openai, pynvml; "
+                   "print('ultralytics', ultralytics.__version__)", 60, "install.log", cwd=c.work)
+    return f"ok {len(wheels)} wheels + looper; {_tail(imp)}" if imp.returncode == 0 else f"FAIL import: {_tail(imp, 2)}"
+
+
+def step_tests(c: Check, left: float) -> str:
+    p = c.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--timeout", "120",
+               "tests/executors/test_gpu.py", "tests/e2e/test_offline.py"], left, "tests.log")
+    return ("ok " if p.returncode == 0 else "FAIL ") + _tail(p)
+
+
+def demo_data(c: Check) -> Path:
+    data = c.work / "data"
+    if not (data / "dataset.yaml").is_file():
+        c.run([PY, str(REPO / "prepare.py"), "--out", str(data), "--scale", "tiny" if c.dry else "demo", "--seed", "0",
+               "--test-seed", "0"], 120, "data.log")
+    return data
+
+
+def train_env(c: Check, data: Path, out: Path, seed: int, steps: int, **extra: str) -> dict[str, str]:
+    return dict(c.env, LOOPER_DATA=str(data), LOOPER_OUT=str(out), LOOPER_SEED=str(seed), LOOPER_MAX_STEPS=str(steps),
+                LOOPER_BUDGET_SECONDS="300", LOOPER_DEVICE=c.device,
+                LOOPER_PRETRAINED_DIR=str(REPO / "looper" / "pretrained"), **extra)
+
+
+def step_amp(c: Check, left: float) -> str:
+    """train.py on the GPU twice: with every download made to fail, and inside looper's training sandbox."""
+    data, steps = demo_data(c), 4 if c.dry else 30
+    guard = c.work / "guard.log"
+    env = train_env(c, data, c.work / "amp-guard", 0, steps, PYTHONPATH=str(REPO / "tests" / "offline_guard"),
+                    LOOPER_GUARD_LOG=str(guard))
+    cwd = c.work / "amp-cwd"
+    cwd.mkdir()
+    a = c.run([PY, str(REPO / "train.py")], left / 2, "amp.log", cwd=cwd, env=env)
+    amp_a = next((x for x in a.stdout.splitlines() if x.startswith("LOOPER_AMP")), "no LOOPER_AMP line")
+    tried = guard.read_text().strip() if guard.exists() else ""
+    code = f"""
+import sys, subprocess, pathlib
+from looper.executors import sandbox
+ck, out = pathlib.Path({str(c.work / 'amp-ck')!r}), pathlib.Path({str(c.work / 'amp-box')!r})
+ck.mkdir(); out.mkdir()
+(ck / 'train.py').write_text(pathlib.Path({str(REPO / 'train.py')!r}).read_text())
+env = {{k: v for k, v in {json.dumps(train_env(c, data, c.work / 'amp-box', 0, steps))}.items() if k.startswith('LOOPER_')}}
+argv = sandbox.train_argv([sys.executable, 'train.py'], checkout=ck, out_dir=out, data_dir=pathlib.Path(env['LOOPER_DATA']),
+                          env=env, pretrained=pathlib.Path(env['LOOPER_PRETRAINED_DIR']))
+r = subprocess.run(argv, cwd=ck, capture_output=True, text=True)
+print(r.stdout[-4000:]); print(r.stderr[-4000:], file=sys.stderr); sys.exit(r.returncode)
+"""
+    b = c.python(code, left / 2, "amp.log", cwd=c.work)
+    amp_b = next((x for x in b.stdout.splitlines() if x.startswith("LOOPER_AMP")), "no LOOPER_AMP line")
+    want = "on=False" if c.dry else "on=True"
+    ok = a.returncode == 0 and b.returncode == 0 and not tried and want in amp_a and want in amp_b
+    c.figures["amp"] = {"outside": amp_a, "sandbox": amp_b, "downloads_tried": tried, "exit": [a.returncode, b.returncode]}
+    return (f"{'ok' if ok else 'FAIL'} outside the box (downloads fail): exit {a.returncode} {amp_a}; in looper's "
+            f"sandbox: exit {b.returncode} {amp_b}; downloads tried: {tried or 'none'}"
+            + ("" if b.returncode == 0 else f"; box said: {_tail(b, 2)}"))
+
+
+def weights_digest(out: Path) -> str | None:
+    """A digest of the run's tensors (not of the file: its header names the run's own folder)."""
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    w = out / "weights.pt"
+    if not w.is_file():
+        return None
+    h = hashlib.sha256()
+    for name, t in sorted(load_file(str(w)).items()):
+        h.update(name.encode() + t.cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def step_determinism(c: Check, left: float) -> str:
+    """Seed 3 trained alone twice, then twice side by side: the same weights each time?"""
+    data, steps = demo_data(c), 2 if c.dry else 60
+    digests: dict[str, str | None] = {}
+    for name in ("alone1", "alone2"):
+        c.run([PY, str(REPO / "train.py")], left / 3, "determinism.log", cwd=c.work,
+              env=train_env(c, data, c.work / "det" / name, 3, steps))
+        digests[name] = weights_digest(c.work / "det" / name)
+    procs = [subprocess.Popen([PY, str(REPO / "train.py")], cwd=c.work, env=train_env(c, data, c.work / "det" / n, 3, steps),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in ("packed1", "packed2")]
+    for p in procs:
+        try:
+            p.wait(timeout=left / 3)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    for n in ("packed1", "packed2"):
+        digests[n] = weights_digest(c.work / "det" / n)
+    c.figures["determinism"] = digests
+    ref = digests["alone1"]
+    packed = [digests[n] for n in ("packed1", "packed2")]
+
+    def word(d: str | None) -> str:
+        return "missing" if d is None or ref is None else ("same" if d == ref else "different")
+
+    return (f"{'ok' if None not in digests.values() else 'FAIL'} {steps} steps on {c.device}, seed 3: the second run "
+            f"alone {word(digests['alone2'])}, the two side by side {word(packed[0])} and {word(packed[1])} "
+            f"(tensor digests {digests})")
+
+
+def toml_set(path: Path, values: dict[str, dict[str, object]]) -> None:
+    """Set keys in a looper.toml (section -> key -> value), keeping the rest of the file."""
+    lines = path.read_text().splitlines()
+    for section, keys in values.items():
+        start = next((i for i, x in enumerate(lines) if x.strip() == f"[{section}]"), None)
+        if start is None:
+            lines += ["", f"[{section}]"]
+            start = len(lines) - 1
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("[")), len(lines))
+        for key, value in keys.items():
+            text = f"{key} = {json.dumps(value) if not isinstance(value, bool) else str(value).lower()}"
+            at = next((i for i in range(start + 1, end) if lines[i].split("=")[0].strip() == key), None)
+            if at is None:
+                lines.insert(start + 1, text)
+                end += 1
+            else:
+                lines[at] = text
+    path.write_text("\n".join(lines) + "\n")
+
+
+def step_night(c: Check, left: float) -> str:
+    ws = c.work / "night"
+    looper = [PY, "-m", "looper.cli"]
+    p = c.run(looper + ["init", str(ws), "--preset", "tiny" if c.dry else "demo"], 120, "night.log")
+    if p.returncode != 0:
+        return f"FAIL init: {_tail(p, 2)}"
+    cores = os.cpu_count() or 2
+    jobs, workers = (1, 1) if c.dry else (4, 2 if cores >= 16 else 1)
+    toml_set(ws / "looper.toml", {
+        "loop": {"seed_jobs": jobs, "workers": workers, "baseline_seeds": max(2, jobs), "noise_reruns": max(1, jobs - 1),
+                 "confirm_seeds": 0 if c.dry else jobs, **({"max_steps": 4} if c.dry else {})},
+        "executor": {"require_gpu": not c.dry, "sandbox": "bwrap"}, "confirm": {"transfer_steps": 0}})
+    t0 = time.time()
+    stop_at = max(30.0, left - 40)
+    run = [*looper, "run", "--max-experiments", "1" if c.dry else "3"]
+    try:
+        proc = subprocess.Popen(run, cwd=ws, env=c.env, stdout=open(c.work / "logs" / "night-run.log", "w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        rc = proc.wait(timeout=stop_at)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 2)  # SIGINT: the daemon stops at the next safe point and records what ran
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            rc = proc.wait()
+    t1 = time.time()
+    for cmd, name in ((["history", "--json"], "history.json"), (["report", "--json"], "report.json"),
+                      (["status"], "status.txt"), (["report", "--html", str(c.work / "report.html")], "report-html.txt")):
+        r = c.run(looper + cmd, 30, "night.log", cwd=ws)
+        (c.work / name).write_text(r.stdout)
+    night = night_figures(ws / "experiments.db", t0, t1)
+    night.update(gpu=gpu_window(c, night.pop("first_train_at") or t0, t1), exit=rc, wall_s=round(t1 - t0, 1),
+                 seed_jobs=jobs, workers=workers)
+    night["decisions_per_gpu_hour"] = round(night["decided"] / ((t1 - t0) / 3600), 1) if t1 > t0 else None
+    c.figures["night"] = night
+    ok = night["runs"] > 0 and night["failed_runs"] == 0 and rc in (0, 130, -2)
+    return (f"{'ok' if ok else 'FAIL'} exit {rc} in {night['wall_s']} s; {night['experiments']}; {night['runs']} runs "
+            f"({night['failed_runs']} failed) on {night['devices']}; seed_jobs {jobs} x workers {workers}; per run: "
+            f"start-up {night['startup_s']} s, training {night['train_s']} s, evaluation {night['eval_s']} s; "
+            f"{night['decided']} decided, {night['decisions_per_gpu_hour']}/GPU-hour; {gpu_words(night['gpu'])}"
+            + (f"; halt: {night['halt']}" if night.get("halt") else ""))
+
+
+def night_figures(db: Path, t0: float, t1: float) -> dict:
+    import datetime as dt
+    import sqlite3
+
+    if not db.is_file():
+        return {"experiments": "no database", "runs": 0, "failed_runs": 0, "devices": {}, "decided": 0,
+                "startup_s": None, "train_s": None, "eval_s": None, "first_train_at": None}
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    con.row_factory = sqlite3.Row
+    exps = [dict(r) for r in con.execute("select id, kind, status, score, description from experiments order by id")]
+    runs = [dict(r) for r in con.execute("select * from runs order by id")]
+
+    def ts(s: str | None) -> float | None:
+        return dt.datetime.fromisoformat(s).timestamp() if s else None
+
+    def span(a: str | None, b: str | None) -> float | None:
+        x, y = ts(a), ts(b)
+        return y - x if x is not None and y is not None else None
+
+    def mean(xs: list[float | None]) -> float | None:
+        xs2 = [x for x in xs if x is not None]
+        return round(statistics.fmean(xs2), 1) if xs2 else None
+
+    devices: dict[str, int] = {}
+    for r in runs:
+        d = json.loads(r["train_json"] or "{}").get("device", "?")
+        devices[d] = devices.get(d, 0) + 1
+    statuses: dict[str, int] = {}
+    for e in exps:
+        statuses[e["status"]] = statuses.get(e["status"], 0) + 1
+    halts = [r[0] for r in con.execute("select message from events where kind like '%halt%' order by id desc limit 1")] \
+        if "events" in {r[0] for r in con.execute("select name from sqlite_master")} else []
+    starts = [ts(r["train_started_at"]) for r in runs if r["train_started_at"]]
+    return {"experiments": ", ".join(f"{k} {v}" for k, v in statuses.items()), "runs": len(runs),
+            "failed_runs": sum(1 for r in runs if r["exit_code"] not in (0, None)), "devices": devices,
+            "decided": sum(1 for e in exps if e["kind"] != "baseline" and e["status"] in ("keep", "discard")),
+            "startup_s": mean([span(r["started_at"], r["train_started_at"]) for r in runs]),
+            "train_s": mean([span(r["train_started_at"], r["train_ended_at"]) for r in runs]),
+            "eval_s": mean([span(r["train_ended_at"], r["eval_ended_at"]) for r in runs]),
+            "first_train_at": min(starts) if starts else None, "halt": halts[0][:300] if halts else None}
+
+
+def step_probe(c: Check, left: float) -> str:
+    data, steps = demo_data(c), 2 if c.dry else 150
+    counts = (1, 2) if c.dry else (1, 4, 8)
+    parts, rates = [], {}
+    for n in counts:
+        if time.time() + 15 > c.step_end:
+            parts.append(f"x{n} skipped (time)")
+            continue
+        t0 = time.time()
+        outs = [c.work / "probe" / f"x{n}" / f"s{i}" for i in range(n)]
+        threads = str(max(1, (os.cpu_count() or 2) // n))
+        procs = [subprocess.Popen([PY, str(REPO / "train.py")], cwd=c.work, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True,
+                                  env=train_env(c, data, o, i, steps, LOOPER_THREADS=threads, OMP_NUM_THREADS=threads))
+                 for i, o in enumerate(outs)]
+        for p in procs:
+            try:
+                p.wait(timeout=max(5, c.step_end - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, 9)
+        t1 = time.time()
+        per = []
+        for o in outs:
+            try:
+                j = json.loads((o / "train.json").read_text())
+                per.append(j["steps"] / max(1e-6, j["seconds"] - (j.get("startup_seconds") or 0)))
+            except (OSError, ValueError, KeyError):
+                pass
+        rates[n] = round(sum(per), 1)
+        g = gpu_window(c, t0, t1)
+        parts.append(f"x{n} {rates[n]} steps/s ({len(per)}/{n} ok; {gpu_words(g)})")
+    c.figures["probe"] = {"steps": steps, "rates": rates}
+    return ("ok " if rates else "FAIL ") + "; ".join(parts)
+
+
+def step_tune(c: Check, left: float) -> str:
+    """Ultralytics' tuner on the same data and steps a run as the night: iterations per GPU-hour."""
+    data = demo_data(c)
+    n_train = len(list((data / "tiles" / "train" / "images").glob("*"))) if (data / "tiles").is_dir() else 0
+    steps = 4 if c.dry else 169
+    epochs = max(1, round(steps * 8 / max(1, n_train)))
+    yaml = c.work / "tune.yaml"
+    spec = (data / "dataset.yaml").read_text()
+    yaml.write_text(f"path: {data}\n" + "\n".join(x for x in spec.splitlines() if not x.startswith("path:")) + "\n")
+    code = f"""
+from ultralytics import YOLO  # amp off: each iteration is a subprocess whose AMP check would download
+YOLO('yolov8n.yaml').tune(data={str(yaml)!r}, epochs={epochs}, iterations={1 if c.dry else 100}, imgsz=256, batch=8,
+    workers=1, device={'0' if not c.dry else "'cpu'"}, amp=False, plots=False, save=False,
+    project={str(c.work / 'tune')!r}, name='t')
+"""
+    t0 = time.time()
+    c.python(code, max(10.0, left - 5), "tune.log", cwd=c.work)
+    t1 = time.time()
+    done = [x for f in (c.work / "tune").rglob("tune_results.ndjson") for x in f.read_text().splitlines() if x.strip()]
+    log = (c.work / "logs" / "tune.log").read_text()
+    iters = len(done) or max(0, log.count("Starting iteration") - 1)  # the tuner's own record of finished ones
+    rate = round(iters / ((t1 - t0) / 3600), 1) if iters else 0.0
+    c.figures["tune"] = {"iterations": iters, "seconds": round(t1 - t0, 1), "per_gpu_hour": rate, "epochs": epochs,
+                         "train_tiles": n_train}
+    return (f"{'ok' if iters else 'FAIL'} model.tune(): {iters} iterations done in {t1 - t0:.0f} s ({rate}/GPU-hour; "
+            f"{epochs} epochs ~ {steps} steps a run, its own validation each, amp off) {gpu_words(gpu_window(c, t0, t1))}")
+
+
+# ---------------------------------------------------------------------------------------------- the runner
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dry-run", action="store_true", help="a rehearsal on a CPU (tiny preset, short boxes)")
+    ap.add_argument("--wheels", help="a folder of wheels to install first (what the machine lacks)")
+    ap.add_argument("--debs", help="a folder of Debian packages (bubblewrap and its libraries) for a machine without")
+    ap.add_argument("--out", help="where summary.txt, gpu_check.json and results.tar.gz go (default $OUT)")
+    ap.add_argument("--work", default="/tmp/looper-gpu-check", help="the work folder (cleared first)")
+    ap.add_argument("--total-seconds", type=float, default=540.0)
+    ap.add_argument("--only", help="comma-separated steps (default all)")
+    args = ap.parse_args(argv)
+    c = Check(args)
+    c.line(f"looper GPU check {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} dry_run={c.dry} "
+           f"commit={_commit()} total={args.total_seconds:.0f}s")
+    stop = threading.Event()
+    threading.Thread(target=sampler, args=(c, stop), daemon=True).start()
+    failed = 0
+    for name in STEPS:
+        if name not in c.only:
+            continue
+        box = BOX[name][1 if c.dry else 0]
+        left = min(box, c.deadline - time.time() - 10)
+        if left < 10:
+            c.line(f"[{time.time() - c.t0:4.0f}s] {name:<11} skipped: no time left")
+            continue
+        c.step_end = time.time() + left
+        t = time.time()
+        try:
+            words = globals()[f"step_{name}"](c, left)
+        except Exception as exc:  # noqa: BLE001 (a step that breaks is a FAIL line, the others still run)
+            words = f"FAIL {type(exc).__name__}: {exc}"
+        failed += words.startswith("FAIL")
+        c.line(f"[{time.time() - c.t0:4.0f}s] {name:<11} {time.time() - t:4.0f}s  {words}")
+    stop.set()
+    (c.out / "gpu_check.json").write_text(json.dumps(c.figures, indent=1, default=str) + "\n")
+    with open(c.work / "gpu_samples.csv", "w") as f:
+        f.write("t,util_pct,mem_used_mib\n" + "".join(f"{a:.2f},{b:.0f},{m:.0f}\n" for a, b, m in c.samples))
+    with tarfile.open(c.out / "results.tar.gz", "w:gz") as tar:
+        for p in ("logs", "history.json", "report.json", "status.txt", "report.html", "gpu_samples.csv",
+                  "night/experiments.db", "night/looper.toml"):
+            if (c.work / p).exists():
+                tar.add(c.work / p, arcname=p)
+    c.line(f"done in {time.time() - c.t0:.0f} s: {failed} step(s) failed")
+    return 1 if failed else 0
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=5).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The GPU check (bench/gpu_check.py) rehearsed on this CPU, as a person runs it on a GPU: every step answers with
+one line of its own, and the steps a CPU can take pass. The figures it gathers on a GPU are in bench/RESULTS.md."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+import gpu_check  # noqa: E402
+
+
+def _deb(path: Path, files: dict[str, bytes]) -> Path:
+    """A Debian package as dpkg-deb writes one: an ar archive of debian-binary, control.tar, data.tar."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:xz") as tar:
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(content), 0o755
+            tar.addfile(info, io.BytesIO(content))
+    members = [("debian-binary", b"2.0\n"), ("control.tar.xz", b"x"), ("data.tar.xz", data.getvalue())]
+    out = b"!<arch>\n"
+    for name, body in members:
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(body):<10}`\n".encode() + body + b"\n" * (len(body) % 2)
+    path.write_bytes(out)
+    return path
+
+
+def test_a_carried_package_unpacks_without_dpkg(tmp_path: Path) -> None:
+    deb = _deb(tmp_path / "tool_1.0_amd64.deb", {"./usr/bin/tool": b"#!/bin/sh\necho tool 1.0\n"})
+    gpu_check.unpack_deb(deb, tmp_path / "root")
+    assert (tmp_path / "root" / "usr" / "bin" / "tool").read_bytes() == b"#!/bin/sh\necho tool 1.0\n"
+    with pytest.raises(ValueError, match="nodata.deb: no data.tar in it"):
+        gpu_check.unpack_deb(_no_data(tmp_path / "nodata.deb"), tmp_path / "r2")
+
+
+def _no_data(path: Path) -> Path:
+    path.write_bytes(b"!<arch>\n" + f"{'debian-binary':<16}{0:<12}{0:<6}{0:<6}{100644:<8}{4:<10}`\n".encode() + b"2.0\n")
+    return path
+
+
+def test_toml_set_changes_only_the_keys_named(tmp_path: Path) -> None:
+    f = tmp_path / "looper.toml"
+    f.write_text('[loop]\ntag = "demo"  # kept\nseed_jobs = 2\n\n[executor]\nkind = "local"\n')
+    gpu_check.toml_set(f, {"loop": {"seed_jobs": 4, "workers": 2}, "executor": {"require_gpu": True},
+                           "confirm": {"transfer_steps": 0}})
+    import tomllib
+
+    got = tomllib.loads(f.read_text())
+    assert got["loop"] == {"tag": "demo", "seed_jobs": 4, "workers": 2}
+    assert got["executor"] == {"kind": "local", "require_gpu": True} and got["confirm"] == {"transfer_steps": 0}
+
+
+@pytest.mark.e2e
+def test_the_dry_run_answers_every_step_and_passes_what_a_cpu_can_take(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--dry-run", "--out", str(out),
+                        "--work", str(tmp_path / "work"), "--only", "facts,install,amp,night,probe",
+                        "--total-seconds", "900"], capture_output=True, text=True, timeout=1000)
+    summary = (out / "summary.txt").read_text().splitlines()
+    steps = {line.split()[1]: line for line in summary[1:-1]}
+    assert set(steps) == {"facts", "install", "amp", "night", "probe"}, summary
+    assert "skipped: a dry run uses this interpreter's installed looper" in steps["install"]
+    for name in ("facts", "amp", "night", "probe"):
+        assert f"{name}" in steps[name] and " ok " in steps[name], steps[name]
+    assert "LOOPER_AMP on=False reason=device cpu" in steps["amp"] and "downloads tried: none" in steps["amp"]
+    figures = json.loads((out / "gpu_check.json").read_text())
+    assert figures["night"]["runs"] >= 2 and figures["night"]["failed_runs"] == 0
+    assert figures["night"]["devices"] == {"cpu": figures["night"]["runs"]}
+    assert p.returncode == 0 and summary[-1].endswith("0 step(s) failed"), p.stdout[-2000:] + p.stderr[-2000:]
+    with tarfile.open(out / "results.tar.gz") as tar:
+        names = tar.getnames()
+    assert "night/experiments.db" in names and "history.json" in names
