@@ -44,7 +44,7 @@ PY = sys.executable
 STEPS = ("facts", "install", "tests", "amp", "determinism", "night", "probe", "tune")
 # Seconds each step may take on a GPU (the whole fits 540 s) and in a dry run on 2 CPU cores.
 BOX = {"facts": (30, 60), "install": (60, 30), "tests": (60, 240), "amp": (45, 120), "determinism": (50, 200),
-       "night": (200, 600), "probe": (60, 200), "tune": (35, 120)}
+       "night": (200, 600), "probe": (60, 200), "tune": (40, 120)}
 
 
 class Check:
@@ -153,12 +153,25 @@ def step_facts(c: Check, left: float) -> str:
     facts["cores"] = os.cpu_count()
     facts["bwrap"] = carried(c, "bwrap", ("bubblewrap", "libcap2", "libselinux1"))
     facts["git"] = carried(c, "git", ("git",))
+    facts["cuda_under_rlimit_data"] = cuda_under_rlimit(c)
     c.figures["facts"] = facts
     if not c.dry and not facts.get("cuda"):
         return f"FAIL no CUDA: {facts}"
     return (f"ok {facts.get('device') or 'cpu (dry run)'}; driver {facts['nvidia_smi'] or '-'}; torch "
             f"{facts.get('torch')} cuda {facts.get('cuda_build')}; {facts['cores']} cores; bwrap {facts['bwrap']}; "
-            f"git {facts['git']}")
+            f"git {facts['git']}; torch under looper's RLIMIT_DATA: {facts['cuda_under_rlimit_data']}")
+
+
+def cuda_under_rlimit(c: Check) -> str:
+    """torch (CUDA on a GPU) in a process under the RLIMIT_DATA every run gets ([limits] memory_max_bytes by
+    default: 75 % of physical memory, looper.executors.limits): "ok" or what broke."""
+    if not shutil.which("prlimit"):
+        return "no prlimit"
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+    p = c.run(["prlimit", f"--data={mem}:{mem}", "--", PY, "-c", "import torch; d = 'cuda' if "
+               "torch.cuda.is_available() else 'cpu'; x = torch.randn(512, 512, device=d); print('ok', d, "
+               "float((x @ x).abs().sum()) > 0)"], 60, "facts.log")
+    return "ok" if p.returncode == 0 and "ok" in p.stdout else f"BROKEN ({_tail(p)[:120]})"
 
 
 def unpack_deb(deb: Path, root: Path) -> None:
@@ -349,6 +362,9 @@ def step_night(c: Check, left: float) -> str:
         "loop": {"seed_jobs": jobs, "workers": workers, "baseline_seeds": max(2, jobs), "noise_reruns": max(1, jobs - 1),
                  "confirm_seeds": 0 if c.dry else jobs, **({"max_steps": 4} if c.dry else {})},
         "executor": {"require_gpu": not c.dry, "sandbox": "bwrap"}, "confirm": {"transfer_steps": 0}})
+    limits = (c.figures.get("facts") or {}).get("cuda_under_rlimit_data", "ok")  # type: ignore[union-attr]
+    if limits not in ("ok", "no prlimit"):  # torch broke under the memory rlimit: the night without run limits
+        toml_set(ws / "looper.toml", {"limits": {"run_limits": False}})
     t0 = time.time()
     stop_at = max(30.0, left - 40)
     run = [*looper, "run", "--max-experiments", "1" if c.dry else "3"]
@@ -378,6 +394,8 @@ def step_night(c: Check, left: float) -> str:
             f"({night['failed_runs']} failed) on {night['devices']}; seed_jobs {jobs} x workers {workers}; per run: "
             f"start-up {night['startup_s']} s, training {night['train_s']} s, evaluation {night['eval_s']} s; "
             f"{night['decided']} decided, {night['decisions_per_gpu_hour']}/GPU-hour; {gpu_words(night['gpu'])}"
+            + f"; start-up phases (s since launch) {night['startup_phases']}"
+            + ("" if limits in ("ok", "no prlimit") else "; run limits OFF (torch broke under RLIMIT_DATA)")
             + (f"; halt: {night['halt']}" if night.get("halt") else ""))
 
 
@@ -387,7 +405,7 @@ def night_figures(db: Path, t0: float, t1: float) -> dict:
 
     if not db.is_file():
         return {"experiments": "no database", "runs": 0, "failed_runs": 0, "devices": {}, "decided": 0,
-                "startup_s": None, "train_s": None, "eval_s": None, "first_train_at": None}
+                "startup_s": None, "train_s": None, "eval_s": None, "first_train_at": None, "startup_phases": {}}
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     con.row_factory = sqlite3.Row
     exps = [dict(r) for r in con.execute("select id, kind, status, score, description from experiments order by id")]
@@ -414,13 +432,18 @@ def night_figures(db: Path, t0: float, t1: float) -> dict:
     halts = [r[0] for r in con.execute("select message from events where kind like '%halt%' order by id desc limit 1")] \
         if "events" in {r[0] for r in con.execute("select name from sqlite_master")} else []
     starts = [ts(r["train_started_at"]) for r in runs if r["train_started_at"]]
+    phases: dict[str, list[float]] = {}
+    for r in runs:
+        for k, v in (json.loads(r["train_json"] or "{}").get("startup_phases") or {}).items():
+            phases.setdefault(k, []).append(v)
     return {"experiments": ", ".join(f"{k} {v}" for k, v in statuses.items()), "runs": len(runs),
             "failed_runs": sum(1 for r in runs if r["exit_code"] not in (0, None)), "devices": devices,
-            "decided": sum(1 for e in exps if e["kind"] != "baseline" and e["status"] in ("keep", "discard")),
+            "decided": sum(1 for e in exps if e["kind"] != "baseline" and e["status"] in ("keep", "discard", "inconclusive")),
             "startup_s": mean([span(r["started_at"], r["train_started_at"]) for r in runs]),
             "train_s": mean([span(r["train_started_at"], r["train_ended_at"]) for r in runs]),
             "eval_s": mean([span(r["train_ended_at"], r["eval_ended_at"]) for r in runs]),
-            "first_train_at": min(starts) if starts else None, "halt": halts[0][:300] if halts else None}
+            "first_train_at": min(starts) if starts else None, "halt": halts[0][:300] if halts else None,
+            "startup_phases": {k: mean(v) for k, v in phases.items()}}
 
 
 def step_probe(c: Check, left: float) -> str:
@@ -507,6 +530,9 @@ def main(argv: list[str] | None = None) -> int:
         if name not in c.only:
             continue
         box = BOX[name][1 if c.dry else 0]
+        after = sum(BOX[n][1 if c.dry else 0] for n in STEPS[STEPS.index(name) + 1:] if n in c.only)
+        if name == "night":  # the night takes what the steps before it left over, the later steps' boxes kept
+            box = max(box, min(box * 1.3, c.deadline - time.time() - after - 10))
         left = min(box, c.deadline - time.time() - 10)
         if left < 10:
             c.line(f"[{time.time() - c.t0:4.0f}s] {name:<11} skipped: no time left")
