@@ -66,6 +66,21 @@ def test_over_quota(used: int, entries: int, max_bytes: int, max_files: int, wor
     assert (got is None) == (words is None) and (words is None or words in got), got
 
 
+@pytest.mark.parametrize("used, held, too_deep, words", [
+    (10, 0, 0, None),
+    (10, 80, 0, None),  # folder and held files together still under the quota
+    (10, 91, 0, "out_max_bytes = 100 (101 bytes, 91 of them in deleted files it still held open)"),
+    (0, 101, 0, "(101 bytes, 101 of them in deleted files"),  # issue 48: all of it unlinked, the folder empty
+    (101, 0, 0, "(101 bytes): the run"),  # nothing held: the words say nothing of it
+    (10, -5, 0, None),  # a negative count (never measured) adds nothing
+    (10, 0, 1, "more than 64 levels deep (1 not entered)"),  # a folder the watch would not enter
+    (101, 0, 1, "out_max_bytes = 100"),  # the bytes are said first
+])
+def test_over_quota_counts_held_files_and_depth(used: int, held: int, too_deep: int, words: str | None) -> None:
+    got = over_quota(used, 1, 100, 10, held_bytes=held, too_deep=too_deep, max_depth=64)
+    assert (got is None) == (words is None) and (words is None or words in got), got
+
+
 @pytest.mark.parametrize("out_max, free, min_free, expected", [
     (1000, 10_000, 100, 1000),  # the configured quota fits
     (1000, 600, 100, 500),  # never more than the disk can give
