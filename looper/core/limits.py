@@ -113,6 +113,16 @@ def limit_hit(caps: Caps, seen: Seen, tail: str, who: str = "train.py") -> str |
     return None
 
 
+def agent_limit_hit(caps: Caps, seen: Seen, tail: str) -> str | None:
+    """The limit a boxed agent hit (issue 48), in words naming it: :func:`limit_hit`'s rules, and a bare
+    ENOSPC, which in the box can only be its private ``/tmp`` or ``/dev/shm`` (its folders have a quota)."""
+    hit = limit_hit(caps, seen, tail, who="the agent")
+    if hit is None and caps.tmp_max_bytes and "No space left on device" in tail:
+        hit = (f"the agent filled its private /tmp or /dev/shm ([limits] tmp_max_bytes = {caps.tmp_max_bytes}): "
+               "No space left on device")
+    return hit
+
+
 def over_quota(out_bytes: int, out_files: int, max_bytes: int, max_files: int, held_bytes: int = 0,
                too_deep: int = 0, max_depth: int = 0, where: str = "$LOOPER_OUT") -> str | None:
     """The quota watch's rule: words once ``$LOOPER_OUT`` holds more than its quota, else None.
