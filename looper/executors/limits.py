@@ -39,6 +39,7 @@ from looper.workspace import trees
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _COUNTER = itertools.count(1)
+HELD_EVERY = 10  # polls (seconds) between two looks for deleted files a run holds, when the disk gave no cause
 # sh -c JOIN sh ADJ CGROUP_PROCS... -- ARGV: the run's first process sets its oom_score_adj and joins
 # its cgroups, then becomes ARGV (the same pid: everything it starts inherits both).
 JOIN = ('adj=$1; shift; echo "$adj" > /proc/self/oom_score_adj || { echo "looper limits: cannot set '
@@ -288,8 +289,10 @@ class Box:
         self.stopped = ""
         self.label = "$LOOPER_OUT"  # what the quota's words call ``out_dir``
         self.leader = 0  # the run's first process (started): its tree is searched for deleted files it holds
+        self.free0 = 0  # the disk's free bytes when the run started
+        self.polls = 0
         if self.out_dir is not None and self.caps.out_max_bytes:
-            free = shutil.disk_usage(self.out_dir).free
+            free = self.free0 = shutil.disk_usage(self.out_dir).free
             self.quota = core.quota(self.caps.out_max_bytes, free, self.min_free_bytes)
 
     @property
@@ -364,12 +367,15 @@ class Box:
         if self.out_dir is None or not (self.quota or self.caps.out_max_files):
             return None
         used, entries, deep = _folder_usage(self.out_dir, self.caps.out_max_files + 1)
-        held = 0
-        if self.quota:
-            try:
+        held, self.polls = 0, self.polls + 1
+        try:  # the run's deleted files are looked for when the disk lost over half the quota since it started
+            # (what they hold is part of that loss), and every HELD_EVERY polls whatever the disk says (another
+            # process freeing space on a shared disk could hide the loss)
+            lost = self.free0 - shutil.disk_usage(self.out_dir).free
+            if self.quota and (lost > self.quota // 2 or self.polls % HELD_EVERY == 0):
                 held = held_deleted(self._pids(), os.stat(self.out_dir).st_dev)
-            except OSError:
-                held = 0
+        except OSError:
+            held = 0
         self.stopped = core.over_quota(used, entries, self.quota, self.caps.out_max_files, held, deep,
                                        trees.MAX_DEPTH, self.label) or ""
         return self.stopped or None
