@@ -231,7 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with box:
             bounds.check = box.check if box.on else None
             s = proc.supervise(box.wrap(argv), cwd=Path.cwd(), env=env, log_path=run / "run.log", limits=bounds,
-                               on_line=_print_line, on_start=lambda pid: (run / "run.pid").write_text(str(pid)))
+                               on_line=_print_line, on_start=lambda pid: (box.started(pid), (run / "run.pid").write_text(str(pid))))
             if box.on:  # what this host saw of the run's limits: `end` hands it to the daemon
                 _write_json(run / "limits.json", dataclasses.asdict(box.seen(s.log_error, s.limit)))
     finally:
@@ -269,21 +269,19 @@ def cmd_end(args: argparse.Namespace) -> int:
 def out_usage(out: Path, stop_at: int = 1_000_000) -> dict[str, Any]:
     """What a run's out/ holds, measured here before anything is fetched (issue 39): its files' apparent
     bytes, its entries, and the files that are sparse (fewer blocks on disk than their size says)."""
-    total = entries = 0
+    from looper.workspace import trees
+
+    total = 0
     sparse: list[str] = []
-    for folder, dirs, files in os.walk(out):
-        for name in dirs + files:
-            entries += 1
-            try:
-                st = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_size
-                if st.st_size > 65536 and st.st_blocks * 512 < st.st_size // 2:
-                    sparse.append(os.path.relpath(os.path.join(folder, name), out)[:200])
-        if entries > stop_at:
-            break
+    walk = trees.Walk(out, max_entries=stop_at + 1)  # iterative, links never followed (issue 48)
+    for rel, st in walk:
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+            if st.st_size > 65536 and st.st_blocks * 512 < st.st_size // 2:
+                sparse.append(rel[:200])
+    entries = walk.entries
+    if walk.too_deep:
+        sparse.append(f"(folders more than {walk.max_depth} levels deep, not measured)")
     return {"bytes": total, "entries": entries, "sparse": sparse[:5]}
 
 

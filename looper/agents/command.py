@@ -36,11 +36,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import looper.agents.sandbox as agent_sandbox
+import looper.executors.limits as run_limits
 from looper import proc
 from looper.agents.base import AgentContext, Proposal, ProposalRejected
 from looper.agents.sandbox import AgentBox
+from looper.core import limits as limits_core
 from looper.core.hyperblock import HyperblockError, knob_changes
 from looper.errors import HarnessError
+from looper.workspace import trees
 
 Runner = Callable[..., proc.Completed]
 
@@ -110,43 +113,65 @@ class CommandAgent:
                 f"agent command failed {self.failures} times in a row (last: {why})")
         return ProposalRejected(f"agent command failed: {why}")
 
+    def _run(self, ctx: AgentContext, argv: list[str], tmp: Path) -> tuple[proc.Completed, list[str], str]:
+        """Run the agent once in ``tmp`` (its prompt, description and, boxed, its working copy and limits):
+        (what it did, what else it touched, its description). A limit it hit is a rejected proposal."""
+        checkout = Path(ctx.checkout)
+        io = tmp / "io"
+        io.mkdir()
+        prompt_file, desc_file = io / "prompt.md", io / "description.txt"
+        prompt_file.write_text(ctx.prompt, encoding="utf-8")
+        env = {"LOOPER_PROMPT_FILE": str(prompt_file), "LOOPER_DESCRIPTION_FILE": str(desc_file),
+               "LOOPER_CHECKOUT": str(checkout)}
+        boxed = self.box is not None and self.box.enabled
+        work, put, touched = tmp / "work", {}, []
+        # the box's limits (issue 48): memory, processes, oom_score_adj, its copy's quota and tmpfs sizes
+        lim = run_limits.box(tmp) if boxed else run_limits.Box(run_limits.core.Caps())
+        if boxed:
+            assert self.box is not None
+            put = agent_sandbox.prepare_work(checkout, work)
+            argv = lim.wrap(agent_sandbox.box_argv(self.box, argv, work=work, io=io, checkout=checkout,
+                                                   tmp_bytes=lim.caps.tmp_max_bytes))
+            run_env, inherit = agent_sandbox.box_env(self.box, env), False
+        else:
+            run_env, inherit = env, True
+        with lim:
+            if lim.out_dir is not None:
+                lim.label = "the agent's folders (its copy, prompt and description)"
+            try:
+                done = self.runner(argv, cwd=checkout, env=run_env, timeout=self.timeout_seconds,
+                                   input_text=ctx.prompt, max_output=agent_sandbox.MAX_OUTPUT_BYTES,
+                                   **({"check": lim.check, "on_start": lim.started} if boxed else {}),
+                                   **({} if inherit else {"inherit_env": False}))
+            except OSError as exc:  # exec failure: permission, bad interpreter line
+                raise HarnessError(f"agent command could not be started: {argv[0]}: {exc.strerror or exc}") from exc
+            seen = lim.seen("", done.limit)
+        hit = done.limit or (None if done.ok or not boxed else limits_core.agent_limit_hit(
+            lim.caps, seen, done.stderr[-8000:]))
+        if hit:  # the agent's limit: its proposal's failure, never the night's (not counted as a failed run)
+            raise ProposalRejected(f"agent command stopped at a limit: {hit}")
+        if boxed and done.exit_code == 1 and "bwrap: execvp" in done.stderr:
+            raise HarnessError(f"agent command could not be started in its box: {_tail(done.stderr, 2)} "
+                               "(a program outside the system folders and the runtime must be named in "
+                               "[agent] readable)")
+        if boxed and not done.timed_out and done.exit_code == 0:
+            new, touched = agent_sandbox.take_back(work, put)
+            if isinstance(new, str):
+                raise ProposalRejected(f"agent edit refused: {new}")
+            (checkout / "train.py").write_bytes(new)  # the one file that comes back
+        return done, touched, _read_description(desc_file)
+
     def propose(self, ctx: AgentContext) -> Proposal:
         checkout = Path(ctx.checkout)
         argv = self._resolve(checkout)
         target = checkout / "train.py"
-        touched: list[str] = []
-        with tempfile.TemporaryDirectory(prefix="looper-agent-") as tmp:
-            io = Path(tmp) / "io"
-            io.mkdir()
-            prompt_file = io / "prompt.md"
-            desc_file = io / "description.txt"
-            prompt_file.write_text(ctx.prompt, encoding="utf-8")
-            env = {"LOOPER_PROMPT_FILE": str(prompt_file), "LOOPER_DESCRIPTION_FILE": str(desc_file),
-                   "LOOPER_CHECKOUT": str(checkout)}
-            boxed = self.box is not None and self.box.enabled
-            if boxed:
-                assert self.box is not None
-                work = Path(tmp) / "work"
-                put = agent_sandbox.prepare_work(checkout, work)
-                argv = agent_sandbox.box_argv(self.box, argv, work=work, io=io, checkout=checkout)
-                run_env, inherit = agent_sandbox.box_env(self.box, env), False
-            else:
-                run_env, inherit = env, True
-            try:
-                done = self.runner(argv, cwd=checkout, env=run_env, timeout=self.timeout_seconds,
-                                   input_text=ctx.prompt, **({} if inherit else {"inherit_env": False}))
-            except OSError as exc:  # exec failure: permission, bad interpreter line
-                raise HarnessError(f"agent command could not be started: {argv[0]}: {exc.strerror or exc}") from exc
-            if boxed and done.exit_code == 1 and "bwrap: execvp" in done.stderr:
-                raise HarnessError(f"agent command could not be started in its box: {_tail(done.stderr, 2)} "
-                                   "(a program outside the system folders and the runtime must be named in "
-                                   "[agent] readable)")
-            if boxed and not done.timed_out and done.exit_code == 0:
-                new, touched = agent_sandbox.take_back(work, put)
-                if isinstance(new, str):
-                    raise ProposalRejected(f"agent edit refused: {new}")
-                target.write_bytes(new)  # the one file that comes back
-            described = _read_description(desc_file)
+        tmp = Path(tempfile.mkdtemp(prefix="looper-agent-"))
+        try:
+            done, touched, described = self._run(ctx, argv, tmp)
+        finally:
+            left = trees.remove_tree(tmp)  # iterative: a tree of the agent's making (issue 48)
+        if left:
+            raise ProposalRejected(f"the agent's working copy could not be removed: {left}")
         if done.timed_out:
             raise self._failed(f"timed out after {self.timeout_seconds:g} s")
         if done.exit_code != 0:

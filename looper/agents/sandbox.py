@@ -47,9 +47,11 @@ from looper.executors.sandbox import (
     _show_runtime,
     _under,
 )
+from looper.workspace import trees
 
 MODES = ("bwrap", "none")
 MAX_TRAIN_BYTES = 1 << 20  # a train.py larger than 1 MiB is not taken back
+MAX_OUTPUT_BYTES = 4 << 20  # stdout (and stderr) the daemon keeps of the agent; past it the agent is stopped
 SHOWN_FILES = ("train.py", "program.md")  # what the agent's working folder holds
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -116,24 +118,26 @@ def _shown_files(argv: Sequence[str], readable: Sequence[str], never: Sequence[P
     found += [Path(os.path.expanduser(p)) for p in readable]
     out: list[Path] = []
     for p in found:
-        for q in dict.fromkeys((p, Path(os.path.realpath(p)))):
-            if (q.is_absolute() and q.exists() and not _under(home, q)
-                    and not any(_under(q, k) or _under(k, q) for k in never)):
-                out.append(q)
+        q = Path(os.path.realpath(p))  # resolved once (every link, in the name or any folder above it) ...
+        if (p.is_absolute() and q.exists() and not _under(home, q)
+                and not any(_under(q, k) or _under(k, q) for k in never)):
+            out.append(q)  # ... checked in that form and mounted as checked (issue 48)
     return out
 
 
-def box_argv(box: AgentBox, argv: Sequence[str], *, work: Path, io: Path, checkout: Path) -> list[str]:
+def box_argv(box: AgentBox, argv: Sequence[str], *, work: Path, io: Path, checkout: Path,
+             tmp_bytes: int = 0) -> list[str]:
     """``argv`` inside the agent's box: ``work`` (the private copy of the checkout) at ``checkout``'s
-    path, writable, its working directory; ``io`` (prompt and description) writable at its own path."""
+    path, writable, its working directory; ``io`` (prompt and description) writable at its own path;
+    ``/tmp`` and ``/dev/shm`` of at most ``tmp_bytes`` each (``[limits] tmp_max_bytes``; 0: unsized)."""
     checkout = Path(os.path.realpath(checkout))
     home = Path(os.path.realpath(os.path.expanduser("~")))
     never = [checkout, home / ".config" / "looper"] + ([Path(os.path.realpath(box.workspace))] if box.workspace else [])
-    args = [shutil.which(box.bwrap) or box.bwrap, *_base_args(box.network)]
+    args = [shutil.which(box.bwrap) or box.bwrap, *_base_args(box.network, tmp_bytes)]
     m = _Mounts()
     _show_runtime(m, box.python, keep_out=[home, *never])
     for p in _shown_files(argv, box.readable, never):
-        m.ro(p)
+        m.ro_resolved(p)
     m.rw_at(work, checkout)
     m.rw(io)
     args += m.args()
@@ -165,7 +169,8 @@ def prepare_work(checkout: Path, work: Path) -> dict[str, bytes]:
 
 
 def _read_plain(path: Path, limit: int) -> bytes | str:
-    """The bytes of ``path`` read without following a link, or why they are refused."""
+    """The bytes of ``path`` read without following a link, its size checked before it is read, or why
+    they are refused."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -173,20 +178,29 @@ def _read_plain(path: Path, limit: int) -> bytes | str:
     except OSError as exc:
         return f"train.py cannot be read ({'a symbolic link' if exc.errno == 40 else exc.strerror})"
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
             return "train.py is not a regular file"
+        if st.st_size > limit:
+            return f"train.py is larger than {limit} bytes ({st.st_size})"
         data = f.read(limit + 1)
     return data if len(data) <= limit else f"train.py is larger than {limit} bytes"
 
 
 def take_back(work: Path, put: Mapping[str, bytes]) -> tuple[bytes | str, list[str]]:
-    """(train.py's new bytes, or why they are refused; every other path the agent made or changed)."""
+    """(train.py's new bytes, or why they are refused; every other path the agent made or changed). The copy
+    is walked iteratively, links never followed, at most ``trees.MAX_DEPTH`` deep and 100,000 entries; a
+    shown file is compared by its size first and read only up to the size it had (issue 48)."""
     touched: list[str] = []
-    for p in sorted(work.rglob("*")):
-        rel = p.relative_to(work).as_posix()
-        if rel == "train.py" or (p.is_dir() and not p.is_symlink()):
+    walk = trees.Walk(work, max_entries=100_000)
+    for rel, st in walk:
+        if rel == "train.py" or stat.S_ISDIR(st.st_mode):
             continue
-        if rel not in put or p.is_symlink() or not p.is_file() or p.read_bytes() != put[rel]:
+        if rel not in put or not stat.S_ISREG(st.st_mode) or st.st_size != len(put[rel]):
             touched.append(rel)
+        elif trees.read_bounded(work, rel, len(put[rel])) != put[rel]:
+            touched.append(rel)
+    if walk.too_deep or walk.truncated:
+        touched.append(f"(folders more than {walk.max_depth} levels deep or over {walk.max_entries} entries)")
     touched += [n for n in put if n != "train.py" and not os.path.lexists(work / n)]
     return _read_plain(work / "train.py", MAX_TRAIN_BYTES), sorted(set(touched))

@@ -73,52 +73,72 @@ def _tmpfs_full(tail: str) -> str | None:
     return None
 
 
-def _from_log(caps: Caps, tail: str) -> str | None:
+def _from_log(caps: Caps, tail: str, who: str) -> str | None:
     """What the run's own error lines show of a limit (each only where that limit was applied)."""
     tmp = _tmpfs_full(tail) if caps.tmp_max_bytes else None
     if tmp:
-        return (f"train.py filled its private {tmp} ([limits] tmp_max_bytes = {caps.tmp_max_bytes}): "
+        return (f"{who} filled its private {tmp} ([limits] tmp_max_bytes = {caps.tmp_max_bytes}): "
                 "No space left on device")
     if caps.out_max_bytes and _TOO_LARGE.search(tail):
-        return (f"train.py wrote a file larger than [limits] out_max_bytes = {caps.out_max_bytes} "
+        return (f"{who} wrote a file larger than [limits] out_max_bytes = {caps.out_max_bytes} "
                 "(File too large)")
     if caps.pids_max and _NO_FORK.search(tail):
-        return (f"train.py tried to run more than [limits] pids_max = {caps.pids_max} processes and threads "
+        return (f"{who} tried to run more than [limits] pids_max = {caps.pids_max} processes and threads "
                 "(a fork was refused)")
     if caps.memory_max_bytes and _NO_MEMORY.search(tail) and not _GPU.search(tail):
-        return (f"train.py ran out of memory at [limits] memory_max_bytes = {caps.memory_max_bytes} "
+        return (f"{who} ran out of memory at [limits] memory_max_bytes = {caps.memory_max_bytes} "
                 "(MemoryError)")
     return None
 
 
-def limit_hit(caps: Caps, seen: Seen, tail: str) -> str | None:
-    """The limit the run hit, in words naming it; None when it hit none (as far as the evidence shows)."""
+def limit_hit(caps: Caps, seen: Seen, tail: str, who: str = "train.py") -> str | None:
+    """The limit the run hit, in words naming it; None when it hit none (as far as the evidence shows).
+    ``who``: what ran (train.py, or "the agent" in its box: issue 48)."""
     if seen.stopped:
         return seen.stopped
     if seen.oom_kills and caps.memory_max_bytes:
         return (f"the kernel killed {seen.oom_kills} process(es) of the run at its memory limit "
                 f"([limits] memory_max_bytes = {caps.memory_max_bytes})")
     if seen.pids_refused and caps.pids_max:
-        return (f"train.py tried to run more than [limits] pids_max = {caps.pids_max} processes and threads "
+        return (f"{who} tried to run more than [limits] pids_max = {caps.pids_max} processes and threads "
                 f"({seen.pids_refused} fork(s) refused)")
-    by_log = _from_log(caps, tail)
+    by_log = _from_log(caps, tail, who)
     if by_log:
         return by_log
     if (_disk_full(seen, tail) and 0 <= seen.disk_free <= seen.min_free_bytes
             and seen.disk_free + seen.out_bytes > seen.min_free_bytes):
-        return (f"train.py filled the disk: its $LOOPER_OUT holds {seen.out_bytes} bytes and the disk had "
+        return (f"{who} filled the disk: its $LOOPER_OUT holds {seen.out_bytes} bytes and the disk had "
                 f"{seen.disk_free} bytes free, at most [limits] min_free_bytes = {seen.min_free_bytes} "
                 "(No space left on device)")
     return None
 
 
-def over_quota(out_bytes: int, out_files: int, max_bytes: int, max_files: int) -> str | None:
-    """The quota watch's rule: words when ``$LOOPER_OUT`` holds more than its quota, else None."""
-    if max_bytes and out_bytes > max_bytes:
-        return (f"$LOOPER_OUT grew past its quota, [limits] out_max_bytes = {max_bytes} ({out_bytes} bytes): "
+def agent_limit_hit(caps: Caps, seen: Seen, tail: str) -> str | None:
+    """The limit a boxed agent hit (issue 48), in words naming it: :func:`limit_hit`'s rules, and a bare
+    ENOSPC, which in the box can only be its private ``/tmp`` or ``/dev/shm`` (its folders have a quota)."""
+    hit = limit_hit(caps, seen, tail, who="the agent")
+    if hit is None and caps.tmp_max_bytes and "No space left on device" in tail:
+        hit = (f"the agent filled its private /tmp or /dev/shm ([limits] tmp_max_bytes = {caps.tmp_max_bytes}): "
+               "No space left on device")
+    return hit
+
+
+def over_quota(out_bytes: int, out_files: int, max_bytes: int, max_files: int, held_bytes: int = 0,
+               too_deep: int = 0, max_depth: int = 0, where: str = "$LOOPER_OUT") -> str | None:
+    """The quota watch's rule: words once ``$LOOPER_OUT`` holds more than its quota, else None.
+    ``held_bytes``: what the run's processes hold on that disk in files they deleted but keep open (or
+    mapped): they take the disk as much as files in the folder do (issue 48). ``too_deep``: folders
+    deeper than ``max_depth`` levels, which the watch does not enter (so could hide bytes): the run's limit."""
+    total = out_bytes + max(0, held_bytes)
+    if max_bytes and total > max_bytes:
+        held = f", {held_bytes} of them in deleted files it still held open" if held_bytes > 0 else ""
+        return (f"{where} grew past its quota, [limits] out_max_bytes = {max_bytes} ({total} bytes{held}): "
                 "the run was stopped")
     if max_files and out_files > max_files:
-        return (f"$LOOPER_OUT holds more than [limits] out_max_files = {max_files} entries ({out_files}): "
+        return (f"{where} holds more than [limits] out_max_files = {max_files} entries ({out_files}): "
+                "the run was stopped")
+    if too_deep:
+        return (f"{where} holds folders more than {max_depth} levels deep ({too_deep} not entered): "
                 "the run was stopped")
     return None
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 
 from looper.executors.base import EvalJob, RunResult
 from looper.executors.sandbox import WEIGHTS_REFUSED_EXIT
+from looper.workspace import trees
 
 
 def stage(job: EvalJob) -> RunResult | None:
@@ -41,8 +43,8 @@ def prepare_evaluator(evaluate_py: Path, eval_dir: Path) -> tuple[Path, Path]:
     write. Returns (the copy, the output folder).
     """
     eval_dir = Path(eval_dir)
-    if eval_dir.exists():
-        shutil.rmtree(eval_dir)
+    if os.path.lexists(eval_dir) and trees.remove_tree(eval_dir):
+        os.rename(eval_dir, eval_dir.with_name(f"{eval_dir.name}.left-{time.time_ns()}"))
     out = eval_dir / "out"
     out.mkdir(parents=True)
     copy = eval_dir / "evaluate.py"

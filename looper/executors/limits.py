@@ -28,15 +28,18 @@ import itertools
 import json
 import os
 import shutil
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from looper.core import limits as core
+from looper.workspace import trees
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _COUNTER = itertools.count(1)
+HELD_EVERY = 10  # polls (seconds) between two looks for deleted files a run holds, when the disk gave no cause
 # sh -c JOIN sh ADJ CGROUP_PROCS... -- ARGV: the run's first process sets its oom_score_adj and joins
 # its cgroups, then becomes ARGV (the same pid: everything it starts inherits both).
 JOIN = ('adj=$1; shift; echo "$adj" > /proc/self/oom_score_adj || { echo "looper limits: cannot set '
@@ -157,26 +160,57 @@ def _count_user_processes(uid: int) -> int:
     return n
 
 
-def _folder_usage(folder: Path, stop_at: int) -> tuple[int, int]:
-    """(bytes on disk, entries) under ``folder``, links not followed; stops counting past ``stop_at`` entries."""
-    size = entries = 0
-    stack = [folder]
-    while stack and entries <= stop_at:
-        try:
-            it = os.scandir(stack.pop())
-        except OSError:
+def _folder_usage(folder: Path, stop_at: int) -> tuple[int, int, int]:
+    """(bytes on disk, entries, folders too deep to enter) under ``folder``: walked iteratively through
+    folder descriptors, links not followed (looper.workspace.trees); stops counting past ``stop_at`` entries."""
+    size = 0
+    walk = trees.Walk(folder, max_entries=stop_at, max_depth=trees.MAX_DEPTH)
+    for _rel, st in walk:
+        size += max(st.st_blocks * 512, st.st_size if not stat.S_ISDIR(st.st_mode) else 0)
+    return size, walk.entries, walk.too_deep
+
+
+def _descendants(leader: int) -> list[int]:
+    """``leader`` and every process under it (from /proc's parent links; one pass)."""
+    children: dict[int, list[int]] = {}
+    for p in os.scandir("/proc"):
+        if not p.name.isdigit():
             continue
-        with it:
-            for e in it:
-                entries += 1
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                size += max(st.st_blocks * 512, st.st_size if not e.is_dir(follow_symlinks=False) else 0)
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(Path(e.path))
-    return size, entries
+        try:
+            with open(f"/proc/{p.name}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(p.name))
+    found, todo = [], [leader]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def held_deleted(pids: Sequence[int], device: int) -> int:
+    """Bytes on ``device`` held by ``pids`` in files deleted but still open or mapped (each counted once, by
+    its blocks): a run that unlinks what it writes still fills the disk (issue 48)."""
+    seen: set[int] = set()
+    total = 0
+    for pid in pids:
+        for sub in ("fd", "map_files"):
+            try:
+                it = os.scandir(f"/proc/{pid}/{sub}")
+            except OSError:
+                continue
+            with it:
+                for e in it:
+                    try:
+                        st = os.stat(e.path)
+                    except OSError:
+                        continue
+                    if st.st_nlink == 0 and st.st_dev == device and st.st_ino not in seen and stat.S_ISREG(st.st_mode):
+                        seen.add(st.st_ino)
+                        total += st.st_blocks * 512
+    return total
 
 
 @dataclass(frozen=True)
@@ -253,8 +287,12 @@ class Box:
         self.cgroups: dict[str, Path] = {}
         self.quota = 0
         self.stopped = ""
+        self.label = "$LOOPER_OUT"  # what the quota's words call ``out_dir``
+        self.leader = 0  # the run's first process (started): its tree is searched for deleted files it holds
+        self.free0 = 0  # the disk's free bytes when the run started
+        self.polls = 0
         if self.out_dir is not None and self.caps.out_max_bytes:
-            free = shutil.disk_usage(self.out_dir).free
+            free = self.free0 = shutil.disk_usage(self.out_dir).free
             self.quota = core.quota(self.caps.out_max_bytes, free, self.min_free_bytes)
 
     @property
@@ -311,12 +349,35 @@ class Box:
         limited = [shutil.which("prlimit") or "prlimit", *rl, "--core=0:0", "--", *argv]
         return [*prefix, "/bin/sh", "-c", JOIN, "sh", str(self.oom_score_adj), *joins, "--", *limited]
 
+    def started(self, pid: int) -> None:
+        """The run's first process (``looper.proc.supervise``'s ``on_start``)."""
+        self.leader = pid
+
+    def _pids(self) -> list[int]:
+        for folder in self.cgroups.values():  # every process of the run, wherever it moved
+            try:
+                return [int(x) for x in (folder / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                continue
+        return _descendants(self.leader) if self.leader else []
+
     def check(self) -> str | None:
-        """The quota watch (polled by looper.proc while the run runs): words once ``$LOOPER_OUT`` is over."""
+        """The quota watch (polled by looper.proc while the run runs): words once ``$LOOPER_OUT`` is over,
+        counting the files its processes deleted but hold open on that disk."""
         if self.out_dir is None or not (self.quota or self.caps.out_max_files):
             return None
-        used, entries = _folder_usage(self.out_dir, self.caps.out_max_files + 1)
-        self.stopped = core.over_quota(used, entries, self.quota, self.caps.out_max_files) or ""
+        used, entries, deep = _folder_usage(self.out_dir, self.caps.out_max_files + 1)
+        held, self.polls = 0, self.polls + 1
+        try:  # the run's deleted files are looked for when the disk lost over half the quota since it started
+            # (what they hold is part of that loss), and every HELD_EVERY polls whatever the disk says (another
+            # process freeing space on a shared disk could hide the loss)
+            lost = self.free0 - shutil.disk_usage(self.out_dir).free
+            if self.quota and (lost > self.quota // 2 or self.polls % HELD_EVERY == 0):
+                held = held_deleted(self._pids(), os.stat(self.out_dir).st_dev)
+        except OSError:
+            held = 0
+        self.stopped = core.over_quota(used, entries, self.quota, self.caps.out_max_files, held, deep,
+                                       trees.MAX_DEPTH, self.label) or ""
         return self.stopped or None
 
     def _counter(self, controller: str, file: str, key: str) -> int:

@@ -120,7 +120,8 @@ class LocalExecutor(DataFolder):
             with run_limits.box(job.out_dir) as box:  # memory, processes, the quota of out/ (issue 39)
                 limits.check = box.check
                 s = proc.supervise(box.wrap(self.train_argv(job)), cwd=job.checkout, env=self.train_env(job),
-                                   log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
+                                   log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel,
+                                   on_start=box.started)
                 seen = box.seen(s.log_error, s.limit)
         finally:
             gpu = sampler.stop() if sampler else {}

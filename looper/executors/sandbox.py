@@ -246,6 +246,12 @@ class _Mounts:
         if p.exists():
             self._add(p, 2, ["--ro-bind", str(p), str(p)])
 
+    def ro_resolved(self, path: Path) -> None:
+        """``path``, already resolved and checked by the caller, read-only at its own place: mounted as
+        checked (bwrap is given no name with a link in it to resolve again)."""
+        if path.is_absolute() and os.path.realpath(path) == str(path) and path.exists():
+            self._add(path, 2, ["--ro-bind", str(path), str(path)])
+
     def rw(self, path: Path) -> None:
         p = Path(os.path.realpath(path))
         self._add(p, 2, ["--bind", str(p), str(p)])

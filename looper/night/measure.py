@@ -6,7 +6,6 @@ for the gate to judge."""
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import threading
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ from looper.night.canary import (
 )
 from looper.night.checks import integrity
 from looper.night.context import Context, Worker, now_iso
+from looper.workspace import trees
 from looper.workspace.hashes import file_sha256
 
 T = TypeVar("T")
@@ -212,9 +212,9 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         return m.ended(Outcome.ERROR, *after.blocking)
     hit = None if tr.clean_exit else limit_hit(tr)
     if hit:  # memory, processes, tmpfs, its quota, a disk it filled: its crash; its out/ goes (issue 39)
-        shutil.rmtree(out, ignore_errors=True)
+        left = trees.remove_tree(out)  # iterative, links not followed: a tree of its making (issue 48)
         m.signature = core_failure.signature_of(f"run limit: {hit}")
-        return m.ended(Outcome.CRASH, hit)
+        return m.ended(Outcome.CRASH, hit, *([f"its out/ was not removed entirely: {left}"] if left else []))
     if tr.gpu.get("lost"):
         lost = f"GPU lost during the run: {tr.gpu.get('lost_reason', 'NVML error')}"
         return _proven(ctx, w, exp_id, role, m.ended(Outcome.ERROR, lost), None)

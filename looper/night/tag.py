@@ -5,7 +5,8 @@ which refreshes what it holds from the store, so no caller keeps a stale copy.""
 from __future__ import annotations
 
 import copy
-import shutil
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from looper.core.verdict import Outcome
 from looper.errors import HarnessError
 from looper.store import ExperimentRecord, Store, TagRecord
+from looper.workspace import trees
 from looper.workspace.gitops import Workspace, Worktree
 
 
@@ -142,7 +144,7 @@ class TagState:
     def runs_dir(self, exp_id: int, role: str, seed: int) -> Path:
         """A new, empty run folder ``runs/<tag>/<exp>/<role>-s<seed>`` (an old one is removed)."""
         d = self.root / "runs" / self.name / f"{exp_id:05d}" / f"{role}-s{seed}"
-        if d.exists():
-            shutil.rmtree(d)
+        if os.path.lexists(d) and trees.remove_tree(d):  # a tree an earlier run made: moved aside if it stays
+            os.rename(d, d.with_name(f"{d.name}.left-{time.time_ns()}"))
         d.mkdir(parents=True)
         return d

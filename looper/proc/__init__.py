@@ -139,6 +139,7 @@ class Completed:
     stderr: str
     timed_out: bool
     seconds: float
+    limit: str = ""  # run(max_output=, check=): the limit that stopped it, in words ("" when none did)
 
     @property
     def ok(self) -> bool:
@@ -167,8 +168,18 @@ def run(
     inherit_env: bool = True,
     timeout: float | None = None,
     input_text: str | None = None,
+    max_output: int | None = None,
+    check: Callable[[], str | None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> Completed:
-    """Run a short command to completion and capture its output."""
+    """Run a short command to completion and capture its output. With ``max_output`` (bytes, each of stdout
+    and stderr) or ``check`` (polled each second: words stop it), the capture is bounded and a command past
+    either is stopped like a timeout, the words in :attr:`Completed.limit` (an untrusted agent: issue 48)."""
+    if max_output is not None or check is not None or on_start is not None:
+        from looper.proc.bounded import run_bounded
+
+        return run_bounded(argv, cwd=cwd, env=_merged_env(env, inherit_env), timeout=timeout,
+                            input_text=input_text, max_output=max_output, check=check, on_start=on_start)
     start = time.monotonic()
     proc = subprocess.Popen(
         list(argv),

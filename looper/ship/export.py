@@ -109,6 +109,22 @@ def data_classes(data_dir: Path) -> list[str]:
         raise ExportError(str(exc)) from exc
 
 
+def pinned_evaluator(root: Path, store: Any, tag: str) -> Path:
+    """The workspace's evaluate.py, after checking it is the one the tag pinned (as a night checks it before
+    each run, issue 48): export runs its code (the model yaml check), so an evaluate.py changed since is
+    refused unrun, naming both hashes."""
+    path = root / "evaluate.py"
+    record = store.tag_record(tag)
+    pinned = (record.fixed_hashes or {}).get("evaluate.py") if record is not None else None
+    if not pinned:
+        raise ExportError(f"tag {tag!r} has no pinned evaluate.py to check {path} against: nothing is run unchecked")
+    now = file_sha256(path) if path.is_file() and not path.is_symlink() else None
+    if now != pinned:
+        raise ExportError(f"{path} has sha256 {str(now)[:12]}, the tag {tag!r} pinned {str(pinned)[:12]}: it changed "
+                          "since the tag began; put it back (git checkout evaluate.py) before exporting")
+    return path
+
+
 def _architecture_check(root: Path) -> Any:
     """evaluate.py's own check of a model yaml (the workspace's fixed copy)."""
     spec = importlib.util.spec_from_file_location("looper_export_evaluate", root / "evaluate.py")
@@ -182,6 +198,7 @@ def export(root: Path, store: Any, tag: str, data_dir: Path, out: Path, fmt: str
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
     exp, run, why = choose(store, tag, experiment_id, seed)
+    pinned_evaluator(root, store, exp.tag)  # before anything of the workspace's is run or read
     classes = data_classes(data_dir)
     weights = verified_weights(root, run)
     os.environ.setdefault("YOLO_OFFLINE", "1")

@@ -12,9 +12,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from looper.core import trackname
 from looper.tracking.records import KEY, RUN_KEY, Tracked, as_text, experiment_run, seed_runs
 
 COMPLETE = "looper.complete"
+SKIPPED = "looper.skipped_names"  # names no key MLflow accepts could be made for (said on the run)
 
 
 def resolve_uri(uri: str, root: Path) -> str:
@@ -94,11 +96,17 @@ class MlflowSink:
         tags = dict(t.tags)
         if parent:
             tags["mlflow.parentRunId"] = parent
+        # a name MLflow refuses (a class "valve (2-way)") is cleaned, or skipped and named: never a refused
+        # batch that would stop this experiment's tracking and every one queued after it (issue 48)
+        metrics, skipped = trackname.keys(t.metrics)
+        params, skipped_params = trackname.keys(t.params)
+        if skipped or skipped_params:
+            tags[SKIPPED] = ", ".join([*skipped, *skipped_params])[:4000]
         run = self.client.create_run(eid, start_time=t.start_ms or None, tags=tags, run_name=t.name)
         rid = run.info.run_id
         ts = t.end_ms or t.start_ms or 0
-        self.client.log_batch(rid, metrics=[Metric(k, v, ts, 0) for k, v in sorted(t.metrics.items())],
-                              params=[Param(k, v[:6000]) for k, v in sorted(t.params.items())])
+        self.client.log_batch(rid, metrics=[Metric(k, v, ts, 0) for k, v in sorted(metrics.items())],
+                              params=[Param(k, v[:6000]) for k, v in sorted(params.items())])
         for name, value in sorted(t.artifacts.items()):
             self.client.log_text(rid, as_text(value), name)
         self.client.set_terminated(rid, status=t.status, end_time=t.end_ms)

@@ -114,3 +114,49 @@ def test_a_missing_bwrap_is_a_config_error_naming_the_install_and_the_opt_out(mo
     with pytest.raises(ConfigError, match=r"apt-get install -y bubblewrap.*\[agent\] sandbox = \"none\""):
         make_agent(cfg)
     assert make_agent(AgentConfig(kind="command", command="x", sandbox="none")).box.enabled is False  # type: ignore[attr-defined]
+
+
+def test_a_sparse_program_md_or_a_deep_folder_is_named_unread(tmp_path: Path) -> None:
+    """Issue 48: a 1 GiB sparse program.md is named by its size, never read; a folder 1,200 levels deep in
+    the copy is named and walked no deeper than trees.MAX_DEPTH (no RecursionError)."""
+    work, put = _work(tmp_path)
+    with open(work / "program.md", "r+b") as f:
+        f.truncate(1 << 30)
+    fd = os.open(work, os.O_RDONLY)
+    for _ in range(1200):
+        os.mkdir("d", dir_fd=fd)
+        nxt = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    os.close(fd)
+    new, touched = ab.take_back(work, put)
+    assert new == b"LR0 = 0.01\n"
+    assert touched[0].startswith("(folders more than 64 levels deep") and "program.md" in touched
+    from looper.workspace.trees import remove_tree
+
+    assert remove_tree(work) is None
+
+
+def test_a_readable_link_is_checked_where_it_leads_and_mounted_as_checked(tmp_path: Path) -> None:
+    """Issue 48: a `readable` path that is a link (or has a link above it) is resolved once; the resolved
+    path is what is checked and what bwrap mounts. A link to the workspace or to $HOME shows nothing."""
+    ws = tmp_path / "ws"
+    (ws / ".looper").mkdir(parents=True)
+    tool = tmp_path / "opt" / "tool-1.2"
+    tool.mkdir(parents=True)
+    (tmp_path / "tool").symlink_to(tool)
+    (tmp_path / "wslink").symlink_to(ws)
+    (tmp_path / "homelink").symlink_to(os.path.expanduser("~"))
+    (tmp_path / "prefix").symlink_to(tmp_path)  # a link in a folder above: prefix/ws is the workspace
+    readable = [str(tmp_path / n) for n in ("tool", "wslink", "homelink")] + [str(tmp_path / "prefix" / "ws" / ".looper")]
+    shown = ab._shown_files(["/bin/sh"], readable, [ws])
+    assert tool in shown and not any(p == ws or ws in p.parents for p in shown), shown
+    home = Path(os.path.realpath(os.path.expanduser("~")))
+    assert home not in shown and all(p == Path(os.path.realpath(p)) for p in shown)
+    (tmp_path / "io").mkdir()
+    work, _ = _work(tmp_path)
+    argv = ab.box_argv(ab.AgentBox(readable=tuple(readable), workspace=ws), ["/bin/true"], work=work,
+                       io=tmp_path / "io", checkout=tmp_path / "ck")
+    assert ["--ro-bind", str(tool), str(tool)] == argv[argv.index(str(tool)) - 1:argv.index(str(tool)) + 2]
+    assert str(ws) not in argv and str(home) not in argv
+    assert str(tmp_path / "wslink") not in argv and str(tmp_path / "homelink") not in argv

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from looper.core.limits import Caps, Seen, derived, limit_hit, over_quota, quota
+from looper.core.limits import Caps, Seen, agent_limit_hit, derived, limit_hit, over_quota, quota
 
 CAPS = Caps(memory_max_bytes=1 << 30, pids_max=64, tmp_max_bytes=8 << 20, out_max_bytes=16 << 20, out_max_files=10)
 GIB = 1 << 30
@@ -66,6 +66,21 @@ def test_over_quota(used: int, entries: int, max_bytes: int, max_files: int, wor
     assert (got is None) == (words is None) and (words is None or words in got), got
 
 
+@pytest.mark.parametrize("used, held, too_deep, words", [
+    (10, 0, 0, None),
+    (10, 80, 0, None),  # folder and held files together still under the quota
+    (10, 91, 0, "out_max_bytes = 100 (101 bytes, 91 of them in deleted files it still held open)"),
+    (0, 101, 0, "(101 bytes, 101 of them in deleted files"),  # issue 48: all of it unlinked, the folder empty
+    (101, 0, 0, "(101 bytes): the run"),  # nothing held: the words say nothing of it
+    (10, -5, 0, None),  # a negative count (never measured) adds nothing
+    (10, 0, 1, "more than 64 levels deep (1 not entered)"),  # a folder the watch would not enter
+    (101, 0, 1, "out_max_bytes = 100"),  # the bytes are said first
+])
+def test_over_quota_counts_held_files_and_depth(used: int, held: int, too_deep: int, words: str | None) -> None:
+    got = over_quota(used, 1, 100, 10, held_bytes=held, too_deep=too_deep, max_depth=64)
+    assert (got is None) == (words is None) and (words is None or words in got), got
+
+
 @pytest.mark.parametrize("out_max, free, min_free, expected", [
     (1000, 10_000, 100, 1000),  # the configured quota fits
     (1000, 600, 100, 500),  # never more than the disk can give
@@ -103,3 +118,21 @@ def test_fetch_refused(usage: object, words: str | None) -> None:
     got = fetch_refused(usage, 1000, 10)
     assert (got is None) == (words is None) and (words is None or words in got), got
     assert fetch_refused({"bytes": 10**15, "entries": 10**9}, 0, 0) is None  # no bound configured
+
+
+AGENT = Caps(memory_max_bytes=100, pids_max=10, tmp_max_bytes=50, out_max_bytes=1000, out_max_files=10)
+
+
+@pytest.mark.parametrize("caps, seen, tail, words", [
+    (AGENT, Seen(), "Traceback\nMemoryError", "the agent ran out of memory at [limits] memory_max_bytes = 100"),
+    (AGENT, Seen(), "OSError: [Errno 28] No space left on device", "the agent filled its private /tmp or /dev/shm"),
+    (AGENT, Seen(), "[Errno 28] No space left on device: '/tmp/x'", "the agent filled its private /tmp ([limits]"),
+    (AGENT, Seen(), "dd: error writing 'x': No space left on device", "tmp_max_bytes = 50): No space"),
+    (AGENT, Seen(stopped="the agent's folders grew past its quota"), "", "the agent's folders grew past its quota"),
+    (AGENT, Seen(oom_kills=1), "", "killed 1 process(es) of the run at its memory limit"),
+    (Caps(), Seen(), "No space left on device", None),  # no limits: nothing is the agent's limit
+    (AGENT, Seen(), "exit 1: it failed", None),
+])
+def test_agent_limit_hit(caps: Caps, seen: Seen, tail: str, words: str | None) -> None:
+    got = agent_limit_hit(caps, seen, tail)
+    assert (got is None) == (words is None) and (words is None or words in got), got

@@ -37,6 +37,8 @@ def _workspace(tmp_path: Path, tiny_data: Path, tiny_weights: Path) -> Path:
     w.parent.mkdir(parents=True)
     shutil.copy2(tiny_weights / "weights.pt", w)
     store = Store(root / "experiments.db")
+    store.put_tag("t", branch="looper/t", base_commit="0" * 40, data_hash="d",
+                  fixed_hashes={"evaluate.py": file_sha256(root / "evaluate.py")})  # what a night pins
     eid = store.start_experiment(tag="t", kind="baseline", config={}, description="baseline")
     store.record_outcome(eid, outcome=Outcome.KEEP, score=0.5, verdict={"status": "pass"})
     store.add_run(eid, role="rerun", seed=1, score=0.1, metrics={"weighted_f1": 0.1})  # no hash: never shipped

@@ -195,3 +195,24 @@ def test_the_mlflow_ui_shows_a_night_s_run(make_ws, tmp_path: Path) -> None:
     assert "QUALITY 0.5 -&gt; 0.8" in page  # the run's name: "#<id> QUALITY 0.5 -> 0.8"
     assert "weighted_f1" in page and f"{float(keep['metrics.weighted_f1']):.4f}"[:5] in page
     assert "looper.status" in page
+
+
+def test_a_name_mlflow_refuses_is_cleaned_or_skipped_never_the_end_of_tracking(tmp_path: Path) -> None:
+    """Issue 48: a class called ``valve (2-way)`` makes a metric key the real MLflow refuses; the sink cleans
+    it (or skips a name with nothing usable, naming it on the run) and the run is written."""
+    from mlflow.exceptions import MlflowException
+
+    from looper.tracking.mlflow_sink import SKIPPED, MlflowSink
+    from looper.tracking.records import Tracked
+
+    sink = MlflowSink(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path)
+    eid = sink.experiment_id("t")
+    with pytest.raises(MlflowException):  # what stopped tracking before: MLflow itself refuses the name
+        rid = sink.client.create_run(eid).info.run_id
+        sink.client.log_metric(rid, "f1/valve (2-way)", 0.5)
+    t = Tracked(name="#1", tags={"looper.experiment": "1"}, params={"LR0": "0.01"},
+                metrics={"f1/valve (2-way)": 0.5, "()": 0.1, "weighted_f1": 0.7})
+    rid = sink._run(eid, t)
+    run = sink.client.get_run(rid)
+    assert run.data.metrics == {"f1/valve _2-way_": 0.5, "weighted_f1": 0.7}
+    assert run.data.tags[SKIPPED] == "()" and run.data.params == {"LR0": "0.01"}
