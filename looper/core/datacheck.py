@@ -41,6 +41,7 @@ class ImageFact:
     boxes: tuple[BoxFact, ...] = ()
     tile: bool = False
     orphan: bool = False  # boxes whose image the export does not list (no image to check)
+    fix: str | None = None  # what to do about ``problem`` (default: put the image back)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,8 @@ def _image_problems(facts: DataFacts) -> list[DataProblem]:
             out += _box_problems(img, facts.classes)
             continue
         if img.problem is not None:
-            out.append(DataProblem(img.where, img.problem, "put the image back (or remove its annotations); " + REIMPORT))
+            out.append(DataProblem(img.where, img.problem,
+                                   img.fix or "put the image back (or remove its annotations); " + REIMPORT))
             continue
         if img.tile and facts.input_size and (img.width, img.height) != (facts.input_size, facts.input_size):
             out.append(DataProblem(img.where, f"tile of {img.width} x {img.height} px, train.py's input is "

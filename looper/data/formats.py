@@ -9,12 +9,14 @@ images out of memory (a library data set object that holds every image would not
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from looper.data.paths import OUTSIDE_FIX, escape_problem, named_path_problem, roots_of
 from looper.errors import UsageError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -45,6 +47,7 @@ class SourcePage:
     image: Path
     split: str | None
     boxes: tuple[SourceBox, ...]
+    refused: tuple[str, str] | None = None  # (file, why): a path the import may not read (looper.data.paths)
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,17 @@ def guess_format(source: Path) -> str:
 
 
 def _load(path: Path, what: str) -> Any:
+    """The file's JSON or YAML; a FormatError that names the file and the place, never its content."""
     try:
         text = path.read_text()
         return json.loads(text) if what == "JSON" else yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        raise FormatError(f"{path} is not readable {what}: {exc.problem or type(exc).__name__}{at}") from None
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
-        raise FormatError(f"{path} is not readable {what}: {exc}") from None
+        why = f"{type(exc).__name__}: {exc}" if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        raise FormatError(f"{path} is not readable {what} ({why})") from None
 
 
 def _coco_split_files(folder: Path) -> dict[str, Path]:
@@ -111,9 +120,14 @@ def _coco_file(path: Path, images: Path, split: str | None) -> tuple[list[str], 
         used = {a.get("category_id") for a in doc["annotations"]}
         cats = _coco_classes(doc["categories"], used)
         names = {c["id"]: str(c["name"]) for c in cats}
-        files = {im["id"]: str(im["file_name"]) for im in doc["images"]}
+        files: dict[Any, str] = {}
+        for im in doc["images"]:
+            if im["id"] in files:
+                raise FormatError(f"{path}: image id {im['id']!r} is listed twice ({files[im['id']]!r} and "
+                                  f"{str(im['file_name'])!r}); give each image its own id and export again")
+            files[im["id"]] = str(im["file_name"])
     except (KeyError, TypeError, AttributeError) as exc:
-        raise FormatError(f"{path}: a category or image lacks its id or name/file_name ({exc})") from None
+        raise FormatError(f"{path}: a category or image lacks its id or name/file_name ({exc!r})") from None
     boxes: dict[Any, list[SourceBox]] = {i: [] for i in files}
     for a in doc["annotations"]:
         aid = a.get("id") if isinstance(a, dict) else None
@@ -132,12 +146,23 @@ def _coco_file(path: Path, images: Path, split: str | None) -> tuple[list[str], 
                                                                       f"of {path.name}"))
             continue
         boxes[a["image_id"]].append(SourceBox(where, cls, (x, y, x + w, y + h)))
-    pages = [SourcePage(f"{split + '/' if split else ''}{files[i]}", images / files[i], split, tuple(boxes[i]))
-             for i in sorted(files, key=lambda i: files[i])]
+    pages = [_coco_page(path, images, i, files[i], split, tuple(boxes[i])) for i in sorted(files, key=lambda i: files[i])]
     orphans = [b for k, bs in boxes.items() if k not in files for b in bs]
     if orphans:
         pages.append(SourcePage(f"(orphans of {path.name})", path, split, tuple(orphans)))
     return [c["name"] for c in cats], pages
+
+
+def _coco_page(path: Path, images: Path, image_id: Any, name: str, split: str | None,
+               boxes: tuple[SourceBox, ...]) -> SourcePage:
+    """One COCO image as a page; ``refused`` when its file_name leads out of ``images`` (absolute, ``..``,
+    a link out of it): never opened."""
+    key = f"{split + '/' if split else ''}{name}"
+    bad = named_path_problem(name)
+    if bad:
+        return SourcePage(key, images, split, boxes, (f"{path.name} image id {image_id}", bad))
+    bad = escape_problem(images / name, roots_of(images))
+    return SourcePage(key, images / name, split, boxes, (name, bad) if bad else None)
 
 
 def read_coco(source: Path, images: Path | None = None) -> Source:
@@ -178,6 +203,9 @@ def _yolo_images(root: Path, base: Path, spec: Any, path: Path) -> list[Path]:
         where = next((c for c in cands if c.exists()), None)
         if where is None:
             raise FormatError(f"{path}: {s!r} is neither a folder nor a list file (looked in {root} and {base})")
+        if escape_problem(where, roots_of(root, base)):
+            raise FormatError(f"{path}: {s!r} is a symbolic link (or lies) outside the export ({base}); "
+                              + OUTSIDE_FIX + "import it again")
         if where.is_dir():
             found += sorted(p for p in where.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
         else:
@@ -196,25 +224,61 @@ def _label_path(image: Path) -> Path:
     return Path(*parts).with_suffix(".txt")
 
 
+def line_problem(bits: list[str]) -> str | None:
+    """Why a label line's fields are not ``class cx cy w h``, described without quoting them (a file that is
+    not a label must not show its content in a message)."""
+    if len(bits) != 5:
+        return f"has {len(bits)} fields, not the 5 of 'class cx cy w h'"
+    try:
+        int(bits[0])
+    except ValueError:
+        return "its class (field 1) is not a whole number: not 'class cx cy w h'"
+    for i, v in enumerate(bits[1:], 2):
+        try:
+            float(v)
+        except ValueError:
+            return f"its field {i} is not a number: not 'class cx cy w h'"
+    return None
+
+
 def _yolo_boxes(label: Path, shown: str) -> tuple[SourceBox, ...]:
     if not label.is_file():
         return ()  # Ultralytics: an image without a label file holds no object
     out = []
-    for n, line in enumerate(label.read_text().splitlines(), 1):
+    try:
+        lines = label.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        return (SourceBox(shown, 0, (0, 0, 0, 0), problem=f"label file unreadable ({type(exc).__name__})"),)
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         where = f"{shown} line {n}"
         bits = line.split()
-        try:
-            cls = int(bits[0])
-            cx, cy, w, h = (float(v) for v in bits[1:5])
-            if len(bits) != 5:
-                raise ValueError
-        except (ValueError, IndexError):
-            out.append(SourceBox(where, 0, (0, 0, 0, 0), problem=f"{line.strip()!r} is not 'class cx cy w h'"))
+        bad = line_problem(bits)
+        if bad:
+            out.append(SourceBox(where, 0, (0, 0, 0, 0), problem=bad))
             continue
+        cls, (cx, cy, w, h) = int(bits[0]), (float(v) for v in bits[1:5])
         out.append(SourceBox(where, cls, (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2), normalized=True))
     return tuple(out)
+
+
+def _shown(path: Path, base: Path) -> str:
+    """``path`` relative to the export's folder (as the tools show it), not resolving a link."""
+    try:
+        return Path(os.path.abspath(path)).relative_to(os.path.abspath(base)).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _yolo_page(rel: str, image: Path, split: str, base: Path, roots: tuple[Path, ...]) -> SourcePage:
+    """One YOLO image and its label file; ``refused`` (neither read) when either is a link out of the export."""
+    label = _label_path(image)
+    for path in (image, label):
+        bad = escape_problem(path, roots)
+        if bad:
+            return SourcePage(rel, image, split, (), (_shown(path, base), bad))
+    return SourcePage(rel, image, split, _yolo_boxes(label, _shown(label, base)))
 
 
 def read_yolo(source: Path) -> Source:
@@ -237,10 +301,7 @@ def read_yolo(source: Path) -> Source:
                 rel = image.resolve().relative_to(base.resolve()).as_posix()
             except ValueError:
                 rel = image.as_posix()
-            label = _label_path(image)
-            shown = label.resolve().relative_to(base.resolve()).as_posix() if label.resolve().is_relative_to(
-                base.resolve()) else str(label)
-            pages.append(SourcePage(rel, image, key, _yolo_boxes(label, shown)))
+            pages.append(_yolo_page(rel, image, key, base, roots_of(root, base)))
     return Source("yolo", str(path), tuple(classes), tuple(pages), declared)
 
 
