@@ -31,12 +31,14 @@ def import_cmd(source: Path = typer.Argument(..., help="A COCO .json, an Ultraly
                                                                         "(default: beside the .json)."),
                seed: int = typer.Option(0, "--seed", help="Seed of the page split drawn when the export has none."),
                max_pixels: int = typer.Option(DEFAULT_MAX_PIXELS, "--max-pixels", min=1,
-                                              help="Pixel budget per image: a larger one is refused by name.")
+                                              help="Pixel budget per image: a larger one is refused by name."),
+               strict_bounds: bool = typer.Option(False, "--strict-bounds",
+                                                  help="Refuse a box crossing a page edge (default: clip it, counted).")
                ) -> None:
     """Check a labelled export and write it in looper's layout (pages, tiles, manifest)."""
     from looper.data.importer import import_data
 
-    typer.echo(imported_text(import_data(source, out, fmt, images, seed, max_pixels)))
+    typer.echo(imported_text(import_data(source, out, fmt, images, seed, max_pixels, strict_bounds)))
 
 
 @data_app.command("check")

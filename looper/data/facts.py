@@ -14,7 +14,7 @@ from typing import Any
 
 from PIL import Image
 
-from looper.core.datacheck import REIMPORT, SPLITS, BoxFact, DataFacts, ImageFact
+from looper.core.datacheck import REIMPORT, SPLITS, BoxFact, DataFacts, DataProblem, ImageFact
 from looper.data import tiles
 from looper.data.formats import Source, SourceBox, SourcePage, line_problem
 from looper.data.paths import BUDGET_FIX, DEFAULT_MAX_PIXELS, OUTSIDE_FIX, over_budget, pixel_budget
@@ -60,8 +60,6 @@ def _box(b: SourceBox, w: int, h: int) -> BoxFact:
 def page_fact(page: SourcePage, split: str, max_pixels: int = MAX_PIXELS) -> ImageFact:
     """An export's page: its image's size and readability, its content hash and its boxes in px (a page
     whose path the import may not read is refused without opening it)."""
-    if page.key.startswith("(orphans of"):
-        return ImageFact(page.key, split, boxes=tuple(_box(b, 0, 0) for b in page.boxes), orphan=True)
     if page.refused:
         return ImageFact(page.refused[0], split, problem=page.refused[1], fix=OUTSIDE_FIX + REIMPORT)
     w, h, problem = image_size(page.image, max_pixels=max_pixels)
@@ -70,10 +68,13 @@ def page_fact(page: SourcePage, split: str, max_pixels: int = MAX_PIXELS) -> Ima
     return ImageFact(str(page.image), split, w, h, problem, digest, tuple(_box(b, w, h) for b in page.boxes), fix=fix)
 
 
-def source_facts(source: Source, split: dict[str, str], input_size: int = 0,
-                 max_pixels: int = MAX_PIXELS) -> DataFacts:
+def source_facts(source: Source, split: dict[str, str], input_size: int = 0, max_pixels: int = MAX_PIXELS,
+                 strict_bounds: bool = False) -> DataFacts:
+    """An export's facts; a box crossing a page edge is clipped and counted unless ``strict_bounds``."""
     facts = tuple(page_fact(p, split[p.key], max_pixels) for p in source.pages)
-    return DataFacts(source.where, source.classes, facts, input_size)
+    notes = tuple(DataProblem(source.where, what, "put their images into the export if they belong to it",
+                              blocking=False) for what in source.ignored)
+    return DataFacts(source.where, source.classes, facts, input_size, clip_edges=not strict_bounds, notes=notes)
 
 
 def _page_json(path: Path, split: str) -> ImageFact:

@@ -57,6 +57,7 @@ class Source:
     classes: tuple[str, ...]
     pages: tuple[SourcePage, ...]
     declared: tuple[str, ...] = ()  # the splits the export names (some may hold no page)
+    ignored: tuple[str, ...] = ()  # what the reader left out, in words (a warning each): orphan labels
 
 
 def guess_format(source: Path) -> str:
@@ -112,45 +113,70 @@ def _coco_classes(cats: list[dict[str, Any]], used: set[Any]) -> list[dict[str, 
     return sorted((c for c in cats if c.get("id") in used or c.get("name") not in parents), key=lambda c: c["id"])
 
 
-def _coco_file(path: Path, images: Path, split: str | None) -> tuple[list[str], list[SourcePage]]:
+def _coco_doc(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[Any, str]]:
+    """(the COCO document, its categories in id order, image id -> file_name); duplicate image ids refused."""
     doc = _load(path, "JSON")
     if not isinstance(doc, dict) or not all(isinstance(doc.get(k), list) for k in ("images", "annotations", "categories")):
         raise FormatError(f"{path} is not COCO: it needs 'images', 'annotations' and 'categories' lists")
     try:
         used = {a.get("category_id") for a in doc["annotations"]}
         cats = _coco_classes(doc["categories"], used)
-        names = {c["id"]: str(c["name"]) for c in cats}
         files: dict[Any, str] = {}
         for im in doc["images"]:
             if im["id"] in files:
                 raise FormatError(f"{path}: image id {im['id']!r} is listed twice ({files[im['id']]!r} and "
                                   f"{str(im['file_name'])!r}); give each image its own id and export again")
             files[im["id"]] = str(im["file_name"])
+        for c in cats:
+            str(c["name"])
     except (KeyError, TypeError, AttributeError) as exc:
         raise FormatError(f"{path}: a category or image lacks its id or name/file_name ({exc!r})") from None
+    return doc, cats, files
+
+
+def _images_base(path: Path, names: list[str], images: Path | None) -> Path:
+    """The folder a COCO file's file_names are relative to: ``images`` when given, else the first of the
+    places the common exports put them (beside the JSON, in ``images/`` beside it, beside its folder, in
+    ``images/`` beside its folder: CVAT, Roboflow) that holds the most of them. None found: one error with
+    the count and the ``--images`` hint (not one "image missing" line per image)."""
+    d = path.parent
+    cands = [Path(images)] if images else [d, d / "images", d.parent, d.parent / "images"]
+    usable = [n for n in names if not named_path_problem(n)]
+    if not usable:
+        return cands[0]
+    found = [sum(1 for n in usable if (c / n).is_file()) for c in cands]
+    best = max(range(len(cands)), key=lambda i: (found[i], -i))
+    if found[best] == 0:
+        where = f"in {cands[0]} (--images)" if images else "beside it, in images/ beside it, beside its folder or " \
+                                                           "in images/ beside its folder"
+        raise FormatError(f"{path}: none of its {len(usable)} images found {where} (the first: {usable[0]!r}); "
+                          "name the folder their file_names are relative to with --images DIR")
+    return cands[best]
+
+
+def _coco_file(path: Path, images: Path | None, split: str | None) -> tuple[list[str], list[SourcePage], list[str]]:
+    """(class names, pages, annotations ignored: those of no listed image)."""
+    doc, cats, files = _coco_doc(path)
+    names = {c["id"]: str(c["name"]) for c in cats}
     boxes: dict[Any, list[SourceBox]] = {i: [] for i in files}
+    ignored: list[str] = []
     for a in doc["annotations"]:
         aid = a.get("id") if isinstance(a, dict) else None
         where = f"{path.name} annotation id {aid}"
+        image_id = a.get("image_id") if isinstance(a, dict) else None
+        if image_id not in boxes:
+            ignored.append(f"{where} (image_id {image_id!r} is not an image of {path.name})")
+            continue
         try:
             x, y, w, h = (float(v) for v in a["bbox"])
         except (KeyError, TypeError, ValueError):
-            boxes.setdefault(a.get("image_id") if isinstance(a, dict) else None, []).append(
-                SourceBox(where, "", (0, 0, 0, 0), problem="has no bbox [x, y, width, height]"))
+            boxes[image_id].append(SourceBox(where, "", (0, 0, 0, 0), problem="has no bbox [x, y, width, height]"))
             continue
         cid = a.get("category_id")
-        cls = names.get(cid, f"category_id {cid}")
-        if a.get("image_id") not in boxes:
-            boxes.setdefault(a.get("image_id"), []).append(
-                SourceBox(where, cls, (x, y, x + w, y + h), problem=f"image_id {a.get('image_id')} is not an image "
-                                                                      f"of {path.name}"))
-            continue
-        boxes[a["image_id"]].append(SourceBox(where, cls, (x, y, x + w, y + h)))
-    pages = [_coco_page(path, images, i, files[i], split, tuple(boxes[i])) for i in sorted(files, key=lambda i: files[i])]
-    orphans = [b for k, bs in boxes.items() if k not in files for b in bs]
-    if orphans:
-        pages.append(SourcePage(f"(orphans of {path.name})", path, split, tuple(orphans)))
-    return [c["name"] for c in cats], pages
+        boxes[image_id].append(SourceBox(where, names.get(cid, f"category_id {cid}"), (x, y, x + w, y + h)))
+    base = _images_base(path, sorted(set(files.values())), images)
+    pages = [_coco_page(path, base, i, files[i], split, tuple(boxes[i])) for i in sorted(files, key=lambda i: files[i])]
+    return [c["name"] for c in cats], pages, ignored
 
 
 def _coco_page(path: Path, images: Path, image_id: Any, name: str, split: str | None,
@@ -173,13 +199,16 @@ def read_coco(source: Path, images: Path | None = None) -> Source:
         raise FormatError(f"{source}: no COCO .json file (nor train/, valid/, test/ folders holding one)")
     classes: list[str] | None = None
     pages: list[SourcePage] = []
+    ignored: list[str] = []
     for split, path in sorted(parts.items(), key=lambda kv: str(kv[0])):
-        names, got = _coco_file(path, Path(images) if images else path.parent, split)
+        names, got, left = _coco_file(path, images, split)
         if classes is not None and names != classes:
             raise FormatError(f"{path}: its categories {names[:5]}... differ from the other splits' {classes[:5]}...")
         classes = names
         pages += got
-    return Source("coco", str(source), tuple(classes or ()), tuple(pages), tuple(s for s in parts if s))
+        ignored += left
+    notes = (f"{len(ignored)} annotation(s) of no listed image ignored (the first: {ignored[0]})",) if ignored else ()
+    return Source("coco", str(source), tuple(classes or ()), tuple(pages), tuple(s for s in parts if s), notes)
 
 
 def _yolo_names(doc: dict[str, Any], path: Path) -> list[str]:
@@ -302,7 +331,18 @@ def read_yolo(source: Path) -> Source:
             except ValueError:
                 rel = image.as_posix()
             pages.append(_yolo_page(rel, image, key, base, roots_of(root, base)))
-    return Source("yolo", str(path), tuple(classes), tuple(pages), declared)
+    orphans = _orphan_labels(pages, base, roots_of(root, base))
+    notes = (f"{len(orphans)} label file(s) with no image ignored (the first: {orphans[0]})",) if orphans else ()
+    return Source("yolo", str(path), tuple(classes), tuple(pages), declared, notes)
+
+
+def _orphan_labels(pages: list[SourcePage], base: Path, roots: tuple[Path, ...]) -> list[str]:
+    """Label files in the label folders of the export's images that no image has (as shown: relative to
+    ``base``); ``classes.txt`` (LabelImg's class list) is not a label."""
+    have = {_label_path(p.image) for p in pages}
+    folders = sorted({label.parent for label in have if label.parent.is_dir() and not escape_problem(label.parent, roots)})
+    return [_shown(f, base) for d in folders for f in sorted(d.glob("*.txt"))
+            if f not in have and f.name != "classes.txt"]
 
 
 def read_source(source: Path, fmt: str | None = None, images: Path | None = None) -> Source:

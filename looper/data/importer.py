@@ -127,11 +127,13 @@ def _manifest(source: Source, split: dict[str, str], facts: DataFacts, seed: int
             "files": dict(sorted(digests.items())), "hash": tiles.manifest_hash(digests)}
 
 
-def import_source(source: Source, out: Path, seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS) -> Imported:
+def import_source(source: Source, out: Path, seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS,
+                  strict_bounds: bool = False) -> Imported:
     """Check the export, then write it into ``out`` (absent or empty); a DataError names every
-    problem and nothing is written."""
+    problem and nothing is written. A box crossing a page edge is clipped (and counted in a warning)
+    unless ``strict_bounds``."""
     split = _splits(source, seed)
-    facts = source_facts(source, split, max_pixels=max_pixels)
+    facts = source_facts(source, split, max_pixels=max_pixels, strict_bounds=strict_bounds)
     problems = data_problems(facts)
     if errors(problems):
         raise DataError(source.where, errors(problems))
@@ -177,11 +179,11 @@ def copy_looper(src: Path, out: Path, input_size: int = 0) -> Imported:
 
 
 def import_data(source: Path, out: Path, fmt: str | None = None, images: Path | None = None,
-                seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS) -> Imported:
-    """``looper data import SOURCE --out DIR [--format F] [--images DIR] [--max-pixels N]``."""
+                seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS, strict_bounds: bool = False) -> Imported:
+    """``looper data import SOURCE --out DIR [--format F] [--images DIR] [--max-pixels N] [--strict-bounds]``."""
     source, out = Path(source), Path(out)
     fmt = fmt or guess_format(source)
     if fmt == "looper":
         return copy_looper(source, out)
     _empty_target(out)
-    return import_source(read_source(source, fmt, images), out, seed, max_pixels)
+    return import_source(read_source(source, fmt, images), out, seed, max_pixels, strict_bounds)
