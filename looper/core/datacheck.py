@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from looper.core.metrics import MIN_SUPPORT
+
 SPLITS = ("train", "val", "test")
 EDGE_PX = 1.0  # a box may reach this far past the page's edge (exports round); it is clipped to the page
 REIMPORT = "fix the export and import it again (looper data import SOURCE --out DIR)"
@@ -141,6 +143,7 @@ def _split_problems(facts: DataFacts) -> list[DataProblem]:
                 name = (facts.classes[b.cls] if isinstance(b.cls, int) and 0 <= b.cls < len(facts.classes)
                         else b.cls)
                 present[img.split].add(str(name))
+
     anywhere = set().union(*present.values())
     unused = [c for c in facts.classes if c not in anywhere] if any(count.values()) else []
     if unused:
@@ -164,6 +167,24 @@ def _split_problems(facts: DataFacts) -> list[DataProblem]:
                                    "label training pages holding them, or drop the classes from the export",
                                    blocking=split == "train"))
     return out
+
+
+def few_in_test(facts: DataFacts) -> list[DataProblem]:
+    """A warning naming the classes with fewer than MIN_SUPPORT test instances (their weight in weighted_f1 is
+    capped, looper.core.metrics.class_weights): ``looper data check`` and ``looper data import`` say it."""
+    in_test: dict[str, int] = {}
+    for img in facts.images:
+        for b in img.boxes if img.split == "test" and not img.tile and not img.orphan else ():
+            name = facts.classes[b.cls] if isinstance(b.cls, int) and 0 <= b.cls < len(facts.classes) else b.cls
+            in_test[str(name)] = in_test.get(str(name), 0) + 1
+    few = [(c, in_test[c]) for c in facts.classes if 0 < in_test.get(c, 0) < MIN_SUPPORT]
+    if not few:
+        return []
+    shown = ", ".join(f"{c} ({n})" for c, n in few[:8]) + (" ..." if len(few) > 8 else "")
+    return [DataProblem(f"{facts.where} (test split)", f"{len(few)} class(es) with fewer than {MIN_SUPPORT} test "
+                        f"instances: {shown}", f"each keeps its class gate and its row; its weight in weighted_f1 is "
+                        f"capped at that of {MIN_SUPPORT} instances (a few boxes cannot own the score); label more "
+                        "test pages holding them for a finer judgement", blocking=False)]
 
 
 def _duplicates(facts: DataFacts) -> list[DataProblem]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from looper.core.datacheck import REIMPORT, DataFacts, DataProblem, data_problems, errors
+from looper.core.datacheck import REIMPORT, DataFacts, DataProblem, data_problems, errors, few_in_test
 from looper.core.datasplit import draw_split, split_counts
 from looper.data import tiles
 from looper.data.facts import folder_facts, source_facts
@@ -137,6 +137,7 @@ def import_source(source: Source, out: Path, seed: int = 0, max_pixels: int = DE
     problems = data_problems(facts)
     if errors(problems):
         raise DataError(source.where, errors(problems))
+    problems += few_in_test(facts)
     _empty_target(out)
     digests: dict[str, str] = {}
     out.mkdir(parents=True, exist_ok=True)

@@ -124,3 +124,25 @@ def test_a_manifest_that_does_not_verify_and_no_classes_are_named():
     assert p.where == "D/manifest.json" and "content changed" in p.what and "import" in p.fix
     assert [str(p) for p in data_problems(DataFacts("D", ()))] == [
         "D: lists no classes; fix the export and import it again (looper data import SOURCE --out DIR)"]
+
+
+@pytest.mark.parametrize("support, named", [
+    ({"duct": 1, "vent": 12}, "1 class(es) with fewer than 10 test instances: duct (1)"),
+    ({"duct": 9, "vent": 3}, "2 class(es) with fewer than 10 test instances: duct (9), vent (3)"),
+    ({"duct": 10, "vent": 40}, None),
+    ({"duct": 0, "vent": 10}, None),  # no test instance at all: the split warning's, not this one's
+])
+def test_classes_with_few_test_instances_are_named_with_their_capped_weight(support, named):
+    """Issue 47: a class of few test boxes keeps its gate and row; its weight in weighted_f1 is capped
+    (looper.core.metrics.MIN_SUPPORT) and `looper data check` names it."""
+    from looper.core.datacheck import few_in_test
+
+    boxes = tuple(BoxFact(f"t.json box {c}{i}", c, (1, 1, 5, 5)) for c, n in support.items() for i in range(n))
+    tile = ImageFact("tile.png", "test", 9, 9, boxes=boxes[:1], tile=True)  # tiles never count as test truth
+    got = few_in_test(DataFacts("DATA", CLASSES, (page("train"), page("val"), page("test", boxes=boxes), tile)))
+    if named is None:
+        assert got == []
+    else:
+        (p,) = got
+        assert not p.blocking and p.where == "DATA (test split)" and p.what == named
+        assert "keeps its class gate and its row" in p.fix and "capped at that of 10 instances" in p.fix

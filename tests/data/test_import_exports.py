@@ -75,6 +75,8 @@ def test_a_class_declared_but_never_labelled_is_warned_and_not_judged(coco, tmp_
     assert json.loads((tmp_path / "data" / "manifest.json").read_text())["classes"] == [*FOUR, "smoke_detector"]
     code, out = cli("data", "check", str(tmp_path / "data"))
     assert code == 0 and "declared but never labelled: smoke_detector" in out, out
+    # one test page of 400 px: each class has a few test boxes, named with their capped weight (issue 47)
+    assert "(test split): 4 class(es) with fewer than 10 test instances: thermostat (" in out, out
 
 
 def test_orphan_labels_are_warned_not_refused(coco, exports, tmp_path):
