@@ -33,12 +33,14 @@ def import_cmd(source: Path = typer.Argument(..., help="A COCO .json, an Ultraly
                max_pixels: int = typer.Option(DEFAULT_MAX_PIXELS, "--max-pixels", min=1,
                                               help="Pixel budget per image: a larger one is refused by name."),
                strict_bounds: bool = typer.Option(False, "--strict-bounds",
-                                                  help="Refuse a box crossing a page edge (default: clip it, counted).")
+                                                  help="Refuse a box crossing a page edge (default: clip it, counted)."),
+               dpi: int = typer.Option(150, "--dpi", min=18, max=2400,
+                                       help="PDF pages: the resolution they are rendered at (their labels' pixels).")
                ) -> None:
     """Check a labelled export and write it in looper's layout (pages, tiles, manifest)."""
     from looper.data.importer import import_data
 
-    typer.echo(imported_text(import_data(source, out, fmt, images, seed, max_pixels, strict_bounds)))
+    typer.echo(imported_text(import_data(source, out, fmt, images, seed, max_pixels, strict_bounds, dpi)))
 
 
 @data_app.command("check")

@@ -61,11 +61,15 @@ def page_fact(page: SourcePage, split: str, max_pixels: int = MAX_PIXELS) -> Ima
     """An export's page: its image's size and readability, its content hash and its boxes in px (a page
     whose path the import may not read is refused without opening it)."""
     if page.refused:
-        return ImageFact(page.refused[0], split, problem=page.refused[1], fix=OUTSIDE_FIX + REIMPORT)
+        what = page.refused[1]
+        fix = (BUDGET_FIX if "pixel budget" in what else OUTSIDE_FIX if "export" in what and "dpi" not in what
+               else "") + REIMPORT
+        return ImageFact(page.refused[0], split, problem=what, fix=fix)
     w, h, problem = image_size(page.image, max_pixels=max_pixels)
     digest = file_digest(page.image) if problem is None else ""
     fix = BUDGET_FIX + REIMPORT if problem and "pixel budget" in problem else None
-    return ImageFact(str(page.image), split, w, h, problem, digest, tuple(_box(b, w, h) for b in page.boxes), fix=fix)
+    where = str(page.image) if page.pdf_page is None else page.key  # a PDF page by its name, not its rendering
+    return ImageFact(where, split, w, h, problem, digest, tuple(_box(b, w, h) for b in page.boxes), fix=fix)
 
 
 def source_facts(source: Source, split: dict[str, str], input_size: int = 0, max_pixels: int = MAX_PIXELS,

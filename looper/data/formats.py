@@ -20,6 +20,7 @@ from looper.data.paths import OUTSIDE_FIX, escape_problem, named_path_problem, r
 from looper.errors import UsageError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+PAGE_SUFFIXES = (*IMAGE_SUFFIXES, ".pdf")  # a PDF's pages are rendered by the import (looper.data.pdf)
 SPLIT_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 FORMATS = ("coco", "yolo", "looper")
 
@@ -48,6 +49,8 @@ class SourcePage:
     split: str | None
     boxes: tuple[SourceBox, ...]
     refused: tuple[str, str] | None = None  # (file, why): a path the import may not read (looper.data.paths)
+    pdf_page: int | None = None  # ``image`` is a PDF and this its page (from 1), rendered by the import
+    size: tuple[int, int] | None = None  # the export's width and height of the page in px, when it gives them
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,9 @@ def _coco_classes(cats: list[dict[str, Any]], used: set[Any]) -> list[dict[str, 
     return sorted((c for c in cats if c.get("id") in used or c.get("name") not in parents), key=lambda c: c["id"])
 
 
-def _coco_doc(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[Any, str]]:
-    """(the COCO document, its categories in id order, image id -> file_name); duplicate image ids refused."""
+def _coco_doc(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[Any, str], dict[Any, tuple]]:
+    """(the COCO document, its categories in id order, image id -> file_name, image id -> (width, height));
+    duplicate image ids refused."""
     doc = _load(path, "JSON")
     if not isinstance(doc, dict) or not all(isinstance(doc.get(k), list) for k in ("images", "annotations", "categories")):
         raise FormatError(f"{path} is not COCO: it needs 'images', 'annotations' and 'categories' lists")
@@ -122,6 +126,7 @@ def _coco_doc(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[An
         used = {a.get("category_id") for a in doc["annotations"]}
         cats = _coco_classes(doc["categories"], used)
         files: dict[Any, str] = {}
+        sizes = {im["id"]: (im.get("width"), im.get("height")) for im in doc["images"]}
         for im in doc["images"]:
             if im["id"] in files:
                 raise FormatError(f"{path}: image id {im['id']!r} is listed twice ({files[im['id']]!r} and "
@@ -131,7 +136,7 @@ def _coco_doc(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[An
             str(c["name"])
     except (KeyError, TypeError, AttributeError) as exc:
         raise FormatError(f"{path}: a category or image lacks its id or name/file_name ({exc!r})") from None
-    return doc, cats, files
+    return doc, cats, files, sizes
 
 
 def _images_base(path: Path, names: list[str], images: Path | None) -> Path:
@@ -141,7 +146,9 @@ def _images_base(path: Path, names: list[str], images: Path | None) -> Path:
     the count and the ``--images`` hint (not one "image missing" line per image)."""
     d = path.parent
     cands = [Path(images)] if images else [d, d / "images", d.parent, d.parent / "images"]
-    usable = [n for n in names if not named_path_problem(n)]
+    from looper.data.pdf import split_name
+
+    usable = sorted({split_name(n)[0] for n in names if not named_path_problem(split_name(n)[0])})
     if not usable:
         return cands[0]
     found = [sum(1 for n in usable if (c / n).is_file()) for c in cands]
@@ -156,7 +163,7 @@ def _images_base(path: Path, names: list[str], images: Path | None) -> Path:
 
 def _coco_file(path: Path, images: Path | None, split: str | None) -> tuple[list[str], list[SourcePage], list[str]]:
     """(class names, pages, annotations ignored: those of no listed image)."""
-    doc, cats, files = _coco_doc(path)
+    doc, cats, files, sizes = _coco_doc(path)
     names = {c["id"]: str(c["name"]) for c in cats}
     boxes: dict[Any, list[SourceBox]] = {i: [] for i in files}
     ignored: list[str] = []
@@ -175,20 +182,25 @@ def _coco_file(path: Path, images: Path | None, split: str | None) -> tuple[list
         cid = a.get("category_id")
         boxes[image_id].append(SourceBox(where, names.get(cid, f"category_id {cid}"), (x, y, x + w, y + h)))
     base = _images_base(path, sorted(set(files.values())), images)
-    pages = [_coco_page(path, base, i, files[i], split, tuple(boxes[i])) for i in sorted(files, key=lambda i: files[i])]
+    pages = [_coco_page(path, base, i, files[i], split, tuple(boxes[i]), sizes[i])
+             for i in sorted(files, key=lambda i: files[i])]
     return [c["name"] for c in cats], pages, ignored
 
 
 def _coco_page(path: Path, images: Path, image_id: Any, name: str, split: str | None,
-               boxes: tuple[SourceBox, ...]) -> SourcePage:
+               boxes: tuple[SourceBox, ...], size: tuple[Any, Any] = (None, None)) -> SourcePage:
     """One COCO image as a page; ``refused`` when its file_name leads out of ``images`` (absolute, ``..``,
     a link out of it): never opened."""
+    from looper.data.pdf import split_name
+
     key = f"{split + '/' if split else ''}{name}"
-    bad = named_path_problem(name)
+    file, pdf_page = split_name(name)
+    bad = named_path_problem(file)
     if bad:
         return SourcePage(key, images, split, boxes, (f"{path.name} image id {image_id}", bad))
-    bad = escape_problem(images / name, roots_of(images))
-    return SourcePage(key, images / name, split, boxes, (name, bad) if bad else None)
+    bad = escape_problem(images / file, roots_of(images))
+    given = tuple(size) if all(isinstance(v, int) and v > 0 for v in size) else None
+    return SourcePage(key, images / file, split, boxes, (file, bad) if bad else None, pdf_page, given)  # type: ignore[arg-type]
 
 
 def read_coco(source: Path, images: Path | None = None) -> Source:
@@ -236,7 +248,7 @@ def _yolo_images(root: Path, base: Path, spec: Any, path: Path) -> list[Path]:
             raise FormatError(f"{path}: {s!r} is a symbolic link (or lies) outside the export ({base}); "
                               + OUTSIDE_FIX + "import it again")
         if where.is_dir():
-            found += sorted(p for p in where.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+            found += sorted(p for p in where.rglob("*") if p.suffix.lower() in PAGE_SUFFIXES)
         else:
             found += [(where.parent / ln.strip()).resolve() if not Path(ln.strip()).is_absolute() else Path(ln.strip())
                       for ln in where.read_text().splitlines() if ln.strip()]
@@ -300,14 +312,36 @@ def _shown(path: Path, base: Path) -> str:
         return str(path)
 
 
-def _yolo_page(rel: str, image: Path, split: str, base: Path, roots: tuple[Path, ...]) -> SourcePage:
-    """One YOLO image and its label file; ``refused`` (neither read) when either is a link out of the export."""
+def _page_label(image: Path, pdf_page: int | None) -> Path:
+    """A page's label file: Ultralytics' path; page N of ``plan.pdf`` is labelled by ``plan_page<N>.txt``."""
     label = _label_path(image)
+    return label if pdf_page is None else label.with_name(f"{label.stem}_page{pdf_page}.txt")
+
+
+def _yolo_page(rel: str, image: Path, split: str, base: Path, roots: tuple[Path, ...],
+               pdf_page: int | None = None) -> SourcePage:
+    """One YOLO image (or PDF page) and its label file; ``refused`` (neither read) when either is a link
+    out of the export."""
+    label = _page_label(image, pdf_page)
+    key = rel if pdf_page is None else f"{rel}#page={pdf_page}"
     for path in (image, label):
         bad = escape_problem(path, roots)
         if bad:
-            return SourcePage(rel, image, split, (), (_shown(path, base), bad))
-    return SourcePage(rel, image, split, _yolo_boxes(label, _shown(label, base)))
+            return SourcePage(key, image, split, (), (_shown(path, base), bad), pdf_page)
+    return SourcePage(key, image, split, _yolo_boxes(label, _shown(label, base)), pdf_page=pdf_page)
+
+
+def _yolo_pages(rel: str, image: Path, split: str, base: Path, roots: tuple[Path, ...]) -> list[SourcePage]:
+    """The pages of one image file: itself, or every page of a PDF (one refused page when it does not open)."""
+    if image.suffix.lower() != ".pdf" or escape_problem(image, roots):
+        return [_yolo_page(rel, image, split, base, roots)]
+    from looper.data.pdf import page_count
+
+    try:
+        n = page_count(image)
+    except Exception as exc:  # noqa: BLE001 - PDFium's errors for a broken file
+        return [SourcePage(rel, image, split, (), (_shown(image, base), f"PDF unreadable ({type(exc).__name__})"))]
+    return [_yolo_page(rel, image, split, base, roots, k) for k in range(1, n + 1)]
 
 
 def read_yolo(source: Path) -> Source:
@@ -330,7 +364,7 @@ def read_yolo(source: Path) -> Source:
                 rel = image.resolve().relative_to(base.resolve()).as_posix()
             except ValueError:
                 rel = image.as_posix()
-            pages.append(_yolo_page(rel, image, key, base, roots_of(root, base)))
+            pages += _yolo_pages(rel, image, key, base, roots_of(root, base))
     orphans = _orphan_labels(pages, base, roots_of(root, base))
     notes = (f"{len(orphans)} label file(s) with no image ignored (the first: {orphans[0]})",) if orphans else ()
     return Source("yolo", str(path), tuple(classes), tuple(pages), declared, notes)
@@ -339,7 +373,7 @@ def read_yolo(source: Path) -> Source:
 def _orphan_labels(pages: list[SourcePage], base: Path, roots: tuple[Path, ...]) -> list[str]:
     """Label files in the label folders of the export's images that no image has (as shown: relative to
     ``base``); ``classes.txt`` (LabelImg's class list) is not a label."""
-    have = {_label_path(p.image) for p in pages}
+    have = {_page_label(p.image, p.pdf_page) for p in pages}
     folders = sorted({label.parent for label in have if label.parent.is_dir() and not escape_problem(label.parent, roots)})
     return [_shown(f, base) for d in folders for f in sorted(d.glob("*.txt"))
             if f not in have and f.name != "classes.txt"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from looper.data import tiles
 from looper.data.facts import folder_facts, source_facts
 from looper.data.formats import Source, SourcePage, guess_format, read_source
 from looper.data.paths import BUDGET_FIX, DEFAULT_MAX_PIXELS, links_under, pixel_budget
+from looper.data.pdf import DEFAULT_DPI
 from looper.errors import UsageError
 
 MANIFEST_VERSION = 2  # the layout of prepare.py's manifest, with "source" and "page_sha256" added
@@ -128,10 +130,20 @@ def _manifest(source: Source, split: dict[str, str], facts: DataFacts, seed: int
 
 
 def import_source(source: Source, out: Path, seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS,
-                  strict_bounds: bool = False) -> Imported:
+                  strict_bounds: bool = False, dpi: int = DEFAULT_DPI) -> Imported:
     """Check the export, then write it into ``out`` (absent or empty); a DataError names every
     problem and nothing is written. A box crossing a page edge is clipped (and counted in a warning)
-    unless ``strict_bounds``."""
+    unless ``strict_bounds``. PDF pages are rendered at ``dpi`` into a temporary folder first."""
+    if not any(p.pdf_page for p in source.pages):
+        return _import_pages(source, out, seed, max_pixels, strict_bounds)
+    from looper.data.pdf import render_pdf_pages
+
+    with tempfile.TemporaryDirectory(prefix="looper-pdf-") as tmp:
+        return _import_pages(render_pdf_pages(source, Path(tmp), dpi, max_pixels), out, seed, max_pixels,
+                             strict_bounds)
+
+
+def _import_pages(source: Source, out: Path, seed: int, max_pixels: int, strict_bounds: bool) -> Imported:
     split = _splits(source, seed)
     facts = source_facts(source, split, max_pixels=max_pixels, strict_bounds=strict_bounds)
     problems = data_problems(facts)
@@ -180,11 +192,13 @@ def copy_looper(src: Path, out: Path, input_size: int = 0) -> Imported:
 
 
 def import_data(source: Path, out: Path, fmt: str | None = None, images: Path | None = None,
-                seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS, strict_bounds: bool = False) -> Imported:
-    """``looper data import SOURCE --out DIR [--format F] [--images DIR] [--max-pixels N] [--strict-bounds]``."""
+                seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS, strict_bounds: bool = False,
+                dpi: int = DEFAULT_DPI) -> Imported:
+    """``looper data import SOURCE --out DIR [--format F] [--images DIR] [--max-pixels N] [--strict-bounds]
+    [--dpi N]``."""
     source, out = Path(source), Path(out)
     fmt = fmt or guess_format(source)
     if fmt == "looper":
         return copy_looper(source, out)
     _empty_target(out)
-    return import_source(read_source(source, fmt, images), out, seed, max_pixels, strict_bounds)
+    return import_source(read_source(source, fmt, images), out, seed, max_pixels, strict_bounds, dpi)
