@@ -304,9 +304,10 @@ def confirm(tag: str | None = typer.Option(None, "--tag"),
 
 
 def _register_export() -> None:
-    from looper.ship.cli import export_command
+    from looper.ship.cli import export_command, predict_command
 
     app.command("export")(cli_errors(export_command))
+    app.command("predict")(cli_errors(predict_command))
 
 
 _register_export()

@@ -42,6 +42,7 @@ MERGE_IOU = 0.5  # a same-class box with IoU >= this to a more confident kept bo
 MERGE_CONTAIN = 0.6  # ... and so is one whose smaller box lies this much inside the other (a piece)
 SEAM_TOL = 2.0  # px: a box edge this close to an inner tile edge was cut by that edge
 DIGITS = 6  # floats in METRICS.json are rounded to this many decimals
+MIN_SUPPORT = 10  # a class weighs in weighted_f1 at most as a class of this many test instances (class_weights)
 MATCHES_SCHEMA = 1
 MAX_PAGE_FP = 400  # MATCHES.json lists at most this many false positives per page (the most confident)
 
@@ -314,8 +315,10 @@ def _r(x: float | None) -> float | None:
 
 
 def class_weights(support: dict[str, int]) -> dict[str, float]:
-    """Each class's share of ``weighted_f1``: ``1/sqrt(support)`` normalised over classes with support."""
-    raw = {c: 1.0 / math.sqrt(s) for c, s in support.items() if s > 0}
+    """Each class's share of ``weighted_f1``: ``1/sqrt(max(support, MIN_SUPPORT))`` normalised over classes
+    with support. Rare classes weigh more, but none more than a class of MIN_SUPPORT test instances: a class
+    of one test box would otherwise own a large part of the score, every seed's luck on that box."""
+    raw = {c: 1.0 / math.sqrt(max(s, MIN_SUPPORT)) for c, s in support.items() if s > 0}
     total = sum(raw.values())
     return {c: (raw[c] / total if c in raw else 0.0) for c in support}
 

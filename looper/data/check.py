@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from looper.core.datacheck import data_problems, errors
+from looper.core.datacheck import data_problems, errors, few_in_test
 from looper.core.hyperblock import HyperblockError, read_knobs
 from looper.core.verdict import Verdict
 from looper.data.facts import folder_facts
@@ -38,7 +38,8 @@ def check_data(path: Path, label: str, train_source: str | None = None) -> Verdi
     problem = folder_problem(Path(path), label)
     if problem:
         return Verdict.errored(problem)
-    problems = data_problems(folder_facts(Path(path), input_size(train_source)))
+    facts = folder_facts(Path(path), input_size(train_source))
+    problems = data_problems(facts) + few_in_test(facts)
     warnings = [str(p) for p in problems if not p.blocking]
     bad = [f"data {label}: {p}" for p in errors(problems)]
     metrics = {"data_warnings": warnings} if warnings else {}

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from looper.data.paths import DEFAULT_MAX_PIXELS
 from looper.errors import cli_errors
 
 data_app = typer.Typer(no_args_is_help=True, help="Your own labelled data: import an export, check a data folder.")
@@ -28,12 +29,18 @@ def import_cmd(source: Path = typer.Argument(..., help="A COCO .json, an Ultraly
                fmt: str | None = typer.Option(None, "--format", help="coco | yolo | looper (guessed when not given)."),
                images: Path | None = typer.Option(None, "--images", help="COCO: the folder its file_names are in "
                                                                         "(default: beside the .json)."),
-               seed: int = typer.Option(0, "--seed", help="Seed of the page split drawn when the export has none.")
+               seed: int = typer.Option(0, "--seed", help="Seed of the page split drawn when the export has none."),
+               max_pixels: int = typer.Option(DEFAULT_MAX_PIXELS, "--max-pixels", min=1,
+                                              help="Pixel budget per image: a larger one is refused by name."),
+               strict_bounds: bool = typer.Option(False, "--strict-bounds",
+                                                  help="Refuse a box crossing a page edge (default: clip it, counted)."),
+               dpi: int = typer.Option(150, "--dpi", min=18, max=2400,
+                                       help="PDF pages: the resolution they are rendered at (their labels' pixels).")
                ) -> None:
     """Check a labelled export and write it in looper's layout (pages, tiles, manifest)."""
     from looper.data.importer import import_data
 
-    typer.echo(imported_text(import_data(source, out, fmt, images, seed)))
+    typer.echo(imported_text(import_data(source, out, fmt, images, seed, max_pixels, strict_bounds, dpi)))
 
 
 @data_app.command("check")

@@ -14,11 +14,12 @@ from typing import Any
 
 from PIL import Image
 
-from looper.core.datacheck import SPLITS, BoxFact, DataFacts, ImageFact
+from looper.core.datacheck import REIMPORT, SPLITS, BoxFact, DataFacts, DataProblem, ImageFact
 from looper.data import tiles
-from looper.data.formats import Source, SourceBox, SourcePage
+from looper.data.formats import Source, SourceBox, SourcePage, line_problem
+from looper.data.paths import BUDGET_FIX, DEFAULT_MAX_PIXELS, OUTSIDE_FIX, over_budget, pixel_budget
 
-MAX_PIXELS = 30_000 * 30_000  # PIL's decompression-bomb guard, raised for large drawings (A0 at 600 dpi)
+MAX_PIXELS = DEFAULT_MAX_PIXELS  # the default pixel budget per image (looper data import --max-pixels)
 
 
 def file_digest(path: Path) -> str:
@@ -29,16 +30,21 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def image_size(path: Path, verify: bool = True) -> tuple[int, int, str | None]:
-    """(width, height, None) of an image file, or (0, 0, what is wrong)."""
-    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+def image_size(path: Path, verify: bool = True, max_pixels: int = MAX_PIXELS) -> tuple[int, int, str | None]:
+    """(width, height, None) of an image file, or (0, 0, what is wrong): missing, unreadable, or over the
+    pixel budget ``max_pixels`` (read from its header, before anything is decoded)."""
     if not path.is_file():
         return 0, 0, "image missing"
     try:
-        with Image.open(path) as im:
+        with pixel_budget(None), Image.open(path) as im:  # the header only: its size is judged here
             w, h = im.size
+            big = over_budget(w, h, max_pixels)
+            if big:
+                return 0, 0, big
             if verify:
                 im.verify()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        return 0, 0, f"image over the pixel budget of {max_pixels:,} px per image ({str(exc)[:120]})"
     except Exception as exc:  # noqa: BLE001 - PIL raises many kinds for a broken file
         return 0, 0, f"image unreadable ({type(exc).__name__}: {str(exc)[:120]})"
     return w, h, None
@@ -51,18 +57,28 @@ def _box(b: SourceBox, w: int, h: int) -> BoxFact:
     return BoxFact(b.where, b.cls, (x1, y1, x2, y2), b.problem)
 
 
-def page_fact(page: SourcePage, split: str) -> ImageFact:
-    """An export's page: its image's size and readability, its content hash and its boxes in px."""
-    if page.key.startswith("(orphans of"):
-        return ImageFact(page.key, split, boxes=tuple(_box(b, 0, 0) for b in page.boxes), orphan=True)
-    w, h, problem = image_size(page.image)
+def page_fact(page: SourcePage, split: str, max_pixels: int = MAX_PIXELS) -> ImageFact:
+    """An export's page: its image's size and readability, its content hash and its boxes in px (a page
+    whose path the import may not read is refused without opening it)."""
+    if page.refused:
+        what = page.refused[1]
+        fix = (BUDGET_FIX if "pixel budget" in what else OUTSIDE_FIX if "export" in what and "dpi" not in what
+               else "") + REIMPORT
+        return ImageFact(page.refused[0], split, problem=what, fix=fix)
+    w, h, problem = image_size(page.image, max_pixels=max_pixels)
     digest = file_digest(page.image) if problem is None else ""
-    return ImageFact(str(page.image), split, w, h, problem, digest, tuple(_box(b, w, h) for b in page.boxes))
+    fix = BUDGET_FIX + REIMPORT if problem and "pixel budget" in problem else None
+    where = str(page.image) if page.pdf_page is None else page.key  # a PDF page by its name, not its rendering
+    return ImageFact(where, split, w, h, problem, digest, tuple(_box(b, w, h) for b in page.boxes), fix=fix)
 
 
-def source_facts(source: Source, split: dict[str, str], input_size: int = 0) -> DataFacts:
-    facts = tuple(page_fact(p, split[p.key]) for p in source.pages)
-    return DataFacts(source.where, source.classes, facts, input_size)
+def source_facts(source: Source, split: dict[str, str], input_size: int = 0, max_pixels: int = MAX_PIXELS,
+                 strict_bounds: bool = False) -> DataFacts:
+    """An export's facts; a box crossing a page edge is clipped and counted unless ``strict_bounds``."""
+    facts = tuple(page_fact(p, split[p.key], max_pixels) for p in source.pages)
+    notes = tuple(DataProblem(source.where, what, "put their images into the export if they belong to it",
+                              blocking=False) for what in source.ignored)
+    return DataFacts(source.where, source.classes, facts, input_size, clip_edges=not strict_bounds, notes=notes)
 
 
 def _page_json(path: Path, split: str) -> ImageFact:
@@ -87,13 +103,11 @@ def _tile_labels(label: Path, size: int) -> tuple[BoxFact, ...]:
         bits = line.split()
         if not bits:
             continue
-        try:
-            cls, (cx, cy, w, h) = int(bits[0]), (float(v) for v in bits[1:5])
-            if len(bits) != 5:
-                raise ValueError
-        except (ValueError, IndexError):
-            out.append(BoxFact(f"{label} line {n}", 0, (0, 0, 0, 0), f"{line.strip()!r} is not 'class cx cy w h'"))
+        bad = line_problem(bits)
+        if bad:
+            out.append(BoxFact(f"{label} line {n}", 0, (0, 0, 0, 0), bad))
             continue
+        cls, (cx, cy, w, h) = int(bits[0]), (float(v) for v in bits[1:5])
         out.append(BoxFact(f"{label} line {n}", cls, ((cx - w / 2) * size, (cy - h / 2) * size,
                                                       (cx + w / 2) * size, (cy + h / 2) * size)))
     return tuple(out)

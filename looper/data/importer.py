@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image
 
-from looper.core.datacheck import DataFacts, DataProblem, data_problems, errors
+from looper.core.datacheck import REIMPORT, DataFacts, DataProblem, data_problems, errors, few_in_test
 from looper.core.datasplit import draw_split, split_counts
 from looper.data import tiles
-from looper.data.facts import MAX_PIXELS, folder_facts, source_facts
+from looper.data.facts import folder_facts, source_facts
 from looper.data.formats import Source, SourcePage, guess_format, read_source
+from looper.data.paths import BUDGET_FIX, DEFAULT_MAX_PIXELS, links_under, pixel_budget
+from looper.data.pdf import DEFAULT_DPI
 from looper.errors import UsageError
 
 MANIFEST_VERSION = 2  # the layout of prepare.py's manifest, with "source" and "page_sha256" added
@@ -92,12 +95,16 @@ def _pages_in_order(source: Source, split: dict[str, str]) -> Iterator[tuple[str
             yield s, i, page
 
 
-def _write_pages(source: Source, split: dict[str, str], out: Path, digests: dict[str, str]) -> None:
+def _write_pages(source: Source, split: dict[str, str], out: Path, digests: dict[str, str],
+                 max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
     index = {c: i for i, c in enumerate(source.classes)}
-    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
     for s, i, page in _pages_in_order(source, split):
-        with Image.open(page.image) as im:
-            img = im.convert("L")
+        try:
+            with pixel_budget(max_pixels), Image.open(page.image) as im:
+                img = im.convert("L")
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:  # grew since it was checked
+            raise DataError(source.where, [DataProblem(str(page.image), f"image over the pixel budget of {max_pixels:,} "
+                                                       f"px per image ({exc})", BUDGET_FIX + REIMPORT)]) from None
         truth = _truth(page, img.width, img.height, source.classes)
         if s in ("val", "test"):
             _write(out, f"pages/{s}/page_{i:03d}.png", tiles.png_bytes(img), digests)
@@ -122,19 +129,32 @@ def _manifest(source: Source, split: dict[str, str], facts: DataFacts, seed: int
             "files": dict(sorted(digests.items())), "hash": tiles.manifest_hash(digests)}
 
 
-def import_source(source: Source, out: Path, seed: int = 0) -> Imported:
+def import_source(source: Source, out: Path, seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS,
+                  strict_bounds: bool = False, dpi: int = DEFAULT_DPI) -> Imported:
     """Check the export, then write it into ``out`` (absent or empty); a DataError names every
-    problem and nothing is written."""
+    problem and nothing is written. A box crossing a page edge is clipped (and counted in a warning)
+    unless ``strict_bounds``. PDF pages are rendered at ``dpi`` into a temporary folder first."""
+    if not any(p.pdf_page for p in source.pages):
+        return _import_pages(source, out, seed, max_pixels, strict_bounds)
+    from looper.data.pdf import render_pdf_pages
+
+    with tempfile.TemporaryDirectory(prefix="looper-pdf-") as tmp:
+        return _import_pages(render_pdf_pages(source, Path(tmp), dpi, max_pixels), out, seed, max_pixels,
+                             strict_bounds)
+
+
+def _import_pages(source: Source, out: Path, seed: int, max_pixels: int, strict_bounds: bool) -> Imported:
     split = _splits(source, seed)
-    facts = source_facts(source, split)
+    facts = source_facts(source, split, max_pixels=max_pixels, strict_bounds=strict_bounds)
     problems = data_problems(facts)
     if errors(problems):
         raise DataError(source.where, errors(problems))
+    problems += few_in_test(facts)
     _empty_target(out)
     digests: dict[str, str] = {}
     out.mkdir(parents=True, exist_ok=True)
     try:
-        _write_pages(source, split, out, digests)
+        _write_pages(source, split, out, digests, max_pixels)
         _write(out, "dataset.yaml", tiles.dataset_yaml(source.classes, f"written by looper data import "
                                                                        f"({source.format})"), digests)
         manifest = _manifest(source, split, facts, seed, digests)
@@ -153,7 +173,12 @@ def import_source(source: Source, out: Path, seed: int = 0) -> Imported:
 
 
 def copy_looper(src: Path, out: Path, input_size: int = 0) -> Imported:
-    """A folder already in looper's layout: checked, then copied (its caches left behind)."""
+    """A folder already in looper's layout: checked, then copied (its caches left behind). A symbolic link
+    in it is refused by name before anything is read: a copy would carry its target's content."""
+    links = links_under(src)
+    if links:
+        raise DataError(str(src), [DataProblem(str(p), "is a symbolic link (the import copies files, never a "
+                                               "link's target)", "replace it with the file it stands for") for p in links])
     problems = data_problems(folder_facts(src, input_size))
     if errors(problems):
         raise DataError(str(src), errors(problems))
@@ -167,11 +192,13 @@ def copy_looper(src: Path, out: Path, input_size: int = 0) -> Imported:
 
 
 def import_data(source: Path, out: Path, fmt: str | None = None, images: Path | None = None,
-                seed: int = 0) -> Imported:
-    """``looper data import SOURCE --out DIR [--format F] [--images DIR]``."""
+                seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS, strict_bounds: bool = False,
+                dpi: int = DEFAULT_DPI) -> Imported:
+    """``looper data import SOURCE --out DIR [--format F] [--images DIR] [--max-pixels N] [--strict-bounds]
+    [--dpi N]``."""
     source, out = Path(source), Path(out)
     fmt = fmt or guess_format(source)
     if fmt == "looper":
         return copy_looper(source, out)
     _empty_target(out)
-    return import_source(read_source(source, fmt, images), out, seed)
+    return import_source(read_source(source, fmt, images), out, seed, max_pixels, strict_bounds, dpi)

@@ -16,7 +16,7 @@ def export_command(
         experiment: int | None = typer.Option(None, "--experiment", help="This experiment instead of the tag's best."),
         fmt: str = typer.Option("pt", "--format", help="pt (an Ultralytics checkpoint) | onnx (Ultralytics' exporter)."),
         seed: int | None = typer.Option(None, "--seed", help="The run of this seed (default: its best-scoring run)."),
-        tag: str | None = typer.Option(None, "--tag"),
+        tag: str | None = typer.Option(None, "--tag", help="The tag whose best ships (default: the last night run's)."),
         mlflow: bool = typer.Option(False, "--mlflow", help="Write the whole database to MLflow instead "
                                                             "(idempotent: a second run changes nothing)."),
         mlflow_uri: str | None = typer.Option(None, "--mlflow-uri", help="MLflow tracking URI (default: "
@@ -31,13 +31,41 @@ def export_command(
         return
     if out is None:
         raise UsageError("looper export: --out FILE is required (or --mlflow)")
-    from looper.ship.export import export
+    from looper.ship.export import export, night_tag
 
     data_dir = (root / cfg.data.dir).resolve()
-    shipped = export(root, _store(root), tag or cfg.loop.tag, data_dir, out.resolve(), fmt, experiment, seed)
+    store = _store(root)
+    shipped = export(root, store, tag or night_tag(store, cfg.loop.tag), data_dir, out.resolve(), fmt, experiment, seed)
     typer.echo(f"exported experiment #{shipped.experiment_id} (run {shipped.run_id}, {shipped.why}) -> {shipped.out}")
     typer.echo(f"weights sha256 {shipped.weights_sha256} (as the harness recorded them); "
                f"load with: from ultralytics import YOLO; YOLO({str(shipped.out)!r})")
+
+
+def predict_command(
+        pages: list[Path] = typer.Argument(..., help="Drawing pages (PNG, JPEG, TIFF, ...)."),
+        out: Path = typer.Option(..., "--out", help="The folder to write predictions.json and the drawn pages into."),
+        weights: Path | None = typer.Option(None, "--weights", help="A weights file (default: the best run of the "
+                                                                    "last night's tag, its hash checked)."),
+        tag: str | None = typer.Option(None, "--tag", help="The tag whose best predicts (default: the last night run's)."),
+        device: str = typer.Option(os.environ.get("LOOPER_DEVICE", "cpu"), "--device", help="cpu | cuda."),
+        no_draw: bool = typer.Option(False, "--no-draw", help="Write predictions.json only.")) -> None:
+    """Detect symbols on pages as evaluate.py does (its tiles and merge): COCO predictions and drawn pages."""
+    from looper.config import load_config
+    from looper.ship.export import choose, night_tag, verified_weights
+    from looper.ship.predict import predict
+
+    root = Path(os.environ.get("LOOPER_WORKSPACE") or Path.cwd()).resolve()
+    why = f"weights {weights}"
+    if weights is None:
+        cfg = load_config(root / "looper.toml" if (root / "looper.toml").exists() else None)
+        store = _store(root)
+        exp, run, reason = choose(store, tag or night_tag(store, cfg.loop.tag), None, None)
+        weights = verified_weights(root, run)
+        why = f"experiment #{exp.id} of tag {exp.tag!r} (run {run.run_id}, {reason})"
+    done = predict(pages, weights, out.resolve(), root / "evaluate.py", device, drawn=not no_draw)
+    n = sum(len(p.boxes) for p in done.pages)
+    typer.echo(f"predicted {n} box(es) on {len(done.pages)} page(s) with {why} -> {done.out} "
+               f"({', '.join(f.name for f in done.files[:3])}{' ...' if len(done.files) > 3 else ''})")
 
 
 def _store(root: Path) -> Any:

@@ -65,6 +65,18 @@ def run_views(store: Any, experiment_id: int) -> list[RunView]:
             for r in store.run_records(experiment_id)]
 
 
+def night_tag(store: Any, fallback: str) -> str:
+    """The tag of the last night run: the latest daemon start's tag (as ``looper report`` reads the night),
+    else the latest experiment's, else ``fallback`` (looper.toml's tag)."""
+    from looper.store.queries import latest_start
+
+    start = latest_start(store)
+    if start is not None and start.tag:
+        return str(start.tag)
+    last = store.find_experiments(limit=1)
+    return str(last[-1].tag) if last else fallback
+
+
 def choose(store: Any, tag: str, experiment_id: int | None, seed: int | None) -> tuple[Any, RunView, str]:
     """(the experiment, the run to ship, why that run): the tag's best unless ``experiment_id``."""
     from looper.store.repo import ExperimentNotFound

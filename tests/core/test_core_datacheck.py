@@ -78,7 +78,35 @@ def test_many_missing_classes_are_cut_short_and_an_id_counts_for_its_class():
     facts = DataFacts("D", many, (ImageFact("t", "train", 9, 9, boxes=ids, tile=True),
                                   ImageFact("v", "val", 9, 9), ImageFact("s", "test", 9, 9)))
     problems = data_problems(facts)
-    assert any(p.what.endswith(" ...") and "10 class(es)" in p.what for p in problems if p.where == "D (train split)")
+    (unused,) = [p for p in problems if "declared but never labelled" in p.what]
+    assert unused.what.endswith(" ...") and "10 class(es)" in unused.what and not unused.blocking
+    assert "c0" not in unused.what and "c1," not in unused.what  # ids 0 and 1 count for their classes
+    assert not any(p.where == "D (train split)" for p in problems)  # never labelled: warned once, not refused
+
+
+def test_a_box_crossing_a_page_edge_is_clipped_and_counted_and_refused_when_strict():
+    """Issue 47: exports hold boxes a few px past the page; the usual tools clip them."""
+    cross = page("train", "e.png", boxes=(BoxFact("a.json annotation id 1", "duct", (90, 90, 104, 95)),
+                                          BoxFact("a.json annotation id 2", "duct", (-6, 3, 8, 9))))
+    off = page("train", "o.png", boxes=(BoxFact("a.json annotation id 3", "duct", (101, 10, 120, 20)),))
+    (warn,) = data_problems(good(cross, clip_edges=True))
+    assert not warn.blocking and warn.what.startswith("2 box(es) crossing a page edge clipped to the page (the first: "
+                                                      "a.json annotation id 1)") and "--strict-bounds" in warn.fix
+    strict = errors(data_problems(good(cross)))
+    assert [p.where for p in strict] == ["a.json annotation id 1", "a.json annotation id 2"]
+    (p,) = errors(data_problems(good(off, clip_edges=True)))  # wholly off its page: refused either way
+    assert p.where == "a.json annotation id 3" and "outside the 100 x 100 px image o.png" in p.what
+
+
+def test_a_class_never_labelled_warns_and_one_labelled_outside_training_is_refused():
+    three = ("duct", "vent", "grille")
+    facts = DataFacts("DATA", three, (page("train"), page("val"), page("test")))
+    (p,) = data_problems(facts)
+    assert not p.blocking and p.what == "1 class(es) declared but never labelled: grille" and "not judged" in p.fix
+    grille = (BoxFact("x", "grille", (1, 1, 5, 5)),)
+    facts = DataFacts("DATA", three, (page("train"), page("val"), page("test", "t2.png", boxes=grille), page("test")))
+    got = errors(data_problems(facts))
+    assert [(p.where, p.what) for p in got] == [("DATA (train split)", "no instance of 1 class(es): grille")]
 
 
 def test_pages_listed_in_the_manifest_count_for_their_split_and_for_duplicates():
@@ -96,3 +124,25 @@ def test_a_manifest_that_does_not_verify_and_no_classes_are_named():
     assert p.where == "D/manifest.json" and "content changed" in p.what and "import" in p.fix
     assert [str(p) for p in data_problems(DataFacts("D", ()))] == [
         "D: lists no classes; fix the export and import it again (looper data import SOURCE --out DIR)"]
+
+
+@pytest.mark.parametrize("support, named", [
+    ({"duct": 1, "vent": 12}, "1 class(es) with fewer than 10 test instances: duct (1)"),
+    ({"duct": 9, "vent": 3}, "2 class(es) with fewer than 10 test instances: duct (9), vent (3)"),
+    ({"duct": 10, "vent": 40}, None),
+    ({"duct": 0, "vent": 10}, None),  # no test instance at all: the split warning's, not this one's
+])
+def test_classes_with_few_test_instances_are_named_with_their_capped_weight(support, named):
+    """Issue 47: a class of few test boxes keeps its gate and row; its weight in weighted_f1 is capped
+    (looper.core.metrics.MIN_SUPPORT) and `looper data check` names it."""
+    from looper.core.datacheck import few_in_test
+
+    boxes = tuple(BoxFact(f"t.json box {c}{i}", c, (1, 1, 5, 5)) for c, n in support.items() for i in range(n))
+    tile = ImageFact("tile.png", "test", 9, 9, boxes=boxes[:1], tile=True)  # tiles never count as test truth
+    got = few_in_test(DataFacts("DATA", CLASSES, (page("train"), page("val"), page("test", boxes=boxes), tile)))
+    if named is None:
+        assert got == []
+    else:
+        (p,) = got
+        assert not p.blocking and p.where == "DATA (test split)" and p.what == named
+        assert "keeps its class gate and its row" in p.fix and "capped at that of 10 instances" in p.fix

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from looper.core.metrics import (
     CONFIDENCE,
     IOU,
+    MIN_SUPPORT,
     Detection,
     drop_seam_boxes,
     evaluate_pages,
@@ -216,14 +217,27 @@ def test_lookalike_confusion_is_fp_and_fn() -> None:
     assert m["macro_f1"] == 0.0
 
 
-def test_weights_favour_rare_classes() -> None:
-    truth = [D("supply_grille", 50 * i, 0, 50 * i + 40, 30) for i in range(16)] + [D("thermostat", 0, 100, 30, 130)]
-    preds = [D("thermostat", 0, 100, 30, 130, 0.9)]  # only the rare class found
+@pytest.mark.parametrize("rare, common, w_rare", [
+    (1, 16, (1 / math.sqrt(10)) / (1 / math.sqrt(10) + 1 / 4)),  # one box weighs as 10 would: 0.558, not 0.8
+    (9, 16, (1 / math.sqrt(10)) / (1 / math.sqrt(10) + 1 / 4)),  # every support below MIN_SUPPORT alike
+    (10, 16, (1 / math.sqrt(10)) / (1 / math.sqrt(10) + 1 / 4)),
+    (16, 64, (1 / 4) / (1 / 4 + 1 / 8)),  # above it, 1/sqrt(support) as before: rare classes weigh more
+    (1, 1, 0.5),
+])
+def test_weights_favour_rare_classes_but_a_few_boxes_cannot_own_the_score(rare, common, w_rare) -> None:
+    """Issue 47: a class of one test box weighed 0.8 of weighted_f1 beside one of 16; its weight is now capped
+    at a class of MIN_SUPPORT instances'. Its row and its gate stay (support, recall, found)."""
+    assert MIN_SUPPORT == 10
+    truth = [D("supply_grille", 50 * i, 0, 50 * i + 40, 30) for i in range(common)]
+    truth += [D("thermostat", 50 * i, 100, 50 * i + 30, 130) for i in range(rare)]
+    preds = [D("thermostat", 50 * i, 100, 50 * i + 30, 130, 0.9) for i in range(rare)]  # only the rare class found
     m = evaluate_pages([(preds, truth)], CLASSES)
     w_sg, w_t = m["classes"]["supply_grille"]["weight"], m["classes"]["thermostat"]["weight"]
-    assert w_t == pytest.approx(0.8, abs=1e-6) and w_sg == pytest.approx(0.2, abs=1e-6)  # 1/4 : 1/1
-    assert m["weighted_f1"] == pytest.approx(0.8, abs=1e-6)
+    assert w_t == pytest.approx(w_rare, abs=1e-6) and w_sg == pytest.approx(1 - w_rare, abs=1e-6)
+    assert m["weighted_f1"] == pytest.approx(w_rare, abs=1e-6)
     assert m["macro_f1"] == pytest.approx(0.5, abs=1e-6)
+    row = m["classes"]["thermostat"]
+    assert row["support"] == rare and row["recall"] == 1.0 and row["found"] == [1] * rare
 
 
 def test_unknown_class_is_an_error() -> None:
@@ -304,7 +318,7 @@ def brute_force(pages: list[tuple[list[Detection], list[Detection]]], classes: l
             p = tp[c] / (tp[c] + fp[c]) if tp[c] + fp[c] else 0.0
             r = tp[c] / s
             f1s[c] = 2 * p * r / (p + r) if p + r else 0.0
-            inv[c] = 1 / math.sqrt(s)
+            inv[c] = 1 / math.sqrt(max(s, MIN_SUPPORT))
         out[c] = (tp[c], fp[c], fn[c])
     wf1 = sum(inv[c] * f1s[c] for c in f1s) / sum(inv.values()) if f1s else None
     mf1 = sum(f1s.values()) / len(f1s) if f1s else None

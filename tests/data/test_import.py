@@ -105,11 +105,11 @@ def test_an_unreadable_image_is_refused_naming_it(coco, tmp_path):
 def test_an_unknown_category_and_a_bad_box_are_refused_naming_the_annotation(coco, tmp_path):
     def bad(doc: dict) -> None:
         doc["annotations"][0]["category_id"] = 30
-        doc["annotations"][1]["bbox"] = [390.0, 10.0, 40.0, 20.0]
+        doc["annotations"][1]["bbox"] = [410.0, 10.0, 40.0, 20.0]  # wholly off the page: refused, not clipped
         doc["annotations"][2]["bbox"] = [10.0, 10.0, 0.0, 20.0]
     edit(coco, bad)
     refused(coco, tmp_path / "out", "annotations.json annotation id 1: class 'category_id 30' is not one of the data's",
-            "annotation id 2: box [390.0, 10.0, 430.0, 30.0] is outside the 400 x 400 px image",
+            "annotation id 2: box [410.0, 10.0, 450.0, 30.0] is outside the 400 x 400 px image",
             "annotation id 3: box [10.0, 10.0, 10.0, 30.0] has zero area")
 
 
