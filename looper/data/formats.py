@@ -146,7 +146,7 @@ def _images_base(path: Path, names: list[str], images: Path | None) -> Path:
     the count and the ``--images`` hint (not one "image missing" line per image)."""
     d = path.parent
     cands = [Path(images)] if images else [d, d / "images", d.parent, d.parent / "images"]
-    from looper.data.pdf import split_name
+    from looper.data.pdfnames import split_name
 
     usable = sorted({split_name(n)[0] for n in names if not named_path_problem(split_name(n)[0])})
     if not usable:
@@ -191,7 +191,7 @@ def _coco_page(path: Path, images: Path, image_id: Any, name: str, split: str | 
                boxes: tuple[SourceBox, ...], size: tuple[Any, Any] = (None, None)) -> SourcePage:
     """One COCO image as a page; ``refused`` when its file_name leads out of ``images`` (absolute, ``..``,
     a link out of it): never opened."""
-    from looper.data.pdf import split_name
+    from looper.data.pdfnames import split_name
 
     key = f"{split + '/' if split else ''}{name}"
     file, pdf_page = split_name(name)
@@ -335,7 +335,7 @@ def _yolo_pages(rel: str, image: Path, split: str, base: Path, roots: tuple[Path
     """The pages of one image file: itself, or every page of a PDF (one refused page when it does not open)."""
     if image.suffix.lower() != ".pdf" or escape_problem(image, roots):
         return [_yolo_page(rel, image, split, base, roots)]
-    from looper.data.pdf import page_count
+    from looper.data.pdfnames import page_count
 
     try:
         n = page_count(image)

@@ -26,7 +26,7 @@ from looper.data import tiles
 from looper.data.facts import folder_facts, source_facts
 from looper.data.formats import Source, SourcePage, guess_format, read_source
 from looper.data.paths import BUDGET_FIX, DEFAULT_MAX_PIXELS, links_under, pixel_budget
-from looper.data.pdf import DEFAULT_DPI
+from looper.data.pdfnames import DEFAULT_DPI
 from looper.errors import UsageError
 
 MANIFEST_VERSION = 2  # the layout of prepare.py's manifest, with "source" and "page_sha256" added

@@ -10,31 +10,11 @@ refused by name before it is rendered.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 
 from looper.data.formats import Source, SourcePage
 from looper.data.paths import over_budget
-
-DEFAULT_DPI = 150
-PAGE_FRAGMENT = re.compile(r"^(?P<file>.+\.pdf)#page=(?P<page>[1-9][0-9]*)$", re.IGNORECASE)
-
-
-def split_name(name: str) -> tuple[str, int | None]:
-    """``("drawing.pdf", 3)`` for ``drawing.pdf#page=3``; ``(name, None)`` for anything else."""
-    m = PAGE_FRAGMENT.match(name)
-    return (m["file"], int(m["page"])) if m else (name, None)
-
-
-def page_count(path: Path) -> int:
-    import pypdfium2 as pdfium
-
-    pdf = pdfium.PdfDocument(str(path))
-    try:
-        return len(pdf)
-    finally:
-        pdf.close()
 
 
 def pixel_size(width_pt: float, height_pt: float, dpi: int) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from looper.proc import Completed, _kill_group, _trail_add, _trail_remove
+from looper.proc.trail import Completed, _kill_group, _trail_add, _trail_remove
 
 
 class _Capped:

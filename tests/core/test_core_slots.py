@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from looper.core.slots import CORES_PER_RUN, DEFAULT_RUN_PEAK_MB, MAX_SLOTS, gpu_slots, runs_per_gpu, worker_gpu
+from looper.core.slots import (
+    CORES_PER_RUN,
+    DEFAULT_RUN_PEAK_MB,
+    MAX_SLOTS,
+    gpu_slots,
+    runs_per_gpu,
+    worker_gpu,
+)
 
 
 @pytest.mark.parametrize("free_mb, peak, cores, slots, limited_by", [

@@ -29,6 +29,14 @@ def _deep(root: Path, depth: int, name: str = "d", with_files: bool = True) -> N
         os.close(fd)
 
 
+@pytest.fixture(autouse=True)
+def _no_deep_tree_left(tmp_path: Path):  # noqa: ANN202
+    """Each test's deep tree removed after it: pytest's own clean-up of old temporary folders is shutil.rmtree,
+    which a 1,200-deep folder left there would crash three sessions later (RecursionError)."""
+    yield
+    assert trees.remove_tree(tmp_path / "t") is None
+
+
 def test_shutil_rmtree_is_what_broke(tmp_path: Path) -> None:
     """The finding: rmtree recurses, and ignore_errors does not catch RecursionError."""
     _deep(tmp_path / "t", 1200, with_files=False)
