@@ -114,6 +114,9 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
         until: str | None = typer.Option(None, "--until", help="HH:MM: start no experiment after this."),
         tag: str | None = typer.Option(None, "--tag")) -> None:
     """Run the loop until a stop rule, a signal, a harness error (exit 3) or a stuck loop (exit 4)."""
+    import faulthandler
+
+    faulthandler.enable()  # a crash in native code (NVML, CUDA's driver) leaves every thread's stack on stderr
     from looper.agents import make_agent
     from looper.config import notify_urls
     from looper.executors import make_executor

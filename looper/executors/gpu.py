@@ -38,6 +38,38 @@ class GpuReading:
         return {k: v for k, v in self.__dict__.items() if k in self.ALWAYS or v is not None}
 
 
+_NVML_LOCK = threading.RLock()
+
+
+class Serialized:
+    """NVML with every call of this process made one at a time. Several samplers share the daemon's process
+    (each run's, the night's): on an H200 with 8 runs side by side the daemon died of SIGSEGV as one run's
+    sampler shut NVML down while the others were inside it; a call never overlaps another now."""
+
+    def __init__(self, nv: Any) -> None:
+        self._nv = nv
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._nv, name)
+        if not callable(attr) or isinstance(attr, type):  # constants and the error classes, as they are
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with _NVML_LOCK:
+                return attr(*args, **kwargs)
+
+        return call
+
+
+def nvml_lib(injected: Any = None) -> Any:
+    """The NVML module (``pynvml`` of nvidia-ml-py, or a fake a test injects), its calls serialized."""
+    if injected is None:
+        import pynvml  # provided by nvidia-ml-py
+
+        injected = pynvml
+    return injected if isinstance(injected, Serialized) else Serialized(injected)
+
+
 class NvmlProbe:
     """Reads one device through NVML. ``nvml`` may be injected (a fake module) in tests."""
 
@@ -46,10 +78,7 @@ class NvmlProbe:
         self._nvml = nvml
 
     def _lib(self) -> Any:
-        if self._nvml is None:
-            import pynvml  # provided by nvidia-ml-py
-
-            self._nvml = pynvml
+        self._nvml = nvml_lib(self._nvml)
         return self._nvml
 
     def read(self) -> GpuReading:
@@ -185,10 +214,7 @@ class GpuSampler:
 
     # -- lifecycle ---------------------------------------------------------------------
     def _lib(self) -> Any:
-        if self._nvml is None:
-            import pynvml
-
-            self._nvml = pynvml
+        self._nvml = nvml_lib(self._nvml)
         return self._nvml
 
     def start(self) -> GpuSampler:
@@ -308,19 +334,20 @@ class GpuSampler:
         return True
 
     def _wait(self) -> None:
-        """Sleep one interval; when XID events are registered, sleep in the event wait."""
-        if self._events is None:
-            self._stop.wait(self.interval)
-            return
+        """Take a critical XID event if one is waiting (a poll: NVML is never held while this thread
+        sleeps), then sleep one interval."""
+        if self._events is not None:
+            self._take_event()
+        self._stop.wait(self.interval)
+
+    def _take_event(self) -> None:
         nv = self._nvml
         try:
             wait = getattr(nv, "nvmlEventSetWait_v2", None) or nv.nvmlEventSetWait
-            data = wait(self._events, int(self.interval * 1000))
+            data = wait(self._events, 0)
         except Exception as exc:
-            if type(exc).__name__ == "NVMLError_Timeout":
-                return
-            self._events = None  # event wait broke: fall back to sleeping; sampling finds a loss
-            self._stop.wait(self.interval)
+            if type(exc).__name__ != "NVMLError_Timeout":
+                self._events = None  # event wait broke: sampling alone finds a loss
             return
         xid = int(getattr(data, "eventData", 0) or 0)
         with self._lock:

@@ -294,3 +294,25 @@ def test_remote_read_prints_one_reading(capsys: pytest.CaptureFixture[str]) -> N
     # a reading either found a device or names why not: never "not ok" without a reason
     assert data["ok"] is (data["count"] > 0 and not data["problem"])
     assert data["ok"] or data["problem"]
+
+
+def test_nvml_calls_of_every_sampler_in_the_process_never_overlap() -> None:
+    """Each run's sampler and the night's share the daemon's process: their NVML calls go one at a time (on an
+    H200, 8 runs' samplers and the night's calling at once ended the daemon with SIGSEGV)."""
+    import time as _time
+
+    inside, overlaps = [0], [0]
+
+    class Slow(FakeNvml):
+        def nvmlDeviceGetMemoryInfo(self, h: str) -> Any:
+            inside[0] += 1
+            overlaps[0] += inside[0] > 1
+            _time.sleep(0.002)
+            inside[0] -= 1
+            return types.SimpleNamespace(total=81920 * MB, used=1024 * MB, free=80896 * MB)
+
+    samplers = [GpuSampler(0, nvml=Slow(), interval=0.001).start() for _ in range(6)]
+    _time.sleep(0.3)
+    summaries = [s.stop() for s in samplers]
+    assert all(s["samples"] > 3 and not s["lost"] for s in summaries), summaries
+    assert overlaps[0] == 0
