@@ -274,7 +274,7 @@ env = {{k: v for k, v in {json.dumps(train_env(c, data, c.work / 'amp-box', 0, s
 argv = sandbox.train_argv([sys.executable, 'train.py'], checkout=ck, out_dir=out, data_dir=pathlib.Path(env['LOOPER_DATA']),
                           env=env, pretrained=pathlib.Path(env['LOOPER_PRETRAINED_DIR']))
 r = subprocess.run(argv, cwd=ck, capture_output=True, text=True)
-print("\n".join(x for x in r.stdout.splitlines() if x.startswith("LOOPER_")))
+print("\\n".join(x for x in r.stdout.splitlines() if x.startswith("LOOPER_")))
 print(r.stderr[-4000:], file=sys.stderr); sys.exit(r.returncode)
 """
     b = c.python(code, left / 2, "amp.log", cwd=c.work)
