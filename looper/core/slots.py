@@ -12,6 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_RUN_PEAK_MB = 4096.0  # a run's GPU memory before any run of the tag measured it (a demo run: < 1 GB)
+# What a run's process holds on the GPU beyond train.py's own peak (torch's allocator): the CUDA context and the
+# allocator's cache. Measured on an H200 (bench/RESULTS.md, "A GPU night"): 8 demo runs side by side held 7,161 MB
+# of the device while each allocated 137 MB at its peak, 758 MB a process beyond it.
+CUDA_CONTEXT_MB = 800.0
 HEADROOM = 0.8  # the share of the GPU's free memory runs may plan on (the CUDA context and fragmentation)
 CORES_PER_RUN = 2  # a run's main process and its data loader worker (train.py's WORKERS = 1)
 MAX_SLOTS = 16  # more runs on one GPU than this: contention, not throughput (8 copies: 5.2x of 1, 4: 3.7x)
@@ -41,15 +45,16 @@ class SlotPlan:
 
 
 def gpu_slots(free_mb: float, run_peak_mb: float | None, cores: int) -> SlotPlan:
-    """The runs one GPU with ``free_mb`` of free memory takes side by side, each using ``run_peak_mb`` at its
-    peak (None: not measured yet, :data:`DEFAULT_RUN_PEAK_MB`), fed by ``cores`` CPU cores; at least 1.
+    """The runs one GPU with ``free_mb`` of free memory takes side by side, each using train.py's measured peak
+    ``run_peak_mb`` plus :data:`CUDA_CONTEXT_MB` (None: not measured yet, :data:`DEFAULT_RUN_PEAK_MB`), fed by
+    ``cores`` CPU cores; at least 1.
 
-    >>> gpu_slots(140_000, 900, 16).slots
+    >>> gpu_slots(140_000, 137, 16).slots
     8
     >>> gpu_slots(10_000, 4096, 16).slots
     1
     """
-    peak = float(run_peak_mb) if run_peak_mb and run_peak_mb > 0 else DEFAULT_RUN_PEAK_MB
+    peak = float(run_peak_mb) + CUDA_CONTEXT_MB if run_peak_mb and run_peak_mb > 0 else DEFAULT_RUN_PEAK_MB
     by_memory = max(1, int(max(0.0, free_mb) * HEADROOM // peak))
     by_cores = max(1, cores // CORES_PER_RUN)
     return SlotPlan(slots=min(by_memory, by_cores, MAX_SLOTS), by_memory=by_memory, by_cores=by_cores,

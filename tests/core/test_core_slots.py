@@ -6,6 +6,7 @@ import pytest
 
 from looper.core.slots import (
     CORES_PER_RUN,
+    CUDA_CONTEXT_MB,
     DEFAULT_RUN_PEAK_MB,
     MAX_SLOTS,
     gpu_slots,
@@ -17,8 +18,8 @@ from looper.core.slots import (
 @pytest.mark.parametrize("free_mb, peak, cores, slots, limited_by", [
     (140_000, 900, 16, 8, "cores"),        # an H200 and 16 cores: the cores decide
     (140_000, 900, 64, MAX_SLOTS, "cap"),  # memory for 124 and cores for 32: the cap
-    (20_000, 4000, 16, 4, "memory"),       # 16,000 MB usable / 4,000 a run
-    (10_000, 4096, 16, 1, "memory"),       # room for 1.95: one
+    (20_000, 3200, 16, 4, "memory"),       # 16,000 MB usable / (3,200 + 800 CUDA context) a run
+    (10_000, 3296, 16, 1, "memory"),       # room for 1.95: one
     (1_000, 4096, 16, 1, "memory"),        # not even one fits: still one (a run alone says so when it fails)
     (140_000, None, 16, 8, "cores"),       # not measured: the default peak
     (40_000, 0, 2, 1, "cores"),            # a 2-core host: one run
@@ -34,6 +35,7 @@ def test_an_unmeasured_peak_is_the_stated_default():
     assert gpu_slots(100_000, None, 8).run_peak_mb == DEFAULT_RUN_PEAK_MB
     assert gpu_slots(100_000, -5, 8).run_peak_mb == DEFAULT_RUN_PEAK_MB
     assert gpu_slots(100_000, 0, 2 * CORES_PER_RUN).by_cores == 2
+    assert gpu_slots(100_000, 137, 8).run_peak_mb == 137 + CUDA_CONTEXT_MB  # a measured peak: plus the context
 
 
 @pytest.mark.parametrize("first, count, expected", [
