@@ -5,7 +5,7 @@
 
 Every judgement is the loop's own procedure on real train.py + evaluate.py runs: the candidate
 trains and is scored under the same budget as the baseline, its METRICS.json objects go to
-``looper.core.gate.decide`` (the real gate, whatever statistics it holds today) against the
+``looper.core.keep.gate.decide`` (the real gate, whatever statistics it holds today) against the
 baseline's, and while the gate answers INCONCLUSIVE asking for reruns, one more seed is run, up
 to ``--reruns`` (the loop's ``noise_reruns``). Then:
 
@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
 from bench_noise import REPO, Run, ensure_data, finished_run, load, run_once  # noqa: E402
 
-from looper.core import gate as core_gate  # noqa: E402
+from looper.core.keep import gate as core_gate  # noqa: E402
 
 STEPS = {"tiny": 200, "demo": 400, "full": 3000}  # where the baseline finds classes (bench/RESULTS.md)
 BUDGET = {"tiny": 300.0, "demo": 300.0, "full": 900.0}  # the outer wall-clock limit of a step-budget run, s

@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from looper.core.search import STRATEGIES
+from looper.core.propose.search import STRATEGIES
 from looper.data.cli import data_app
 from looper.errors import EXIT_USAGE, LooperError, UsageError, cli_errors, exit_code_for
 
@@ -169,7 +169,7 @@ def history(as_json: bool = typer.Option(False, "--json", help="Machine-readable
     from looper.report import history_json, history_rows, history_text
 
     if status is not None:
-        from looper.core.verdict import Outcome
+        from looper.core.verdicts.verdict import Outcome
 
         if status not in Outcome.values():
             raise UsageError(f"--status: {status!r} is not one of {', '.join(Outcome.values())}")
@@ -217,7 +217,7 @@ def report(html: Path | None = typer.Option(None, "--html", help="Also write one
 @app.command()
 def verify(as_json: bool = typer.Option(False, "--json", help="Print exactly one verdict object.")) -> None:
     """One experiment of the current train.py, gated against the best, committed nowhere."""
-    from looper.core.verdict import Status, Verdict
+    from looper.core.verdicts.verdict import Status, Verdict
 
     try:
         from looper.executors import make_executor

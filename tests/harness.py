@@ -211,10 +211,10 @@ def make_ws(tmp_path: Path, pages: PageSink):
 
 def outside_labelled_fences(prompt: str, needle: str) -> list[str]:
     """Lines of an agent's prompt holding ``needle`` that are NOT inside a fence whose label line
-    says it is untrusted data (looper.core.untrusted.LABEL)."""
+    says it is untrusted data (looper.core.verdicts.untrusted.LABEL)."""
     import re
 
-    from looper.core.untrusted import LABEL
+    from looper.core.verdicts.untrusted import LABEL
 
     bad: list[str] = []
     fence, labelled, prev = "", False, ""

@@ -39,7 +39,7 @@ import looper.agents.sandbox as agent_sandbox
 from looper import proc
 from looper.agents.base import AgentContext, Proposal, ProposalRejected
 from looper.agents.sandbox import AgentBox
-from looper.core.hyperblock import HyperblockError, knob_changes
+from looper.core.propose.hyperblock import HyperblockError, knob_changes
 from looper.errors import HarnessError
 
 Runner = Callable[..., proc.Completed]

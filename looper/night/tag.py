@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError
 from looper.store import ExperimentRecord, Store, TagRecord
 from looper.workspace.gitops import Workspace, Worktree

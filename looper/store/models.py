@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, Float, ForeignKey, Integer, MetaData, Table, Text
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 
 metadata = MetaData()
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from looper.tracking.records import KEY, RUN_KEY, Tracked, as_text, experiment_run, seed_runs
+from looper.tracking.tracked import KEY, RUN_KEY, Tracked, as_text, experiment_run, seed_runs
 
 COMPLETE = "looper.complete"
 

@@ -57,15 +57,16 @@ def tree_hash(root: Path, ignore: tuple[str, ...] = IGNORED) -> tuple[str, int]:
 # The looper modules that evaluate.py and prepare.py import (with their packages' __init__):
 # page matching and metrics, and the class list. Paths relative to the folder holding the
 # installed ``looper`` package; the ONE list of what, besides the fixed files, decides a score.
-SCORING_MODULES = ("looper/__init__.py", "looper/core/__init__.py", "looper/core/metrics.py",
-                   "looper/core/tilegrid.py", "looper/core/classes.py", "looper/data/__init__.py", "looper/data/tiles.py")
+SCORING_MODULES = ("looper/__init__.py", "looper/core/__init__.py", "looper/core/scoring/__init__.py",
+                   "looper/core/scoring/metrics.py",
+                   "looper/core/scoring/tilegrid.py", "looper/core/scoring/classes.py", "looper/data/__init__.py", "looper/data/tiles.py")
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the folder that holds this ``looper`` package
 
 
 def fixed_hashes(folder: Path, names: tuple[str, ...], modules: tuple[str, ...] = SCORING_MODULES,
                  package_parent: Path = PACKAGE_PARENT) -> dict[str, str | None]:
     """sha256 of each fixed file in ``folder`` and of each scoring module of the installed
-    looper package (keyed by its path, e.g. ``looper/core/metrics.py``); None for a missing file."""
+    looper package (keyed by its path, e.g. ``looper/core/scoring/metrics.py``); None for a missing file."""
     out: dict[str, str | None] = {}
     for base, rels in ((Path(folder), names), (Path(package_parent), modules)):
         for name in rels:

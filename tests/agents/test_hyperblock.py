@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from looper.core.hyperblock import HyperblockError, knob_changes, read_knobs, rewrite_knobs
+from looper.core.propose.hyperblock import HyperblockError, knob_changes, read_knobs, rewrite_knobs
 
 
 def test_read_knobs_reads_values_from_the_file(train_py: str) -> None:

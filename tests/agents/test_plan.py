@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from looper.core.plan import Exhausted, Knob, PastExperiment, PlanError, PlanProposal, next_proposal
+from looper.core.propose.plan import Exhausted, Knob, PastExperiment, PlanError, PlanProposal, next_proposal
 
 KNOBS = (Knob("LR0", (0.005, 0.01, 0.02), 1), Knob("MOSAIC", (0.0, 1.0), 2))
 CURRENT = {"LR0": 0.01, "MOSAIC": 1.0, "IMGSZ": 640}

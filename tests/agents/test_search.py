@@ -1,4 +1,4 @@
-"""Search strategies: random and evolve (looper.core.search), and what the planner learns."""
+"""Search strategies: random and evolve (looper.core.propose.search), and what the planner learns."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from looper.agents import make_agent
 from looper.agents.base import AgentContext, ClassScore, ExperimentView, HistoryView
-from looper.core.plan import Exhausted, Knob, PastExperiment, PlanProposal, next_proposal
-from looper.core.search import evolve_proposal, fitness, random_proposal
+from looper.core.propose.plan import Exhausted, Knob, PastExperiment, PlanProposal, next_proposal
+from looper.core.propose.search import evolve_proposal, fitness, random_proposal
 
 KNOBS = (
     Knob("LR0", (0.003, 0.006, 0.024), 1),
@@ -188,7 +188,7 @@ TRAIN = (Path(__file__).resolve().parents[2] / "train.py").read_text()
 
 @pytest.mark.parametrize("kind", ["planner", "random", "evolve"])
 def test_each_strategy_is_an_agent_kind_that_rewrites_only_knob_values(kind: str) -> None:
-    from looper.core.hyperblock import read_knobs
+    from looper.core.propose.hyperblock import read_knobs
 
     agent = make_agent(SimpleNamespace(kind=kind, seed=3))
     assert agent.name == kind

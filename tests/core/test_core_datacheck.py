@@ -1,11 +1,11 @@
-"""The data checks as pure rules (looper.core.datacheck): every bad input of issue 38, point 2, is
+"""The data checks as pure rules (looper.core.data.check): every bad input of issue 38, point 2, is
 named with its file (and annotation id or label line), what is wrong and what to do."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core.datacheck import BoxFact, DataFacts, ImageFact, data_problems, errors
+from looper.core.data.check import BoxFact, DataFacts, ImageFact, data_problems, errors
 
 CLASSES = ("duct", "vent")
 

@@ -11,14 +11,14 @@ from hypothesis import strategies as st
 from scipy.stats import binomtest
 from scipy.stats import t as scipy_t
 
-from looper.core.gate import (
+from looper.core.keep.gate import (
     GateConfig,
     GateInput,
     class_recall_spread,
     dead_gates,
     decide,
 )
-from looper.core.verdict import Outcome, Status
+from looper.core.verdicts.verdict import Outcome, Status
 
 CFG = GateConfig()  # weighted_f1, max_class_drop 0.05, noise_sigmas 2.0
 APPROVED = "approved:2026-11-30.json"
@@ -310,8 +310,8 @@ def test_dead_gates_of_something_that_is_not_metrics() -> None:
 
 
 def test_a_drop_a_hair_over_the_limit_is_still_shown_as_over() -> None:
-    from looper.core.classgate import fmt_below as _fmt_below
-    from looper.core.classgate import fmt_over as _fmt_over
+    from looper.core.keep.classgate import fmt_below as _fmt_below
+    from looper.core.keep.classgate import fmt_over as _fmt_over
 
     shown, limit = _fmt_over(0.0500000002, 0.05)
     assert float(shown) >= float(limit) and shown != limit

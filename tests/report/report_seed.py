@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper.core.classes import CLASSES
+from looper.core.scoring.classes import CLASSES
 from looper.store import Store
 
 TAG = "nightly"
