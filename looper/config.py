@@ -151,7 +151,6 @@ class DataConfig(_Section):
 class GateConfigSection(_Section):
     score: Literal["weighted_f1", "macro_f1"] = "weighted_f1"
     max_class_drop: float = Field(default=0.05, ge=0.0, le=1.0)
-    noise_sigmas: float = Field(default=2.0, ge=0.0)  # no longer decides (alpha does); old files still load
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)  # error rate of every keep, discard and class gate
     # the score test: "auto" picks pooled or paired per look (each at half its alpha); "pooled" or
     # "paired" fixes it from a pairing correlation measured elsewhere (the look's whole alpha)
@@ -402,6 +401,11 @@ def config_from_dict(data: Mapping[str, Any], source: str = "looper.toml") -> Co
         raise ConfigError(f"{source}: {len(problems)} problems:\n  " + "\n  ".join(problems)) from None
 
 
+#: Keys an older looper wrote that this one no longer reads: a file that still has one is told which
+#: and why, one line (the key is deleted from the file; nothing is loaded around it).
+REMOVED_KEYS = {"gate.noise_sigmas": "removed: the gate's alpha decides, [gate] alpha; delete the line"}
+
+
 def _describe(err: Mapping[str, Any]) -> str:
     loc = [str(p) for p in err.get("loc", ())]
     kind = err.get("type", "")
@@ -414,7 +418,7 @@ def _describe(err: Mapping[str, Any]) -> str:
     if kind == "extra_forbidden":
         if len(loc) == 1:
             return f"{key}: unknown section (expected one of {', '.join(Config.model_fields)})"
-        return f"{key}: unknown key"
+        return f"{key}: {REMOVED_KEYS.get(key, 'unknown key')}"
     if kind == "model_type":
         return f"{key}: expected a table [{key}]" if len(loc) == 1 else f"{key}: expected a table"
     if kind == "literal_error":

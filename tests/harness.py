@@ -151,7 +151,7 @@ def write_config(root: Path, notify_url: str, agent_cmd: str, **over: object) ->
             "stuck_after": 3, "noise_reruns": 1,
             "baseline_seeds": 2, "confirm_seeds": 0}  # a test that confirms turns it on (loop_confirm_seeds)
     loop.update({k[5:]: v for k, v in over.items() if k.startswith("loop_")})
-    gate = {"score": "weighted_f1", "max_class_drop": 0.05, "noise_sigmas": 2.0}
+    gate = {"score": "weighted_f1", "max_class_drop": 0.05}
     gate.update({k[5:]: v for k, v in over.items() if k.startswith("gate_")})
 
     def val(v: object) -> str:

@@ -206,10 +206,10 @@ def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
         base = ctx.tag.kept_baselines()[-1]
         source, baseline, baseline_runs, baseline_seeds = "tag-start", base.metrics, runs_of(base), seeds_of(base)
     inp = core_gate.GateInput(candidate=runs, best=runs_of(best) or [best.metrics], baseline=baseline,
-                              baseline_source=source, noise_sigma=ctx.tag.noise().sigma, candidate_simpler=simpler,
+                              baseline_source=source, candidate_simpler=simpler,
                               baseline_runs=baseline_runs, candidate_seeds=list(seeds or []),
                               best_seeds=seeds_of(best) if runs_of(best) else [], baseline_seeds=baseline_seeds)
     gcfg = core_gate.GateConfig(score=ctx.cfg.gate.score, max_class_drop=ctx.cfg.gate.max_class_drop,
-                                noise_sigmas=ctx.cfg.gate.noise_sigmas, alpha=ctx.cfg.gate.alpha,
+                                alpha=ctx.cfg.gate.alpha,
                                 score_test=ctx.cfg.gate.score_test)
     return core_gate.decide(inp, gcfg, reruns_left, looks=looks, share=share)

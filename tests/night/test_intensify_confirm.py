@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from looper.core.keep.gate import PAIRED_TEST
+from looper.core.keep.score import PAIRED_TEST
 from looper.core.verdicts.verdict import Outcome
 from looper.night.confirm import confirm
 from looper.night.experiment import run_candidate

@@ -19,7 +19,7 @@ TAG = "nightly"
 #: A notify URL with a secret in it: it must never reach any output.
 SECRET = "s3cr3tT0kenXYZ"
 CONFIG: dict[str, Any] = {
-    "gate": {"score": "weighted_f1", "max_class_drop": 0.05, "noise_sigmas": 2.0},
+    "gate": {"score": "weighted_f1", "max_class_drop": 0.05},
     "notify": {"urls": [f"tgram://{SECRET}/12345"]},
 }
 

@@ -41,7 +41,7 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
    of the runs are known and at least 2 were run by both the candidate and the best, the
    paired t-test on the per-seed differences (:func:`looper.core.keep.stats.paired_score_test`)
    decides instead when its band is narrower than the pooled one (:mod:`looper.core.keep.score`,
-   :func:`choose_test`, a
+   :func:`~looper.core.keep.score.choose_test`, a
    pure rule; the verdict states the choice and why in ``score_test_choice``). The choice
    reads the same runs, so with two tests to choose from each is held to half the look's
    alpha (Bonferroni over the two; ``score_test_alpha``). ``GateConfig.score_test`` "pooled"
@@ -56,8 +56,6 @@ Inputs are METRICS.json objects (see docs/INTERFACES.md); the statistics are in
 Every verdict's metrics carry ``baseline`` (``"approved:<file>"`` or ``"tag-start"``),
 ``dead_gates`` and ``notes``; judged ones also the noise band (the smallest difference the
 score test calls significant at this look), the score test and each class test.
-``GateConfig.noise_sigmas`` and ``unmeasured_band`` and ``GateInput.noise_sigma`` no longer
-decide anything (kept so that older callers and config files still load).
 """
 
 from __future__ import annotations
@@ -69,32 +67,13 @@ from typing import Any
 
 from looper.core.keep import classgate, stats
 from looper.core.keep import score as core_score
-from looper.core.keep.classgate import EPS as _EPS
-from looper.core.keep.classgate import FISHER as FISHER  # re-exported: callers read the test names here
-from looper.core.keep.classgate import MCNEMAR as MCNEMAR
-from looper.core.keep.classgate import ClassTest as _ClassTest
-from looper.core.keep.classgate import Unusable as _Unusable
-from looper.core.keep.classgate import classes as _classes
-from looper.core.keep.classgate import compare as _compare
-from looper.core.keep.classgate import fmt_below as _fmt_below
-from looper.core.keep.classgate import listing as _listing
-from looper.core.keep.classgate import num as _num
-from looper.core.keep.score import PAIRED_TEST as PAIRED_TEST  # re-exported: callers read the test names here
-from looper.core.keep.score import SCORE_TEST as SCORE_TEST
-from looper.core.keep.score import choose_test as choose_test
 from looper.core.verdicts.verdict import Outcome, Verdict
-
-#: Kept for compatibility: the fixed band the gate used before noise had to be measured.
-#: It no longer decides anything; unmeasured noise makes a verdict inconclusive.
-UNMEASURED_NOISE_BAND = 0.01
 
 
 @dataclass(frozen=True)
 class GateConfig:
     score: str = "weighted_f1"
     max_class_drop: float = 0.05
-    noise_sigmas: float = 2.0  # no longer decides anything (alpha does); kept for old callers
-    unmeasured_band: float = UNMEASURED_NOISE_BAND  # likewise
     alpha: float = 0.05
     score_test: str = "auto"  # auto | pooled | paired (looper.core.keep.score.SCORE_TEST_MODES)
 
@@ -103,10 +82,6 @@ class GateConfig:
             raise ValueError("gate.score must name a metric, e.g. 'weighted_f1'")
         if not (math.isfinite(self.max_class_drop) and 0.0 <= self.max_class_drop <= 1.0):
             raise ValueError(f"gate.max_class_drop must be within [0, 1], got {self.max_class_drop!r}")
-        if not (math.isfinite(self.noise_sigmas) and self.noise_sigmas >= 0.0):
-            raise ValueError(f"gate.noise_sigmas must be a number >= 0, got {self.noise_sigmas!r}")
-        if not (math.isfinite(self.unmeasured_band) and self.unmeasured_band > 0.0):
-            raise ValueError(f"the unmeasured noise band must be > 0, got {self.unmeasured_band!r}")
         if not (isinstance(self.alpha, (int, float)) and 0.0 < self.alpha < 1.0):
             raise ValueError(f"gate.alpha must be between 0 and 1 (exclusive), got {self.alpha!r}")
         if self.score_test not in core_score.SCORE_TEST_MODES:
@@ -120,14 +95,12 @@ class GateInput:
     ``best``: the current best's runs, in seed order (empty: the baseline is the current best).
     ``baseline``: the baseline's metrics (dead gates; the class reference when
     ``baseline_runs`` is empty). ``baseline_runs``: every seed of the baseline, in seed order
-    (the class reference, and the seed noise). ``noise_sigma``: reported by older callers;
-    no longer used (the runs' own scores measure the noise)."""
+    (the class reference, and the seed noise)."""
 
     candidate: list[dict[str, Any]]
     best: list[dict[str, Any]]
     baseline: dict[str, Any]
     baseline_source: str
-    noise_sigma: float | None = None
     candidate_simpler: bool = False
     baseline_runs: list[dict[str, Any]] = field(default_factory=list)
     # the seed of every run, in the same order as the runs ([]: unknown; then nothing is paired
@@ -152,23 +125,23 @@ class GateDecision:
 def _gated(baseline: dict[str, Any]) -> dict[str, float]:
     """Classes the baseline can gate on (support > 0) and their baseline recall."""
     out: dict[str, float] = {}
-    for name, row in _classes(baseline).items():
-        support = _num(row.get("support"))
+    for name, row in classgate.classes(baseline).items():
+        support = classgate.num(row.get("support"))
         if support is None or support <= 0:
             continue
-        recall = _num(row.get("recall"))
+        recall = classgate.num(row.get("recall"))
         if recall is None:
-            raise _Unusable(f"baseline class {name!r} has support {support:g} but no numeric recall")
+            raise classgate.Unusable(f"baseline class {name!r} has support {support:g} but no numeric recall")
         out[name] = recall
     return out
 
 
 def _predicted_nothing(baseline: dict[str, Any]) -> bool:
-    predictions = _num(baseline.get("predictions"))
+    predictions = classgate.num(baseline.get("predictions"))
     if predictions is not None:
         return predictions <= 0
-    rows = _classes(baseline).values()
-    counted = [(_num(r.get("tp")), _num(r.get("fp"))) for r in rows]
+    rows = classgate.classes(baseline).values()
+    counted = [(classgate.num(r.get("tp")), classgate.num(r.get("fp"))) for r in rows]
     if not counted or any(tp is None or fp is None for tp, fp in counted):
         return False  # cannot tell; the per-class rule still applies
     return sum(tp + fp for tp, fp in counted) <= 0  # type: ignore[operator]
@@ -179,7 +152,7 @@ def _dead(baseline: dict[str, Any], max_class_drop: float) -> tuple[list[str], l
     gated = _gated(baseline)
     if gated and _predicted_nothing(baseline):
         return list(gated), ["the baseline predicted nothing, so no class gate can fire"]
-    dead = [c for c, recall in gated.items() if recall - max_class_drop <= _EPS]
+    dead = [c for c, recall in gated.items() if recall - max_class_drop <= classgate.EPS]
     reasons = [
         f"recall.{c} gate is dead: baseline recall {gated[c]:.2f} is not above the drop limit "
         f"{max_class_drop:.2f}, so it can never fire"
@@ -197,11 +170,11 @@ def dead_gates(baseline: dict[str, Any], max_class_drop: float) -> list[str]:
     """
     try:
         return _dead(baseline, max_class_drop)[0]
-    except _Unusable:
+    except classgate.Unusable:
         dead = []
-        for name, row in _classes(baseline).items():
-            support, recall = _num(row.get("support")), _num(row.get("recall"))
-            if support and support > 0 and (recall is None or recall - max_class_drop <= _EPS):
+        for name, row in classgate.classes(baseline).items():
+            support, recall = classgate.num(row.get("support")), classgate.num(row.get("recall"))
+            if support and support > 0 and (recall is None or recall - max_class_drop <= classgate.EPS):
                 dead.append(name)
         return dead
 
@@ -211,8 +184,8 @@ def class_recall_spread(runs: list[dict[str, Any]]) -> dict[str, float]:
     objects; the per-class noise stored with the tag). Needs 2 runs; a class without a numeric recall
     in every run is left out."""
     out: dict[str, float] = {}
-    for name in _classes(runs[0]) if len(runs) > 1 else ():
-        vals = [_num(_classes(r).get(name, {}).get("recall")) for r in runs]
+    for name in classgate.classes(runs[0]) if len(runs) > 1 else ():
+        vals = [classgate.num(classgate.classes(r).get(name, {}).get("recall")) for r in runs]
         if all(v is not None for v in vals):
             out[name] = round(statistics.stdev(v for v in vals if v is not None), 6)
     return out
@@ -221,10 +194,10 @@ def class_recall_spread(runs: list[dict[str, Any]]) -> dict[str, float]:
 def _scores(runs: list[dict[str, Any]], key: str, who: str) -> list[float]:
     out = []
     for i, run in enumerate(runs, start=1):
-        value = _num(run.get(key)) if isinstance(run, dict) else None
+        value = classgate.num(run.get(key)) if isinstance(run, dict) else None
         if value is None:
             raw = run.get(key, "missing") if isinstance(run, dict) else "not an object"
-            raise _Unusable(f"{who} run {i} of {len(runs)} has no numeric {key!r} ({raw!r})")
+            raise classgate.Unusable(f"{who} run {i} of {len(runs)} has no numeric {key!r} ({raw!r})")
         out.append(value)
     return out
 
@@ -232,11 +205,11 @@ def _scores(runs: list[dict[str, Any]], key: str, who: str) -> list[float]:
 def _mean_recall(runs: list[dict[str, Any]], name: str, who: str) -> float:
     values = []
     for i, run in enumerate(runs, start=1):
-        row = _classes(run).get(name)
-        recall = _num(row.get("recall")) if row is not None else None
+        row = classgate.classes(run).get(name)
+        recall = classgate.num(row.get("recall")) if row is not None else None
         if recall is None:
             why = "lacks the class" if row is None else "has no numeric recall for it"
-            raise _Unusable(f"{who} run {i} {why}: {name!r} (the test set or class list differs)")
+            raise classgate.Unusable(f"{who} run {i} {why}: {name!r} (the test set or class list differs)")
         values.append(recall)
     return sum(values) / len(values)
 
@@ -255,7 +228,7 @@ class _Read:
     best_scores: list[float]
     base_scores: list[float]
     cand_recall: dict[str, float]
-    tests: list[_ClassTest]
+    tests: list[classgate.ClassTest]
     replicates: dict[tuple[str, str], list[stats.Run]]  # (source, class) -> runs
     best_is_ref: bool
     pairs: list[tuple[int, float, float]] = field(default_factory=list)  # (seed, candidate, best) both ran
@@ -267,14 +240,14 @@ def _error(facts: dict[str, Any], reason: str) -> GateDecision:
 
 
 def _read(inp: GateInput, cfg: GateConfig, facts: dict[str, Any]) -> _Read | str:
-    """The inputs, checked (:class:`_Unusable` when they cannot be judged), or why the baseline
+    """The inputs, checked (:class:`classgate.Unusable` when they cannot be judged), or why the baseline
     cannot gate at all."""
     ref_runs = list(inp.baseline_runs) or [inp.baseline]
     best_is_ref = not inp.best or list(inp.best) == ref_runs
     if not inp.candidate:
-        raise _Unusable("no candidate run to gate")
-    if not isinstance(inp.baseline, dict) or not _classes(inp.baseline):
-        raise _Unusable(f"the baseline ({inp.baseline_source}) has no per-class scores")
+        raise classgate.Unusable("no candidate run to gate")
+    if not isinstance(inp.baseline, dict) or not classgate.classes(inp.baseline):
+        raise classgate.Unusable(f"the baseline ({inp.baseline_source}) has no per-class scores")
     dead, dead_reasons = _dead(inp.baseline, cfg.max_class_drop)
     facts["dead_gates"] = dead
     facts["notes"].extend(dead_reasons)
@@ -285,7 +258,7 @@ def _read(inp: GateInput, cfg: GateConfig, facts: dict[str, Any]) -> _Read | str
     if not live:
         why = dead_reasons[0] if _predicted_nothing(inp.baseline) else (
             f"every class gate is dead (baseline recall not above {cfg.max_class_drop:.2f} "
-            f"for {_listing(dead)})")
+            f"for {classgate.listing(dead)})")
         return f"the baseline cannot gate: {why}"
     cand_scores = _scores(inp.candidate, cfg.score, "candidate")
     best_runs = inp.best or ref_runs
@@ -293,29 +266,29 @@ def _read(inp: GateInput, cfg: GateConfig, facts: dict[str, Any]) -> _Read | str
     base_scores = _scores(inp.baseline_runs, cfg.score, "baseline") if inp.baseline_runs else []
     cand_recall = {c: _mean_recall(inp.candidate, c, "candidate") for c in gated}
     best_recall: dict[str, float] = {}
-    for name in _classes(best_runs[0]):
-        recalls = [_num(_classes(r).get(name, {}).get("recall")) for r in best_runs]
+    for name in classgate.classes(best_runs[0]):
+        recalls = [classgate.num(classgate.classes(r).get(name, {}).get("recall")) for r in best_runs]
         known = [r for r in recalls if r is not None]
         if known:
             best_recall[name] = sum(known) / len(known)
     for name, recall in best_recall.items():
         if recall > 0 and name not in cand_recall:
             cand_recall[name] = _mean_recall(inp.candidate, name, "candidate")
-    tests: list[_ClassTest] = []
+    tests: list[classgate.ClassTest] = []
     replicates: dict[tuple[str, str], list[stats.Run]] = {}
     base_seeds = list(inp.baseline_seeds) if inp.baseline_runs else []
     base_side, cand_side = core_score.align(ref_runs, base_seeds, list(inp.candidate), list(inp.candidate_seeds))
     for c in live:
-        counts, ref_rows, cand_rows = _compare(c, base_side, cand_side, "baseline")
-        tests.append(_ClassTest(c, "baseline", counts))
+        counts, ref_rows, cand_rows = classgate.compare(c, base_side, cand_side, "baseline")
+        tests.append(classgate.ClassTest(c, "baseline", counts))
         replicates.update({("baseline", c): ref_rows, ("candidate", c): cand_rows})
     if not best_is_ref:
         best_side, cand_side = core_score.align(list(inp.best), list(inp.best_seeds), list(inp.candidate),
                                       list(inp.candidate_seeds))
         for c, r in best_recall.items():
-            if r > cfg.max_class_drop + _EPS:
-                counts, best_rows, cand_rows = _compare(c, best_side, cand_side, "current best")
-                tests.append(_ClassTest(c, "best", counts))
+            if r > cfg.max_class_drop + classgate.EPS:
+                counts, best_rows, cand_rows = classgate.compare(c, best_side, cand_side, "current best")
+                tests.append(classgate.ClassTest(c, "best", counts))
                 replicates.update({("best", c): best_rows, ("candidate", c): cand_rows})
     pairs: list[tuple[int, float, float]] = []
     cand_by, best_by = core_score.seeded(cand_scores, list(inp.candidate_seeds)), core_score.seeded(
@@ -340,7 +313,7 @@ def decide(inp: GateInput, cfg: GateConfig, reruns_left: int, looks: int | None 
                              "max_class_drop": cfg.max_class_drop, "alpha": cfg.alpha, "dead_gates": [], "notes": []}
     try:
         r = _read(inp, cfg, facts)
-    except _Unusable as exc:
+    except classgate.Unusable as exc:
         return _error(facts, str(exc))
     if isinstance(r, str):
         return _error(facts, r)
@@ -399,8 +372,8 @@ def _judge(facts: dict[str, Any], blocking: list[str], test: Any, simpler: bool,
     if test.p_worse <= test.alpha:
         return decision(Outcome.DISCARD, [
             f"{key} {score:.4f} is below the current best {best:.4f} by {-diff:.4f}: "
-            f"p = {_fmt_below(test.p_worse, test.alpha)} ({test.name}; noise band {test.band:.4f})"])
-    if simpler and diff >= -_EPS:
+            f"p = {classgate.fmt_below(test.p_worse, test.alpha)} ({test.name}; noise band {test.band:.4f})"])
+    if simpler and diff >= -classgate.EPS:
         facts["notes"].append("inside the noise band and simpler, not worse: simpler wins")
         return decision(Outcome.KEEP, [])
     inside = (f"{key} {diff:+.4f} vs the current best is inside the noise band {test.band:.4f} "

@@ -41,7 +41,7 @@ k), a tie the gate never keeps or discards. The pooled test treats the paired ca
 independent of the baseline; when it is positively correlated that overstates the variance of
 the difference, so the test errs on the side of inconclusive. So the gate computes both where it
 can (:func:`paired_score_test`, :func:`paired_band`) and lets the narrower band decide
-(:func:`looper.core.keep.gate.choose_test`): where the same seed (the same data order, augmentation
+(:func:`looper.core.keep.score.choose_test`): where the same seed (the same data order, augmentation
 and initial weights under a step budget) makes paired scores correlate strongly, the paired band
 is the narrower one after 2 to 4 seeds; where they barely correlate (0.19 above), the pooled test
 keeps deciding. Taking the narrower of two bands reads the same data, so each test is then held
