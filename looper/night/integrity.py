@@ -13,7 +13,7 @@ from looper.errors import HarnessError
 from looper.executors import Executor
 from looper.executors.base import FIXED_FILES
 from looper.night.context import Context, Worker, run_threads
-from looper.workspace.hashes import fixed_hashes, pretrained_hashes
+from looper.workspace.hashes import fixed_hashes, pretrained_hashes, stale_imports
 from looper.workspace.runtimepin import runtime_hashes
 
 
@@ -24,6 +24,9 @@ def integrity(ctx: Context, when: str, folder: Path | None = None, executor: Exe
     site-packages and the looper package too (looper/workspace/runtimepin.py: 0.3-0.7 s with torch installed;
     taken after each training run, before its evaluation)."""
     assert ctx.tag.wt is not None and ctx.tag.pinned is not None
+    stale = stale_imports(folder or ctx.tag.wt.path, FIXED_FILES)
+    if stale:  # the one cause: the pinned module paths and the fixed files' hashes say the same again
+        return Verdict.errored(*stale)
     problems: list[str] = []
     now = fixed_hashes(folder or ctx.tag.wt.path, FIXED_FILES) | pretrained_hashes(ctx.root)
     pinned = ctx.tag.pinned.fixed_hashes or {}
