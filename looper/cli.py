@@ -18,7 +18,7 @@ import typer
 
 from looper.core.propose.search import STRATEGIES
 from looper.data.cli import data_app
-from looper.errors import EXIT_USAGE, LooperError, UsageError, cli_errors, exit_code_for
+from looper.errors import EXIT_HARNESS, LooperError, UsageError, cli_errors, exit_code_for
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="looper: an autonomous experiment loop that tells the truth all night.")
@@ -335,7 +335,7 @@ def main() -> None:
         raise
     except Exception as exc:
         typer.echo(f"looper: internal error: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(EXIT_USAGE if isinstance(exc, UsageError) else 3)
+        sys.exit(EXIT_HARNESS)
 
 
 if __name__ == "__main__":
