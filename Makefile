@@ -36,12 +36,14 @@ demo: $(STAMP)
 # tiny night in tests/e2e/test_installed.py, made once); SLURM tests take turns (tests/executors/slurm/conftest.py). TEST_WORKERS=0: all in this one process.
 TEST_WORKERS ?= 2
 
-# The verdict core must stay fully branch-covered by its own tests (issue 3); then every test.
-CORE_COV := $(foreach m,verdict result evidence gate classgate stats scope failure exclusions budget blame bounds intensify confirmation score seeds untrusted startweights cores datacheck datasplit limits ship transfer recount runtime phases,--cov=looper.core.$(m))
+# The pure core (looper/core/, the whole folder) must stay fully branch-covered by its own tests, tests/core
+# (issue 3). Not yet so: the four modules of CORE_NOT_YET (the knob block, plan and search at 93-96 %, one
+# branch of MATCHES.json's regions); every other core module, and any new one, is held at 100 %.
+CORE_NOT_YET := looper/core/propose/hyperblock.py,looper/core/propose/plan.py,looper/core/propose/search.py,looper/core/scoring/matches.py
 
 test: system $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" tests/core $(CORE_COV) --cov-branch \
-	  --cov-fail-under=100 --cov-report=term-missing:skip-covered
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" tests/core --cov=looper.core --cov-branch --cov-report=
+	$(BIN)/python -m coverage report --fail-under=100 --skip-covered --show-missing --omit='$(CORE_NOT_YET)'
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The fast tier: budget 30 s on an idle 2-core machine; the run ends with its duration and, over the

@@ -7,7 +7,7 @@ cover the page's longer side; never resized: the network is fully convolutional)
 per-tile predict call; batch norms folded into their convolutions, as Ultralytics' predict does; one
 batch's tensor held at a time, so memory does not grow with the page beyond its decoded image); boxes cut by an inner tile edge are dropped and the rest merged
 across tiles class by class; predictions are matched to the page's truth per class at
-IoU >= 0.5 (looper.core.metrics). Precision, recall, F1 and the per-instance ``found``
+IoU >= 0.5 (looper.core.scoring.metrics). Precision, recall, F1 and the per-instance ``found``
 flags count boxes scored >= the pinned confidence 0.25; AP50 ranks every merged box
 scored above 0.001. The METRICS.json format is in docs/INTERFACES.md. Beside it,
 MATCHES.json holds every page's matched boxes at the pinned confidence (true positives,
@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from looper.core.metrics import (
+from looper.core.scoring.metrics import (
     CONFIDENCE,
     IOU,
     STREAM_CONFIDENCE,

@@ -2,7 +2,7 @@
 
     python prepare.py --out DIR --scale tiny|demo|full --seed N [--test-seed N]
 
-Large black-and-white plan pages carry 26 kinds of HVAC symbols (looper/core/classes.py)
+Large black-and-white plan pages carry 26 kinds of HVAC symbols (looper/core/scoring/classes.py)
 among what real sheets carry: walls, duct runs, dimension lines, leaders, tags and text.
 Symbols are axis-aligned, heavily imbalanced (the most common class is drawn about 100
 times as often as the rarest) and come in look-alike groups that differ only by a small
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from looper.core.classes import CLASS_INDEX, CLASSES, FREQUENCY
+from looper.core.scoring.classes import CLASS_INDEX, CLASSES, FREQUENCY
 from looper.data import tiles
 from looper.data.tiles import (  # noqa: F401 (names kept): the one tiler and hash rule
     MIN_VISIBLE,

@@ -5,7 +5,7 @@
 
 Every judgement is the loop's own procedure on real train.py + evaluate.py runs: the candidate
 trains and is scored under the same budget as the baseline, its METRICS.json objects go to
-``looper.core.gate.decide`` (the real gate, whatever statistics it holds today) against the
+``looper.core.keep.gate.decide`` (the real gate, whatever statistics it holds today) against the
 baseline's, and while the gate answers INCONCLUSIVE asking for reruns, one more seed is run, up
 to ``--reruns`` (the loop's ``noise_reruns``). Then:
 
@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
 from bench_noise import REPO, Run, ensure_data, finished_run, load, run_once  # noqa: E402
 
-from looper.core import gate as core_gate  # noqa: E402
+from looper.core.keep import gate as core_gate  # noqa: E402
 
 STEPS = {"tiny": 200, "demo": 400, "full": 3000}  # where the baseline finds classes (bench/RESULTS.md)
 BUDGET = {"tiny": 300.0, "demo": 300.0, "full": 900.0}  # the outer wall-clock limit of a step-budget run, s
@@ -91,7 +91,7 @@ class Bench:
         self.running: dict[tuple[str, int], threading.Event] = {}
         self.lock = threading.Lock()
         self.cfg = build(core_gate.GateConfig, score=args.score, max_class_drop=args.max_class_drop,
-                         noise_sigmas=args.noise_sigmas, alpha=args.alpha)
+                         alpha=args.alpha)
 
     def run(self, label: str, source: str, seed: int) -> Run:
         """One real run per (label, seed), shared by every judgement that needs it."""
@@ -145,7 +145,7 @@ class Bench:
         for i, seed in enumerate(seeds):
             candidate.append(self.run(label, source, seed))
             inp = build(core_gate.GateInput, candidate=[r.metrics for r in candidate], best=best["metrics"],
-                        baseline=baseline["mean"], baseline_source="tag-start", noise_sigma=baseline["sigma"],
+                        baseline=baseline["mean"], baseline_source="tag-start",
                         candidate_simpler=False, baseline_runs=baseline["metrics"],
                         noise={"sigma": baseline["sigma"], "scores": baseline["scores"]})
             decision = core_gate.decide(inp, self.cfg, len(seeds) - 1 - i)
@@ -192,7 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reruns", type=int, default=2, help="the loop's noise_reruns (baseline: reruns + 1 seeds)")
     ap.add_argument("--score", default="weighted_f1")
     ap.add_argument("--max-class-drop", type=float, default=0.05)
-    ap.add_argument("--noise-sigmas", type=float, default=2.0)
     ap.add_argument("--alpha", type=float, default=0.05, help="[gate] alpha, when the gate has it")
     ap.add_argument("--device", default=None, help="cpu | 0 | cuda (default: 0 with --require-gpu, else cpu)")
     ap.add_argument("--require-gpu", action="store_true", help="refuse to run without a CUDA GPU")

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(1, str(REPO / "bench"))
 
 import evaluate as E  # noqa: E402
-from looper.core.metrics import CONFIDENCE, Detection, evaluate_pages, iou  # noqa: E402
+from looper.core.scoring.metrics import CONFIDENCE, Detection, evaluate_pages, iou  # noqa: E402
 
 
 def agreement(a: list[Detection], b: list[Detection]) -> float:

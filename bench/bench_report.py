@@ -32,7 +32,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from looper.core.classes import CLASSES
+from looper.core.scoring.classes import CLASSES
 from looper.report import history_json, history_rows, report_text, write_html
 from looper.store import Store
 
@@ -131,8 +131,8 @@ def build(root: Path, n: int, seed: int = 0) -> Path:
 
 def add_pictures(root: Path, seed: int = 0) -> float:
     """Demo test pages and the best's and the baseline's MATCHES.json; returns seconds taken."""
-    from looper.core.classes import LOOKALIKE_GROUPS
-    from looper.core.metrics import Detection, matches_file, page_matches
+    from looper.core.scoring.classes import LOOKALIKE_GROUPS
+    from looper.core.scoring.metrics import Detection, matches_file, page_matches
 
     t = time.perf_counter()
     repo = Path(__file__).resolve().parents[1]

@@ -57,7 +57,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from looper.core.hyperblock import read_knobs, rewrite_knobs
+from looper.core.propose.hyperblock import read_knobs, rewrite_knobs
 
 REPO = Path(__file__).resolve().parents[1]
 from looper.workspace.create import PRESETS  # noqa: E402

@@ -34,7 +34,7 @@ sys.path.insert(1, str(HERE.parent))
 from bench_calibration import BUDGET, NOOP, STEPS, degrade  # noqa: E402
 from bench_noise import REPO, ensure_data, finished_run, load, run_once  # noqa: E402
 
-from looper.core.hyperblock import rewrite_knobs  # noqa: E402
+from looper.core.propose.hyperblock import rewrite_knobs  # noqa: E402
 
 FIRST_SEED = {"baseline": 0, "noop": 1000, "degraded": 2000}
 

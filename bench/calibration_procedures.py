@@ -2,7 +2,7 @@
 
 Used by bench/calibration_resample.py ``--procedures pooled,paired``. No training here: every
 function takes runs (``{"seed", "metrics", "score"}``) that bench/calibration_pool.py made, and asks
-the real ``looper.core.gate.decide`` and ``looper.core.intensify`` for the verdict.
+the real ``looper.core.keep.gate.decide`` and ``looper.core.keep.race`` for the verdict.
 
 - **pooled** (the last wave's loop, :func:`judge_pooled`): a baseline of ``n_base`` seeds, the candidate
   one fresh seed at a time up to ``cap`` (``1 + noise_reruns``), the gate told no seeds (so nothing
@@ -32,9 +32,9 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from looper.core import gate as core_gate
-from looper.core import intensify
-from looper.core.verdict import Outcome
+from looper.core.keep import gate as core_gate
+from looper.core.keep import race as intensify
+from looper.core.verdicts.verdict import Outcome
 from looper.night.measure import mean_metrics
 
 Run = dict[str, Any]

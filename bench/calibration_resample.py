@@ -7,14 +7,14 @@
 
 With ``--procedures pooled,paired`` (a pool made with calibration_pool.py ``--variant``) every row is judged
 by both the last wave's pooled procedure and this wave's paired intensification (the real
-looper.core.intensify and gate.decide, as looper.night.race.measure_and_gate calls them; the draws and who
+looper.core.keep.race and gate.decide, as looper.night.race.measure_and_gate calls them; the draws and who
 plays what: bench/calibration_procedures.py). What follows describes the last wave's table (no --procedures).
 
 The pool (bench/calibration_pool.py) holds real train.py + evaluate.py runs under one step budget:
 ``baseline`` (the unchanged train.py), ``noop`` (train.py plus dead code) and ``degraded`` (LR0 too
 low), each seed its own run. Every judgement here is the loop's procedure on those runs: a
 baseline of ``--baseline-seeds`` runs, then candidate runs one seed at a time, handed with their
-METRICS.json to ``looper.core.gate.decide`` (the real gate) until it stops asking for seeds or
+METRICS.json to ``looper.core.keep.gate.decide`` (the real gate) until it stops asking for seeds or
 ``--reruns`` are spent. The runs of one judgement are distinct seeds, drawn at random from the pool:
 
 - A/A: baseline from ``baseline``, candidate from ``noop`` -> false-keep and false-discard rates;
@@ -46,9 +46,9 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(1, str(HERE))
 from scipy import stats as st  # noqa: E402
 
-from looper.core import gate as core_gate  # noqa: E402
-from looper.core import score as core_score  # noqa: E402
-from looper.core.verdict import Outcome  # noqa: E402
+from looper.core.keep import gate as core_gate  # noqa: E402
+from looper.core.keep import score as core_score  # noqa: E402
+from looper.core.verdicts.verdict import Outcome  # noqa: E402
 from looper.night.measure import mean_metrics  # noqa: E402
 
 

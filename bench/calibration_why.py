@@ -21,7 +21,7 @@ sys.path.insert(1, str(HERE.parent))
 import calibration_procedures as cp  # noqa: E402
 from calibration_resample import load_pool  # noqa: E402
 
-from looper.core import gate as core_gate  # noqa: E402
+from looper.core.keep import gate as core_gate  # noqa: E402
 
 
 def kind(blocking: str, score: str) -> str:

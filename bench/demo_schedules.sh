@@ -9,7 +9,7 @@ for arm in old new; do
   cd $ws
   start=$(date +%s)
   if [ $arm = old ]; then
-    $PY -c "import sys; import looper.core.intensify as i; o = i.schedule; i.schedule = lambda cap, slots=1: o(cap, 1); from looper.cli import main; sys.argv = ['looper', 'run', '--max-experiments', '1']; main()" > run.log 2>&1
+    $PY -c "import sys; import looper.core.keep.race as i; o = i.schedule; i.schedule = lambda cap, slots=1: o(cap, 1); from looper.cli import main; sys.argv = ['looper', 'run', '--max-experiments', '1']; main()" > run.log 2>&1
   else
     $L run --max-experiments 1 > run.log 2>&1
   fi

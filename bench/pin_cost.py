@@ -4,7 +4,7 @@
 
 - the runtime pin (looper/workspace/runtimepin.py): one fingerprint of this interpreter, its site-packages
   and the looper package, taken twice per measured run (preflight, after training);
-- the recount (looper/core/recount.py) of a METRICS.json from a MATCHES.json of 50 pages with
+- the recount (looper/core/scoring/recount.py) of a METRICS.json from a MATCHES.json of 50 pages with
   about 100 boxes each (the full preset's scale is 50 test pages);
 - the agent's box (looper/agents/sandbox.py): one command agent call that edits train.py with
   sed, boxed and with the opt-out, side by side.
@@ -40,7 +40,7 @@ def _say(what: str, times: list[float]) -> None:
 
 
 def _matches_pair() -> tuple[dict, dict]:
-    from looper.core.metrics import Detection, evaluate_pages, matches_file, page_matches
+    from looper.core.scoring.metrics import Detection, evaluate_pages, matches_file, page_matches
 
     rng = random.Random(0)
     classes = [f"c{i}" for i in range(20)]
@@ -74,7 +74,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=10)
     a = ap.parse_args()
-    from looper.core.recount import disagreements
+    from looper.core.scoring.recount import disagreements
     from looper.workspace.runtimepin import SITE_NAMES, runtime_hashes, site_folders
 
     got = runtime_hashes()

@@ -1,6 +1,6 @@
 """The morning's confirmation on synthetic scores: how often a real gain confirms, how often an A/A does.
 
-Pure: the real looper.core.confirmation.judge (Welch's interval; pooled with one score a side) beside the
+Pure: the real looper.core.keep.confirm.judge (Welch's interval; pooled with one score a side) beside the
 pooled Student interval it replaced, no training. The baseline's seeds score normal(0, sd_base), the
 best's fresh seeds normal(effect, sd_best); one row per (baseline seeds, fresh seeds, case), ``--draws``
 confirmations each. Cases: ``gain`` (``--effect`` with each side's own sd, e.g. the 169-step pool's
@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from looper.core import confirmation, stats  # noqa: E402
+from looper.core.keep import confirm as confirmation  # noqa: E402
+from looper.core.keep import stats
 
 
 def rate(nb: int, nc: int, sd_base: float, sd_best: float, effect: float, draws: int,

@@ -1,6 +1,6 @@
 """The gate's decisions under intensification on synthetic scores: A/A error rates, power, seeds spent.
 
-Pure: the real looper.core.gate.decide and looper.core.intensify (schedule, seeds, the look's share of
+Pure: the real looper.core.keep.gate.decide and looper.core.keep.race (schedule, seeds, the look's share of
 alpha, the stopping rule with its 2-seed discard), no training. One row per (baseline seeds, cap,
 procedure, noise); every row ``--draws`` decisions per effect.
 
@@ -37,8 +37,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from looper.core import intensify  # noqa: E402
-from looper.core.gate import GateConfig, GateInput, decide  # noqa: E402
+from looper.core.keep import race as intensify  # noqa: E402
+from looper.core.keep.gate import GateConfig, GateInput, decide  # noqa: E402
 
 CLASSES = {"a": {"tp": 5, "fp": 1, "fn": 5, "support": 10, "recall": 0.5}}  # never moves: no class gate fires
 POOL = HERE / "calibration" / "pretrained-150-pool.json"

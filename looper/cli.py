@@ -16,9 +16,9 @@ from typing import Any
 
 import typer
 
-from looper.core.search import STRATEGIES
+from looper.core.propose.search import STRATEGIES
 from looper.data.cli import data_app
-from looper.errors import EXIT_USAGE, LooperError, UsageError, cli_errors, exit_code_for
+from looper.errors import EXIT_HARNESS, LooperError, UsageError, cli_errors, exit_code_for
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="looper: an autonomous experiment loop that tells the truth all night.")
@@ -116,7 +116,10 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
     """Run the loop until a stop rule, a signal, a harness error (exit 3) or a stuck loop (exit 4)."""
     import faulthandler
 
-    faulthandler.enable()  # a crash in native code (NVML, CUDA's driver) leaves every thread's stack on stderr
+    try:  # a crash in native code (NVML, CUDA's driver) leaves every thread's stack on stderr
+        faulthandler.enable()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation: a stderr without a file (a test runner)
+        pass
     from looper.agents import make_agent
     from looper.config import notify_urls
     from looper.executors import make_executor
@@ -172,7 +175,7 @@ def history(as_json: bool = typer.Option(False, "--json", help="Machine-readable
     from looper.report import history_json, history_rows, history_text
 
     if status is not None:
-        from looper.core.verdict import Outcome
+        from looper.core.verdicts.verdict import Outcome
 
         if status not in Outcome.values():
             raise UsageError(f"--status: {status!r} is not one of {', '.join(Outcome.values())}")
@@ -220,7 +223,7 @@ def report(html: Path | None = typer.Option(None, "--html", help="Also write one
 @app.command()
 def verify(as_json: bool = typer.Option(False, "--json", help="Print exactly one verdict object.")) -> None:
     """One experiment of the current train.py, gated against the best, committed nowhere."""
-    from looper.core.verdict import Status, Verdict
+    from looper.core.verdicts.verdict import Status, Verdict
 
     try:
         from looper.executors import make_executor
@@ -339,7 +342,7 @@ def main() -> None:
         raise
     except Exception as exc:
         typer.echo(f"looper: internal error: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(EXIT_USAGE if isinstance(exc, UsageError) else 3)
+        sys.exit(EXIT_HARNESS)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ Keys beyond the contract, with their defaults (documented here on purpose):
 
 - ``[loop] workers = 1``: experiments run at the same time.
 - ``[loop] seed_jobs = 1``: seeds of one experiment a worker runs at the same time, each on its own
-  cores (local executor only; looper/core/cores.py).
+  cores (local executor only; looper/core/run/cores.py).
 - ``[agent] max_failures = 2``: agent failures in a row the loop tolerates.
 - ``[executor] ssh_options = []``: extra ``ssh`` arguments, e.g. ``["-p", "2222"]``.
 - ``[executor] gpu_index = 0``: which GPU the run uses (``LOOPER_DEVICE``).
@@ -49,7 +49,7 @@ from pydantic import (
     model_validator,
 )
 
-from looper.core.score import SCORE_TEST_MODES
+from looper.core.keep.score import SCORE_TEST_MODES
 from looper.errors import ConfigError
 
 __all__ = [
@@ -93,7 +93,7 @@ class LoopConfig(_Section):
     noise_reruns: int = Field(default=7, ge=0)
     baseline_seeds: int = Field(default=3, ge=2)  # seeds of a tag's baseline: the measured noise (>= 2)
     # a step budget for every run (LOOPER_MAX_STEPS); 0: wall clock only; "auto": measured per tag
-    # by a warm-up run (looper.core.budget)
+    # by a warm-up run (looper.core.run.budget)
     max_steps: Annotated[int, Field(ge=0)] | Literal["auto"] = 0
     workers: int = Field(default=1, ge=1)
     # seeds of one experiment run at the same time, each pinned to its own cores (local executor only)
@@ -151,11 +151,10 @@ class DataConfig(_Section):
 class GateConfigSection(_Section):
     score: Literal["weighted_f1", "macro_f1"] = "weighted_f1"
     max_class_drop: float = Field(default=0.05, ge=0.0, le=1.0)
-    noise_sigmas: float = Field(default=2.0, ge=0.0)  # no longer decides (alpha does); old files still load
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)  # error rate of every keep, discard and class gate
     # the score test: "auto" picks pooled or paired per look (each at half its alpha); "pooled" or
     # "paired" fixes it from a pairing correlation measured elsewhere (the look's whole alpha)
-    score_test: Literal[SCORE_TEST_MODES] = "auto"  # type: ignore[valid-type]  # one list, in looper.core.score
+    score_test: Literal[SCORE_TEST_MODES] = "auto"  # type: ignore[valid-type]  # one list, in looper.core.keep.score
 
 
 class AgentConfig(_Section):
@@ -402,6 +401,11 @@ def config_from_dict(data: Mapping[str, Any], source: str = "looper.toml") -> Co
         raise ConfigError(f"{source}: {len(problems)} problems:\n  " + "\n  ".join(problems)) from None
 
 
+#: Keys an older looper wrote that this one no longer reads: a file that still has one is told which
+#: and why, one line (the key is deleted from the file; nothing is loaded around it).
+REMOVED_KEYS = {"gate.noise_sigmas": "removed: the gate's alpha decides, [gate] alpha; delete the line"}
+
+
 def _describe(err: Mapping[str, Any]) -> str:
     loc = [str(p) for p in err.get("loc", ())]
     kind = err.get("type", "")
@@ -414,7 +418,7 @@ def _describe(err: Mapping[str, Any]) -> str:
     if kind == "extra_forbidden":
         if len(loc) == 1:
             return f"{key}: unknown section (expected one of {', '.join(Config.model_fields)})"
-        return f"{key}: unknown key"
+        return f"{key}: {REMOVED_KEYS.get(key, 'unknown key')}"
     if kind == "model_type":
         return f"{key}: expected a table [{key}]" if len(loc) == 1 else f"{key}: expected a table"
     if kind == "literal_error":

@@ -44,10 +44,8 @@ class LockHeld(UsageError):
 
 
 EXIT_OK = 0
-EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_HARNESS = 3
-EXIT_STUCK = 4
 
 
 def exit_code_for(exc: BaseException) -> int:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from looper import proc
-from looper.core.hyperblock import read_knobs, rewrite_knobs
+from looper.core.propose.hyperblock import read_knobs, rewrite_knobs
 from looper.workspace.create import template_root
 
 DATA_SEED = 1000  # the pages the checkpoint learns from: a seed no preset uses (presets: data.seed = 0)

@@ -1,4 +1,4 @@
-"""Synthetic calibration of the gate's statistics (looper.core.gate.decide), no training involved.
+"""Synthetic calibration of the gate's statistics (looper.core.keep.gate.decide), no training involved.
 
 Each judgement draws a baseline of SEEDS runs and judges a candidate the way the loop does
 (one seed, then one more per inconclusive look, up to RERUNS). A run's per-instance results
@@ -21,8 +21,8 @@ import argparse
 
 import numpy as np
 
-from looper.core.gate import GateConfig, GateInput, decide
-from looper.core.verdict import Outcome
+from looper.core.keep.gate import GateConfig, GateInput, decide
+from looper.core.verdicts.verdict import Outcome
 
 P_BASE = 0.85
 

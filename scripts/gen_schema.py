@@ -18,7 +18,7 @@ SCHEMA_PATH = ROOT / "looper" / "schemas" / "verdict.schema.json"
 def rendered() -> str:
     """The schema file's exact expected text."""
     sys.path.insert(0, str(ROOT))
-    from looper.core.verdict import verdict_json_schema
+    from looper.core.verdicts.verdict import verdict_json_schema
 
     return json.dumps(verdict_json_schema(), indent=2, sort_keys=True) + "\n"
 

@@ -44,7 +44,7 @@ import pytest_clock  # noqa: E402 - standard library only: cannot break with the
 
 try:  # the verdict type comes from the package; if the package is broken, say so in JSON
     sys.path.insert(0, str(ROOT))
-    from looper.core.verdict import Verdict
+    from looper.core.verdicts.verdict import Verdict
     from looper.proc import Completed, run
 except Exception as exc:  # pragma: no cover - exercised only when the package is broken
     print(json.dumps({"status": "error", "blocking": [f"verify: cannot import looper ({exc!r})"],

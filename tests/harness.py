@@ -151,7 +151,7 @@ def write_config(root: Path, notify_url: str, agent_cmd: str, **over: object) ->
             "stuck_after": 3, "noise_reruns": 1,
             "baseline_seeds": 2, "confirm_seeds": 0}  # a test that confirms turns it on (loop_confirm_seeds)
     loop.update({k[5:]: v for k, v in over.items() if k.startswith("loop_")})
-    gate = {"score": "weighted_f1", "max_class_drop": 0.05, "noise_sigmas": 2.0}
+    gate = {"score": "weighted_f1", "max_class_drop": 0.05}
     gate.update({k[5:]: v for k, v in over.items() if k.startswith("gate_")})
 
     def val(v: object) -> str:
@@ -211,10 +211,10 @@ def make_ws(tmp_path: Path, pages: PageSink):
 
 def outside_labelled_fences(prompt: str, needle: str) -> list[str]:
     """Lines of an agent's prompt holding ``needle`` that are NOT inside a fence whose label line
-    says it is untrusted data (looper.core.untrusted.LABEL)."""
+    says it is untrusted data (looper.core.verdicts.untrusted.LABEL)."""
     import re
 
-    from looper.core.untrusted import LABEL
+    from looper.core.verdicts.untrusted import LABEL
 
     bad: list[str] = []
     fence, labelled, prev = "", False, ""

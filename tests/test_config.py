@@ -34,7 +34,6 @@ seed = 7
 [gate]
 score = "macro_f1"
 max_class_drop = 0.1
-noise_sigmas = 3
 alpha = 0.01
 score_test = "paired"
 
@@ -87,7 +86,7 @@ def test_missing_file_and_none_give_the_contract_defaults(tmp_path: Path) -> Non
         assert (cfg.loop.max_experiments, cfg.loop.until, cfg.loop.until_time) == (0, "", None)
         assert (cfg.loop.stuck_after, cfg.loop.noise_reruns, cfg.loop.workers) == (3, 7, 1)
         assert (cfg.data.dir, cfg.data.scale, cfg.data.seed) == ("data", "demo", 0)
-        assert (cfg.gate.score, cfg.gate.max_class_drop, cfg.gate.noise_sigmas) == ("weighted_f1", 0.05, 2.0)
+        assert (cfg.gate.score, cfg.gate.max_class_drop) == ("weighted_f1", 0.05)
         assert cfg.gate.alpha == 0.05 and cfg.gate.score_test == "auto"
         assert cfg.agent.kind == "planner" and cfg.agent.command == "" and cfg.agent.base_url == ""
         assert cfg.agent.model == "" and cfg.agent.api_key_env == "OPENAI_API_KEY"
@@ -108,7 +107,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     }
     assert cfg.loop.until_time is not None and (cfg.loop.until_time.hour, cfg.loop.until_time.minute) == (7, 0)
     assert cfg.data.model_dump() == {"dir": "/srv/hvac-data", "scale": "tiny", "seed": 7}
-    assert cfg.gate.model_dump() == {"score": "macro_f1", "max_class_drop": 0.1, "noise_sigmas": 3.0,
+    assert cfg.gate.model_dump() == {"score": "macro_f1", "max_class_drop": 0.1,
                                       "alpha": 0.01, "score_test": "paired"}
     assert cfg.agent.model_dump() == {
         "kind": "openai", "command": "ignored-for-openai", "base_url": "https://llm.example/v1",
@@ -166,7 +165,7 @@ def test_unknown_keys_and_sections_are_named(tmp_path: Path, text: str, expected
         ("[data]\nseed = -1\n", "data.seed: must be >= 0"),
         ("[gate]\nscore = 'f1'\n", "gate.score: must be one of weighted_f1, macro_f1"),
         ("[gate]\nmax_class_drop = 1.5\n", "gate.max_class_drop: must be <= 1.0"),
-        ("[gate]\nnoise_sigmas = -1.0\n", "gate.noise_sigmas: must be >= 0.0"),
+        ("[gate]\nnoise_sigmas = 2.0\n", "gate.noise_sigmas: removed: the gate's alpha decides, [gate] alpha; delete the line"),
         ("[gate]\nalpha = 0\n", "gate.alpha: must be > 0.0"),
         ("[gate]\nalpha = 1.0\n", "gate.alpha: must be < 1.0"),
         ("[gate]\nscore_test = 'best'\n", "gate.score_test: must be one of auto, pooled, paired"),

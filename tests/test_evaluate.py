@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from looper.core.metrics import CONFIDENCE, STREAM_CONFIDENCE, Detection, evaluate_pages
+from looper.core.scoring.metrics import CONFIDENCE, STREAM_CONFIDENCE, Detection, evaluate_pages
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -123,7 +123,7 @@ def _all_tiles(model, page: np.ndarray, nc: int) -> list[tuple[int, tuple[float,
     it reused a blank tile's detections."""
     import torch
 
-    from looper.core.metrics import drop_seam_boxes, merge_detections, tile_grid
+    from looper.core.scoring.metrics import drop_seam_boxes, merge_detections, tile_grid
 
     h, w = page.shape
     side = evaluate.tile_side(w, h, evaluate.TILE, evaluate.OVERLAP, evaluate.LEAST)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from looper.core.classes import CLASSES, LOOKALIKE_GROUPS
+from looper.core.scoring.classes import CLASSES, LOOKALIKE_GROUPS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

@@ -40,8 +40,8 @@ import looper.executors.limits as run_limits
 from looper import proc
 from looper.agents.base import AgentContext, Proposal, ProposalRejected
 from looper.agents.sandbox import AgentBox
-from looper.core import limits as limits_core
-from looper.core.hyperblock import HyperblockError, knob_changes
+from looper.core.propose.hyperblock import HyperblockError, knob_changes
+from looper.core.run import limits as limits_core
 from looper.errors import HarnessError
 from looper.workspace import trees
 

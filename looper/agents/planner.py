@@ -1,7 +1,7 @@
 """The knob-search agents (no LLM): ``planner`` (the default), ``random`` and ``evolve``.
 
-The planner follows program.md's search plan (:mod:`looper.core.plan`); ``random`` and
-``evolve`` are the strategies of :mod:`looper.core.search`, compared against each other and
+The planner follows program.md's search plan (:mod:`looper.core.propose.plan`); ``random`` and
+``evolve`` are the strategies of :mod:`looper.core.propose.search`, compared against each other and
 against Ultralytics' ``model.tune()`` in bench/bench_search.py.
 
 Each reads the ranked knobs from program.md and the current values from train.py's
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from looper.agents.base import AgentContext, HistoryView, Proposal
 from looper.agents.program import Program, parse_program
-from looper.core.hyperblock import HyperblockError, read_knobs, rewrite_knobs
-from looper.core.plan import Exhausted, PastExperiment, PlanError, PlanProposal, next_proposal
-from looper.core.search import evolve_proposal, random_proposal
+from looper.core.propose.hyperblock import HyperblockError, read_knobs, rewrite_knobs
+from looper.core.propose.plan import Exhausted, PastExperiment, PlanError, PlanProposal, next_proposal
+from looper.core.propose.search import evolve_proposal, random_proposal
 from looper.errors import HarnessError
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper.core.plan import Knob
+from looper.core.propose.plan import Knob
 
 REQUIRED_SECTIONS = ("Scope", "Domain facts", "Hardware", "Goal and tie-breakers", "Search plan",
                      "Memory", "Stop rules")

@@ -4,7 +4,7 @@ What the agent gets from the history is aggregate numbers and short texts only. 
 that looks like a path, an image or page file name, a URL or a secret is replaced by a
 placeholder. Everything a run or an agent wrote (run logs, crash messages, failure signatures,
 exclusion lines, reasons, descriptions, class names) is cleaned of control characters and escape
-sequences and shown only inside a fence labelled as untrusted data (:mod:`looper.core.untrusted`,
+sequences and shown only inside a fence labelled as untrusted data (:mod:`looper.core.verdicts.untrusted`,
 in every section of the history). The prompt is bounded:
 the oldest history goes first; program.md and train.py are never cut (if they alone do
 not fit, :class:`PromptTooLarge` says so).
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from looper.agents.base import ExperimentView, HistoryView
-from looper.core import untrusted
+from looper.core.verdicts import untrusted
 from looper.errors import HarnessError
 
 PLACEHOLDERS = {"path": "<path>", "image": "<image>", "page": "<page>", "url": "<url>",

@@ -12,9 +12,9 @@ from looper.store import Store
 
 
 def suggest(root: Path, cfg: Any, store: Store) -> dict[str, Any]:
-    from looper.agents.context import build_context
     from looper.agents.planner import PlannerAgent
     from looper.agents.program import parse_program
+    from looper.agents.view import build_context
 
     program_path = Path(root) / "program.md"
     if not program_path.is_file():

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from looper.core.datacheck import data_problems, errors, few_in_test
-from looper.core.hyperblock import HyperblockError, read_knobs
-from looper.core.verdict import Verdict
+from looper.core.data.check import data_problems, errors, few_in_test
+from looper.core.propose.hyperblock import HyperblockError, read_knobs
+from looper.core.verdicts.verdict import Verdict
 from looper.data.facts import folder_facts
 from looper.data.tiles import TILE
 

@@ -1,4 +1,4 @@
-"""The facts the data checks judge (looper.core.datacheck), read from files: an export's pages before
+"""The facts the data checks judge (looper.core.data.check), read from files: an export's pages before
 an import, or a data folder (prepare.py's or an import's) before a night.
 
 Images are opened for their header (size) and verified (PIL's ``verify``: a PNG's chunks and CRCs)
@@ -14,7 +14,7 @@ from typing import Any
 
 from PIL import Image
 
-from looper.core.datacheck import REIMPORT, SPLITS, BoxFact, DataFacts, DataProblem, ImageFact
+from looper.core.data.check import REIMPORT, SPLITS, BoxFact, DataFacts, DataProblem, ImageFact
 from looper.data import tiles
 from looper.data.formats import Source, SourceBox, SourcePage, line_problem
 from looper.data.paths import BUDGET_FIX, DEFAULT_MAX_PIXELS, OUTSIDE_FIX, over_budget, pixel_budget

@@ -1,7 +1,7 @@
 """`looper data import`: a labelled export into a data folder in looper's layout (docs/DATA.md).
 
 Two passes over the export, one page at a time. The first reads every page's header, content hash
-and boxes and runs the data checks (looper.core.datacheck): any error refuses the import before a
+and boxes and runs the data checks (looper.core.data.check): any error refuses the import before a
 file is written, naming the file and the annotation. The second decodes each page once (as 8-bit
 grey, as evaluate.py reads it), cuts its tiles with the one tiler prepare.py uses
 (looper.data.tiles), writes them with the page and forgets it: memory follows the largest page,
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from looper.core.datacheck import REIMPORT, DataFacts, DataProblem, data_problems, errors, few_in_test
-from looper.core.datasplit import draw_split, split_counts
+from looper.core.data.check import REIMPORT, DataFacts, DataProblem, data_problems, errors, few_in_test
+from looper.core.data.split import draw_split, split_counts
 from looper.data import tiles
 from looper.data.facts import folder_facts, source_facts
 from looper.data.formats import Source, SourcePage, guess_format, read_source

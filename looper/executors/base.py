@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from looper.core.verdict import Verdict
+from looper.core.verdicts.verdict import Verdict
 
 FIXED_FILES = ("prepare.py", "evaluate.py")
 
@@ -35,7 +35,7 @@ class RunResult:
     gpu: dict = field(default_factory=dict)  # peak memory, mean utilisation, ... when known
     limit: str = ""  # a run limit stopped it (looper.executors.limits: its quota watch), in words
     log_error: str = ""  # the daemon could not write the run's log (a full disk): the log is cut there
-    seen: dict = field(default_factory=dict)  # what the harness saw of the run's limits (looper.core.limits.Seen)
+    seen: dict = field(default_factory=dict)  # what the harness saw of the run's limits (looper.core.run.limits.Seen)
 
     @property
     def clean_exit(self) -> bool:

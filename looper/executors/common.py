@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from looper import proc
-from looper.core.verdict import Verdict
+from looper.core.verdicts.verdict import Verdict
 from looper.executors.base import EvalJob, RunResult, TrainJob
 from looper.workspace.hashes import PRETRAINED_DIR, TEST_SEED_ENV, secret_seed_file, tree_hash
 

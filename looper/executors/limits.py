@@ -17,7 +17,7 @@ How each limit is applied (which applies where: docs/SECURITY.md, "Resources"):
 - ``oom_score_adj`` (1000): the kernel's OOM killer takes the run's processes before the daemon.
 
 :class:`Box` applies them to one run (:meth:`Box.wrap` its argv, :meth:`Box.check` the watch) and
-reports what it saw (:meth:`Box.seen`); looper.core.limits decides which limit a run hit.
+reports what it saw (:meth:`Box.seen`); looper.core.run.limits decides which limit a run hit.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from looper.core import limits as core
+from looper.core.run import limits as core
 from looper.workspace import trees
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")

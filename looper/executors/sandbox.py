@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import looper.executors.pyruntime as pyruntime
-from looper.core.verdict import Verdict
+from looper.core.verdicts.verdict import Verdict
 
 MODES = ("bwrap", "none")
 INSTALL_COMMAND = "sudo apt-get install -y bubblewrap"  # Fedora: dnf install bubblewrap; Arch: pacman -S bubblewrap

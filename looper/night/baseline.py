@@ -9,15 +9,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from looper.core import gate as core_gate
-from looper.core import scope as core_scope
-from looper.core import seeds as core_seeds
-from looper.core.verdict import Outcome, Verdict
+from looper.core.fault import seeds as core_seeds
+from looper.core.keep import gate as core_gate
+from looper.core.propose import scope as core_scope
+from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.executors.base import FIXED_FILES
+from looper.night.candidate import Candidate, Result
 from looper.night.context import Context, Worker, now_iso
 from looper.night.measure import Measurement, mean_metrics, weights_sha256
 from looper.night.race import measure_and_gate, measure_seeds
-from looper.night.records import Candidate, Result
 from looper.night.settle import settle
 from looper.night.tag import TagBudget, TagNoise
 from looper.report.fmt import shown
@@ -90,9 +90,9 @@ def baseline_failed(m: Measurement, when: str, prefix: str, what: str) -> Result
 
 def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
     """``[loop] max_steps = "auto"``: train the baseline once under the wall clock alone (it also takes
-    the tag's cold start) and pin the tag's step budget from the steps it fitted (core.budget). Returns
+    the tag's cold start) and pin the tag's step budget from the steps it fitted (core.run.budget). Returns
     what is pinned, or the Result that ends the baseline when the warm-up could not train."""
-    from looper.core.budget import HEADROOM, step_budget
+    from looper.core.run.budget import HEADROOM, step_budget
     from looper.night.measure import train
 
     ctx.tag.set_budget(TagBudget())  # a new baseline forgets the old budget: the warm-up runs unbudgeted
@@ -123,7 +123,7 @@ def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
 
 def verify(ctx: Context) -> Verdict:
     """The pipeline on the workspace's current train.py, gated against the best, committed nowhere."""
-    from looper.night.checks import integrity
+    from looper.night.integrity import integrity
 
     ctx.tag.open()
     if ctx.tag.pinned is None or ctx.store.best(ctx.tag.name) is None:

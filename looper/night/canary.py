@@ -1,5 +1,5 @@
 """Proof before a halt: a candidate's failure halts the night as a harness error only
-when a canary fails too. The decisions are pure (looper.core.blame); this module runs the canaries:
+when a canary fails too. The decisions are pure (looper.core.fault.blame); this module runs the canaries:
 
 - training: :func:`canary` re-runs the last kept train.py briefly;
 - evaluation: :func:`eval_canary` evaluates the best's own weights with the same evaluator.
@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from looper.core import blame
+from looper.core.fault import blame
 from looper.executors import EvalJob
 from looper.executors.base import FIXED_FILES
 from looper.night.context import Context, Worker

@@ -3,10 +3,10 @@
 Run when a night ends by a stop rule (``until``, ``max_experiments``, the agent out of ideas) and by
 ``looper confirm``. The best that won the night's selection is the maximum of many noisy
 candidates, biased upwards; here it runs on ``[loop] confirm_seeds`` seeds above every seed the
-tag used (no decision saw them: :func:`looper.core.intensify.fresh_seeds`), and the mean of those
+tag used (no decision saw them: :func:`looper.core.keep.race.fresh_seeds`), and the mean of those
 runs is compared with the tag's baseline on the baseline's own seeds (the baseline was never
 selected on, so its seeds carry no selection bias and are not re-run). The judgement is
-:func:`looper.core.confirmation.judge`; one row of the ``confirmations`` table records it, with
+:func:`looper.core.keep.confirm.judge`; one row of the ``confirmations`` table records it, with
 the runs and minutes it cost. The fresh runs are recorded as the best's own runs (role
 ``rerun``): they improve its estimate for the next night, whose decisions then use them.
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from looper.core import confirmation as core_confirmation
-from looper.core.intensify import fresh_seeds
-from looper.core.verdict import Outcome
+from looper.core.keep import confirm as core_confirmation
+from looper.core.keep.race import fresh_seeds
+from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError, UsageError
 from looper.night.context import Context, now_iso
 from looper.store import queries
@@ -135,7 +135,7 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
 
 def run_confirm(ctx: Context) -> int:
     """``looper confirm``: the tag's best on fresh seeds now. Returns the confirmation id."""
-    from looper.night.checks import preflight
+    from looper.night.integrity import preflight
 
     ctx.tag.open()
     if ctx.tag.pinned is None or ctx.store.best(ctx.tag.name) is None:

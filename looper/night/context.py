@@ -14,9 +14,9 @@ from pathlib import Path
 
 from looper.agents.base import Agent
 from looper.config import Config
-from looper.core import cores as core_cores
-from looper.core.untrusted import redact
-from looper.core.verdict import Outcome
+from looper.core.run import cores as core_cores
+from looper.core.verdicts.untrusted import redact
+from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError
 from looper.executors import Executor, TrainJob
 from looper.night.display import Display

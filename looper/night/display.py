@@ -1,7 +1,7 @@
 """The live progress display: a rich panel on a terminal, plain lines elsewhere.
 
 Run output is untrusted: every line shown or logged is cleaned first (control characters and
-terminal escape sequences removed, one line: :func:`looper.core.untrusted.one_line`), and the
+terminal escape sequences removed, one line: :func:`looper.core.verdicts.untrusted.one_line`), and the
 rich panel shows it as ``Text``, never parsed as markup (a line ``[/x]`` is just text).
 
 The display never raises into the loop: its first failure is kept in :attr:`Display.broken`,
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from looper.core.untrusted import one_line
+from looper.core.verdicts.untrusted import one_line
 
 
 class Display:

@@ -6,7 +6,7 @@
 resets the checkout from the outcome's own properties and writes the outcome with one store
 call (:mod:`looper.night.settle`). The seeds and the gate's looks are :mod:`looper.night.race`; the
 baseline and :func:`~looper.night.baseline.verify`, the same pipeline on the workspace's train.py that
-commits nothing, are :mod:`looper.night.baseline`; the records handed forward, :mod:`looper.night.records`.
+commits nothing, are :mod:`looper.night.baseline`; the records handed forward, :mod:`looper.night.candidate`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import threading
 import time
 from collections.abc import Sequence
 
-from looper.core import scope as core_scope
-from looper.core.untrusted import one_line
-from looper.core.verdict import Outcome, Verdict
-from looper.night.checks import preflight
+from looper.core.propose import scope as core_scope
+from looper.core.verdicts.untrusted import one_line
+from looper.core.verdicts.verdict import Outcome, Verdict
+from looper.night.candidate import Candidate, Proposed, Result
 from looper.night.context import Context, Worker, now_iso
+from looper.night.integrity import preflight
 from looper.night.race import measure_and_gate
-from looper.night.records import Candidate, Proposed, Result
 from looper.night.settle import land, settle
 from looper.store import ExperimentRecord
 
@@ -67,8 +67,8 @@ def start_from_tip(ctx: Context, w: Worker) -> tuple[str, str, ExperimentRecord,
 def propose(ctx: Context, w: Worker, parent_source: str) -> Proposed:
     """Ask the agent (one at a time for the planner or a single worker)."""
     from looper.agents.base import ProposalRejected
-    from looper.agents.context import build_context
-    from looper.core.hyperblock import HyperblockError, read_knobs
+    from looper.agents.view import build_context
+    from looper.core.propose.hyperblock import HyperblockError, read_knobs
 
     ctx.display.set_phase(None, f"{ctx.night.wlabel(w)}agent ({ctx.agent.name}) proposes")
     t0 = time.monotonic()

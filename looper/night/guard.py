@@ -2,7 +2,7 @@
 free disk checked before a run, space reserved so an outcome can always be written.
 
 - :func:`read_json` reads train.json / METRICS.json only under ``[limits] json_max_bytes`` and
-  ``json_max_depth`` (looper.core.bounds): a larger or deeper file is a problem in words, never
+  ``json_max_depth`` (looper.core.fault.bounds): a larger or deeper file is a problem in words, never
   a RecursionError or a 100 MB row.
 - :func:`disk_problem` refuses the next run when the workspace's disk has less than
   ``[limits] min_free_bytes`` free (naming the folder and the free bytes), and keeps
@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from looper.core.bounds import loads_bounded
+from looper.core.fault.bounds import loads_bounded
 
 RESERVE = Path(".looper") / "reserve"
 

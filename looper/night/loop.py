@@ -20,19 +20,19 @@ from typing import Any
 from looper import proc, tracking
 from looper.agents.base import Agent
 from looper.config import Config
-from looper.core.slots import worker_gpu
-from looper.core.verdict import Outcome, Verdict
+from looper.core.run.slots import worker_gpu
+from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.errors import HarnessError, StuckError
 from looper.executors import Executor
 from looper.executors.gpu import gpu_count, night_gpu
 from looper.night.baseline import measure_baseline, verify
-from looper.night.checks import preflight
+from looper.night.candidate import Halted
 from looper.night.confirm import confirm, record_nothing, run_confirm
 from looper.night.context import Context, Worker, now_iso, open_daemon
 from looper.night.display import Display
 from looper.night.experiment import run_candidate
+from looper.night.integrity import preflight
 from looper.night.notify import Notifier
-from looper.night.records import Halted
 from looper.night.tagstart import check_data, pin_tag, recover, restore_last_kept
 from looper.store import Store
 

@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from looper.core import blame as core_blame
-from looper.core import budget as core_budget
-from looper.core import evidence as core_evidence
-from looper.core import failure as core_failure
-from looper.core import limits as core_limits
-from looper.core import phases as core_phases
-from looper.core.verdict import Outcome
+from looper.core.fault import blame as core_blame
+from looper.core.fault import evidence as core_evidence
+from looper.core.fault import failure as core_failure
+from looper.core.run import budget as core_budget
+from looper.core.run import limits as core_limits
+from looper.core.run import phases as core_phases
+from looper.core.verdicts.verdict import Outcome
 from looper.executors import EvalJob, RunResult
 from looper.executors.sandbox import WEIGHTS_REFUSED_EXIT
 from looper.night.canary import (
@@ -33,8 +33,8 @@ from looper.night.canary import (
     eval_limit,
     is_candidate,
 )
-from looper.night.checks import integrity
 from looper.night.context import Context, Worker, now_iso
+from looper.night.integrity import integrity
 from looper.workspace import trees
 from looper.workspace.hashes import file_sha256
 
@@ -56,9 +56,9 @@ class Measurement:
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
     run_dir: Path | None = None
-    cut_short: str | None = None  # the wall clock ended it before its step budget (core.budget.cut_short)
+    cut_short: str | None = None  # the wall clock ended it before its step budget (core.run.budget.cut_short)
     # the run's phases on the harness's clock (ISO; None: not reached or not seen): launched, first optimizer
-    # step (the LOOPER_STARTUP line's arrival), train.py exited, evaluate.py exited (core.phases)
+    # step (the LOOPER_STARTUP line's arrival), train.py exited, evaluate.py exited (core.run.phases)
     started_at: str | None = None
     train_started_at: str | None = None
     train_ended_at: str | None = None
@@ -257,7 +257,7 @@ def limit_hit(tr: RunResult) -> str | None:
 
 def weights_sha256(m: Measurement) -> str | None:
     """The sha256 of the weights a run left (None when there is no plain file to hash): the seed
-    check compares them across a candidate's seeds (:mod:`looper.core.seeds`)."""
+    check compares them across a candidate's seeds (:mod:`looper.core.fault.seeds`)."""
     weights = m.run_dir / "out" / "weights.pt" if m.run_dir is not None else None
     if weights is None or weights.is_symlink() or not weights.is_file():
         return None
@@ -341,8 +341,8 @@ MATCHES_BYTES_FACTOR = 8  # MATCHES.json lists every matched box: it may be this
 
 def recount_problem(ctx: Context, metrics: Any, matches_path: Path) -> str | None:
     """None when METRICS.json's counts, rates and score are what MATCHES.json (written before it by the
-    same evaluation) implies (:mod:`looper.core.recount`); otherwise the harness error naming both files."""
-    from looper.core.recount import disagreements
+    same evaluation) implies (:mod:`looper.core.scoring.recount`); otherwise the harness error naming both files."""
+    from looper.core.scoring.recount import disagreements
     from looper.night.guard import read_json
 
     lim = ctx.cfg.limits
@@ -365,7 +365,7 @@ def recount_problem(ctx: Context, metrics: Any, matches_path: Path) -> str | Non
 def classify_failed(ctx: Context, w: Worker, m: Measurement, tr: RunResult, exp_id: int,
                     role: str = "main") -> Measurement:
     """Crash (the change broke it) or error (the harness did), a canary deciding when unclear, and
-    before any candidate's failure halts as a harness error (looper.core.blame)."""
+    before any candidate's failure halts as a harness error (looper.core.fault.blame)."""
     data_dir = Path(ctx.cfg.data.dir)
     data_dir = data_dir if data_dir.is_absolute() else ctx.root / data_dir
     transport = tr.transport_exit_code
@@ -394,7 +394,7 @@ def classify_failed(ctx: Context, w: Worker, m: Measurement, tr: RunResult, exp_
 
 def _proven(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, run_canary: Any,
             canary_name: str = TRAIN_CANARY) -> Measurement:
-    """A candidate's ERROR stands only when its canary fails too (looper.core.blame); when the canary
+    """A candidate's ERROR stands only when its canary fails too (looper.core.fault.blame); when the canary
     runs cleanly it is the candidate's crash, with its signature. ``run_canary`` (None: the training
     canary) answers True (failed), False (ran cleanly) or None (no canary could run)."""
     if not core_blame.needs_canary(m.outcome, is_candidate(role)):

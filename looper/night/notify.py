@@ -1,5 +1,5 @@
 """Paging a person through apprise, with secrets redacted from every message
-(:func:`looper.core.untrusted.redact`, also the way run text enters the database, the journal and the
+(:func:`looper.core.verdicts.untrusted.redact`, also the way run text enters the database, the journal and the
 report)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from looper.core.untrusted import redact
+from looper.core.verdicts.untrusted import redact
 
 log = logging.getLogger("looper.notify")
 

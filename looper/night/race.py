@@ -1,5 +1,5 @@
 """Measurements to a decision: a candidate's seeds side by side, the best gaining the seeds it lacks,
-the gate's looks (the Race of :mod:`looper.core.intensify`), and a decision that cannot be compared."""
+the gate's looks (the Race of :mod:`looper.core.keep.race`), and a decision that cannot be compared."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import functools
 import time
 from collections.abc import Callable
 
-from looper.core import failure as core_failure
-from looper.core import gate as core_gate
-from looper.core import intensify
-from looper.core import phases as core_phases
-from looper.core import scope as core_scope
-from looper.core import seeds as core_seeds
-from looper.core.verdict import Outcome, Verdict
+from looper.core.fault import failure as core_failure
+from looper.core.fault import seeds as core_seeds
+from looper.core.keep import gate as core_gate
+from looper.core.keep import race as intensify
+from looper.core.propose import scope as core_scope
+from looper.core.run import phases as core_phases
+from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.errors import HarnessError, UsageError
+from looper.night.candidate import Candidate, Result
 from looper.night.context import Context
 from looper.night.measure import Measurement, mean_metrics, measure, side_by_side, weights_sha256
-from looper.night.records import Candidate, Result
 from looper.night.runs import best_checkout, record_best_run, record_run
 from looper.store import ExperimentRecord
 
@@ -68,7 +68,7 @@ def seeded_runs(ctx: Context, exp: ExperimentRecord) -> list[tuple[int | None, d
 
 
 def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, role: str) -> Result:
-    """Measure and gate with intensification (looper.core.intensify): 1, then 2, then 4 ... seeds
+    """Measure and gate with intensification (looper.core.keep.race): 1, then 2, then 4 ... seeds
     (with ``[loop] seed_jobs`` slots: the first look fills them, each batch after it whole slots)
     of the best's own seeds, up to ``1 + noise_reruns``, stopping early when the gate keeps or
     discards; a seed the best never ran is run on the best first (it gains that seed)."""
@@ -206,10 +206,10 @@ def gate(ctx: Context, runs: list[dict], simpler: bool, best: ExperimentRecord,
         base = ctx.tag.kept_baselines()[-1]
         source, baseline, baseline_runs, baseline_seeds = "tag-start", base.metrics, runs_of(base), seeds_of(base)
     inp = core_gate.GateInput(candidate=runs, best=runs_of(best) or [best.metrics], baseline=baseline,
-                              baseline_source=source, noise_sigma=ctx.tag.noise().sigma, candidate_simpler=simpler,
+                              baseline_source=source, candidate_simpler=simpler,
                               baseline_runs=baseline_runs, candidate_seeds=list(seeds or []),
                               best_seeds=seeds_of(best) if runs_of(best) else [], baseline_seeds=baseline_seeds)
     gcfg = core_gate.GateConfig(score=ctx.cfg.gate.score, max_class_drop=ctx.cfg.gate.max_class_drop,
-                                noise_sigmas=ctx.cfg.gate.noise_sigmas, alpha=ctx.cfg.gate.alpha,
+                                alpha=ctx.cfg.gate.alpha,
                                 score_test=ctx.cfg.gate.score_test)
     return core_gate.decide(inp, gcfg, reruns_left, looks=looks, share=share)

@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 from looper import proc, tracking
-from looper.core import failure as core_failure
-from looper.core.verdict import Outcome, Verdict
+from looper.core.fault import failure as core_failure
+from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.errors import HarnessError
+from looper.night.candidate import Candidate, Result
 from looper.night.context import Context, fault_pause, now_iso
 from looper.night.guard import release_reserve
 from looper.night.race import measure_and_gate
-from looper.night.records import Candidate, Result
 
 RACE_REASON = "conflicts with kept change"  # a raced candidate's idea is handed back, not excluded
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError
 from looper.store import ExperimentRecord, Store, TagRecord
 from looper.workspace import trees

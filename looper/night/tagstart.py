@@ -8,8 +8,8 @@ from pathlib import Path
 
 from looper.errors import HarnessError
 from looper.executors.base import FIXED_FILES
+from looper.night.candidate import Halted
 from looper.night.context import Context, baseline_drift, now_iso
-from looper.night.records import Halted
 from looper.workspace.hashes import fixed_hashes, pretrained_hashes
 from looper.workspace.runtimepin import PREFIX as RUNTIME_PREFIX
 from looper.workspace.runtimepin import runtime_hashes

@@ -1,7 +1,7 @@
-"""The transfer check: does the confirmed gain hold when trained longer? (the rule: looper.core.transfer)
+"""The transfer check: does the confirmed gain hold when trained longer? (the rule: looper.core.keep.transfer)
 
 After a confirmation that confirmed a gain, the confirmed best and the tag's baseline are each trained
-at ``[confirm] transfer_steps`` (``-1``: :func:`looper.core.transfer.default_steps`, a multiple of the
+at ``[confirm] transfer_steps`` (``-1``: :func:`looper.core.keep.transfer.default_steps`, a multiple of the
 night's step budget per data preset; ``0``: off) on ``[confirm] transfer_seeds`` fresh seeds (the same
 seeds for both, above every seed the tag used), with the wall-clock budget scaled by the same factor.
 These runs are NOT the experiments' runs: they train another budget, so they are kept out of the
@@ -15,9 +15,9 @@ import dataclasses
 import functools
 from typing import Any
 
-from looper.core import transfer as core_transfer
-from looper.core.intensify import fresh_seeds
-from looper.core.verdict import Outcome
+from looper.core.keep import transfer as core_transfer
+from looper.core.keep.race import fresh_seeds
+from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError
 from looper.night.context import Context, now_iso
 from looper.store import queries

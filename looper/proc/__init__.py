@@ -107,14 +107,6 @@ class Supervised:
     log_error: str = ""  # writing the run's log failed (a full disk): the log is cut there, the run went on
 
 
-def split_lines(buf: bytes, final: bool = False) -> tuple[list[str], bytes]:
-    """Complete, non-blank output lines in ``buf`` and the unfinished rest. A progress bar's
-    '\r' ends a line too: it is output, and output is life."""
-    parts = buf.replace(b"\r", b"\n").split(b"\n")
-    rest = b"" if final else parts.pop()
-    return [ln for ln in (raw.decode("utf-8", "replace") for raw in parts) if ln.strip()], rest
-
-
 def emit_lines(lines: list[str], log: Any, tail: deque, on_line: Callable[[str], None] | None) -> None:
     """Each line to the run log, the tail and the live display; a display error never stops a run."""
     for line in lines:

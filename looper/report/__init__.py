@@ -21,7 +21,7 @@ the score test in words per judged experiment, why a night kept nothing, error b
 band) on the score plot and 95 % Wilson intervals of the per-class recall. No secret is ever shown:
 the store holds none, configuration values are never printed, and every free text (event
 messages, blocking reasons, descriptions, rationales, diffs) goes through
-:func:`looper.core.untrusted.redact` on its way out.
+:func:`looper.core.verdicts.untrusted.redact` on its way out.
 """
 
 from looper.report.facts import Attention, CrashGroup, KeptChange, NearMiss, Night, gather

@@ -48,7 +48,7 @@ def with_intervals(reason: str) -> str:
 
 
 def _interval(found: int, total: int) -> tuple[float, float]:
-    from looper.core.stats import recall_interval
+    from looper.core.keep.stats import recall_interval
 
     return recall_interval(found, total)
 

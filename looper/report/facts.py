@@ -8,7 +8,7 @@ derive from them in :mod:`~looper.report.attention` (what needs a person),
 (why nothing was kept, seed bars) and :mod:`~looper.report.lines` (one-line summaries).
 They are re-exported here, so ``from looper.report.facts import ...`` keeps working.
 
-The gate's statistics come from each verdict's metrics (:mod:`looper.core.gate`): the noise
+The gate's statistics come from each verdict's metrics (:mod:`looper.core.keep.gate`): the noise
 band, the score test and the class tests. A verdict from before them (no ``noise_band`` and no
 ``noise_measured``) has no :class:`Judgement`: the report then shows what it always showed.
 """
@@ -22,10 +22,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from looper.core import exclusions as core_excl
-from looper.core.classes import CLASSES
-from looper.core.score import PAIRED_TEST
-from looper.core.verdict import Outcome
+from looper.core.keep.score import PAIRED_TEST
+from looper.core.propose import exclusions as core_excl
+from looper.core.scoring.classes import CLASSES
+from looper.core.verdicts.verdict import Outcome
 from looper.data.manifest import manifest_classes, workspace_data_dir
 from looper.report.attention import attention
 from looper.report.classes import class_intervals, class_rows, rare_classes, with_intervals
@@ -329,7 +329,7 @@ def _dead_gates(metrics: dict[str, Any], baseline: ExperimentRecord | None, even
     dead: list[str] = []
     if metrics:
         try:
-            from looper.core.gate import dead_gates
+            from looper.core.keep.gate import dead_gates
 
             dead = list(dead_gates(metrics, _max_class_drop(baseline)))
         except Exception:  # noqa: BLE001 - fall back to what the daemon journaled

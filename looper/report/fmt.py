@@ -10,8 +10,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from looper.core.untrusted import clean as untrusted_clean
-from looper.core.untrusted import redact
+from looper.core.verdicts.untrusted import clean as untrusted_clean
+from looper.core.verdicts.untrusted import redact
 
 __all__ = [
     "MAX_ATTENTION", "MAX_TEXT_ROWS", "OUTCOME_ORDER", "TRIGGERS", "TRIGGERS_FOR", "clean", "console", "fmt",

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 from looper.report.fmt import clean, console, fmt
 from looper.store import Store
 from looper.store.queries import lean_experiments
@@ -35,7 +35,7 @@ def history_rows(store: Store, tag: str | None = None, status: str | Iterable[st
     wanted = None
     if status is not None:
         wanted = [Outcome.parse(s) for s in ([status] if isinstance(status, str) else list(status))]
-    from looper.report.confirmed import costs_by_experiment
+    from looper.report.confirm import costs_by_experiment
     from looper.store.queries import confirmations, run_figures
 
     rows = []

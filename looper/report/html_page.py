@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from looper.core.untrusted import clean as untrusted_clean
+from looper.core.verdicts.untrusted import clean as untrusted_clean
 from looper.report.facts import (
     Night,
     class_intervals,
@@ -93,7 +93,7 @@ def _exp_list(ids: tuple[int, ...] | list[int], limit: int = 60) -> str:
 
 def write_html(store: Store, root: Path, out: Path, since: str | None = None) -> Path:
     """Write the morning report as ONE self-contained HTML page; returns ``out``."""
-    from looper.report.confirmed import morning
+    from looper.report.confirm import morning
 
     n = gather(store, root, since)
     page = untrusted_clean(render_html(n, morning(store, n.tag, n.since), pictures(n, root)))  # no control character in the page
@@ -354,9 +354,9 @@ def _earlier_html(n: Night, body: str) -> str:
 
 
 def render_html(n: Night, confirmed: Any = None, pics: Pictures | None = None) -> str:
-    """The whole page as one string (``confirmed``: looper.report.confirmed.Morning, the headline;
+    """The whole page as one string (``confirmed``: looper.report.confirm.Morning, the headline;
     ``pics`` (:func:`looper.report.pictures.pictures`) adds the drawings and the confusion matrices)."""
-    from looper.report.confirmed import morning_html
+    from looper.report.confirm import morning_html
 
     window = f"since {html.escape(n.since[:19])}" if n.since else "all history"
     title = f"looper morning report: {html.escape(n.tag or '-')}"

@@ -15,7 +15,7 @@ __all__ = ["report_json"]
 
 def report_json(store: Store, root: Path, since: str | None = None) -> dict[str, Any]:
     """The window's tag, counts, best and baseline scores, and ``pictures``: the page-level
-    confusion matrices of the best and the baseline (``looper.core.matches.Confusion.as_json``)."""
+    confusion matrices of the best and the baseline (``looper.core.scoring.matches.Confusion.as_json``)."""
     n = gather(store, root, since)
     pics = pictures(n, root, limit=0)  # numbers only: no crop is drawn
     return {

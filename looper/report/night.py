@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from looper.core.classes import CLASSES
+from looper.core.scoring.classes import CLASSES
 from looper.report.fmt import num
 from looper.store import EventRecord, ExperimentRecord, ExperimentRow
 

@@ -70,7 +70,7 @@ def seed_bars(n: Night) -> list[SeedBar]:
     one-seed candidate would have to beat, from the spread of its own seeds (one-sided t at
     the night's alpha).
     """
-    from looper.core import stats
+    from looper.core.keep import stats
 
     out: list[SeedBar] = []
     alpha = next((j.alpha for j in n.judgements.values()), DEFAULT_ALPHA)

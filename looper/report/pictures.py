@@ -7,8 +7,8 @@ agent's prompt, ``looper history`` or ``looper suggest`` (tests/report/test_pict
 :func:`pictures` reads, for the night's best and its baseline, the MATCHES.json of their first
 run (``runs/<tag>/<id>/<role>-s<seed>/``, a main run first) and the test pages of the
 workspace's data folder, and returns :class:`Pictures`: the confusion matrices
-(:func:`looper.core.matches.confusion`) and up to ``limit`` crops of the page regions where the
-two differ most (:func:`looper.core.matches.differing_regions`), each drawn for both models as
+(:func:`looper.core.scoring.matches.confusion`) and up to ``limit`` crops of the page regions where the
+two differ most (:func:`looper.core.scoring.matches.differing_regions`), each drawn for both models as
 an inline PNG: true positives solid green, false positives dashed red, misses dotted orange,
 each box labelled by its class. Anything missing (no run folder, no MATCHES.json, no page
 image) is said in words, never guessed.
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper.core import matches as core_matches
-from looper.core.matches import Confusion, Region
+from looper.core.scoring import matches as core_matches
+from looper.core.scoring.matches import Confusion, Region
 from looper.data.manifest import workspace_data_dir
 from looper.report.night import Night
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from looper.core.matches import BACKGROUND, Confusion
+from looper.core.scoring.matches import BACKGROUND, Confusion
 from looper.report.pictures import STYLES, WORDS, Pictures, glance_lines
 
 __all__ = ["PICTURES_CSS", "confusion_svg", "pictures_html"]

@@ -46,7 +46,7 @@ def status_text(store: Store, cfg: Any, lock: Any) -> str:
 
 def slots_line(cfg: Any) -> str:
     """The runs the night trains at a time and where: each worker's seeds side by side, the workers on their GPUs
-    (looper.core.slots: one GPU takes them all)."""
+    (looper.core.run.slots: one GPU takes them all)."""
     loop, ex = cfg.loop, cfg.executor
     where = f"GPU from index {ex.gpu_index}" if ex.require_gpu else "the CPU"
     return (f"slots: {loop.seed_jobs * loop.workers} runs at a time ({loop.seed_jobs} seed(s) side by side x "

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from looper.core.untrusted import clean as untrusted_clean
+from looper.core.verdicts.untrusted import clean as untrusted_clean
 from looper.report.facts import (
     Night,
     class_intervals,
@@ -39,7 +39,7 @@ __all__ = ["render_text", "report_text"]
 def report_text(store: Store, root: Path, since: str | None = None, console_width: int = 100) -> str:
     """The morning report for a terminal (rich, rendered to plain text), ending with the test
     pages in words (:func:`looper.report.pictures.glance_lines`; the drawings are in the HTML page)."""
-    from looper.report.confirmed import morning
+    from looper.report.confirm import morning
 
     n = gather(store, root, since)
     text = render_text(n, console_width, morning(store, n.tag, n.since))
@@ -56,8 +56,8 @@ def render_text(n: Night, console_width: int = 100, confirmed: Any = None) -> st
     con = console(console_width)
     window = f"since {n.since[:19]}" if n.since else "all history"
     con.print(Text(f"looper morning report: tag {n.tag or '-'}, {window}", style="bold"))
-    if confirmed is not None:  # the confirmed headline first (looper.report.confirmed)
-        from looper.report.confirmed import morning_lines
+    if confirmed is not None:  # the confirmed headline first (looper.report.confirm)
+        from looper.report.confirm import morning_lines
 
         for line in morning_lines(confirmed):
             con.print(Text(line))

@@ -7,7 +7,7 @@ Weights come only from the harness's records: the run's ``weights_path`` and the
 harness took of that file when it recorded the run (``runs.weights_sha256``, right after the
 evaluation that scored it). A file that is missing, a link, or hashes differently now is
 refused (:class:`WeightsChanged`): nothing proves it is the model that was scored. Which run of
-the experiment ships is a pure rule (:func:`looper.core.ship.pick_run`).
+the experiment ships is a pure rule (:func:`looper.core.scoring.ship.pick_run`).
 
 The file is read as data (safetensors: nothing unpickled), its model yaml passes the same
 architecture check as evaluate.py's, and the network is built and loaded exactly as evaluate.py
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from looper.core.ship import RunView, pick_run
+from looper.core.scoring.ship import RunView, pick_run
 from looper.data.manifest import manifest_classes
 from looper.errors import UsageError
 from looper.workspace.hashes import file_sha256

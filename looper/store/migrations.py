@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError
 
 __all__ = [
@@ -201,7 +201,7 @@ def _m4_run_weights(conn: Connection) -> None:
 
 def _m5_transfers(conn: Connection) -> None:
     """The transfer check: the confirmed best and the baseline trained longer on fresh seeds
-    (looper/night/transfer.py, the rule in looper/core/transfer.py; rows read by looper/store/transfers.py)."""
+    (looper/night/transfer.py, the rule in looper/core/keep/transfer.py; rows read by looper/store/transfers.py)."""
     iso = "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*'"
     conn.exec_driver_sql(f"""
         CREATE TABLE transfers (

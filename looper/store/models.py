@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, Float, ForeignKey, Integer, MetaData, Table, Text
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 
 metadata = MetaData()
 
@@ -158,9 +158,3 @@ schema_version = Table(
     Column("description", Text, nullable=False),
     Column("applied_at", Text, nullable=False),
 )
-
-#: The JSON columns of each table; rows come back with these decoded under the name
-#: without the ``_json`` suffix (``config_json`` -> ``config``).
-JSON_COLUMNS: dict[str, tuple[str, ...]] = {
-    t.name: tuple(c.name for c in t.columns if c.name.endswith("_json")) for t in metadata.sorted_tables
-}

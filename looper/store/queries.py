@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 import looper.store.models as m
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 from looper.store.records import ConfirmationRecord, EventRecord, ExperimentRecord, ExperimentRow
 from looper.store.repo import Store, experiment_filter
 

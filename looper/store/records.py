@@ -3,7 +3,7 @@
 A record is a snapshot: changing the database never changes a record already read, and a
 record cannot be changed (``dataclasses.replace`` makes a new one). JSON columns come back
 decoded under the name without the ``_json`` suffix (``config_json`` -> ``config``); a list
-column comes back as a tuple. ``status`` is an :class:`~looper.core.verdict.Outcome`
+column comes back as a tuple. ``status`` is an :class:`~looper.core.verdicts.verdict.Outcome`
 (a ``StrEnum``: ``record.status == "keep"`` holds). Timestamps are ISO-8601 UTC text.
 
 ``to_dict()`` gives the record as a plain dict (for JSON output).
@@ -17,8 +17,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from looper.core.phases import Split, split
-from looper.core.verdict import Outcome
+from looper.core.run.phases import Split, split
+from looper.core.verdicts.verdict import Outcome
 
 __all__ = [
     "TIME_PARTS",
@@ -224,7 +224,7 @@ class RunRecord(_Record):
 
     @property
     def phases(self) -> Split:
-        """Seconds of start-up, training and evaluation (looper.core.phases; None where not recorded)."""
+        """Seconds of start-up, training and evaluation (looper.core.run.phases; None where not recorded)."""
         return split(self.started_at, self.train_started_at, self.train_ended_at, self.eval_ended_at)
 
 

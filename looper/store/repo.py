@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine, Row, Select, and_, insert, select, up
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 import looper.store.models as m
-from looper.core.verdict import Outcome, Verdict
+from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.store.journal import Journal
 from looper.store.migrations import LATEST_VERSION, StoreError, current_version, migrate
 from looper.store.records import ClassMetrics, ExperimentRecord, RunRecord
@@ -409,7 +409,7 @@ class Store(Journal, TagRows):
         eval_ended_at: str | _dt.datetime | None = None,
     ) -> int:
         """Record one training+evaluation run of an experiment; returns the run id. ``started_at``: the
-        launch (default now); the phase times (None: not reached) split it (looper.core.phases).
+        launch (default now); the phase times (None: not reached) split it (looper.core.run.phases).
         ``weights_path`` (relative to the workspace) and ``weights_sha256``: the weights the run left, as
         hashed now."""
         if role not in m.RUN_ROLES:

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Select, create_engine, event
 
 import looper.store.models as m
-from looper.core.verdict import Outcome, Verdict
+from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.errors import UsageError
 from looper.store.migrations import StoreError
 

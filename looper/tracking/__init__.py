@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 
 
 class Sink(Protocol):

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from looper.core import trackname
-from looper.tracking.records import KEY, RUN_KEY, Tracked, as_text, experiment_run, seed_runs
+from looper.core.verdicts import trackname
+from looper.tracking.tracked import KEY, RUN_KEY, Tracked, as_text, experiment_run, seed_runs
 
 COMPLETE = "looper.complete"
 SKIPPED = "looper.skipped_names"  # names no key MLflow accepts could be made for (said on the run)

@@ -145,7 +145,7 @@ def program_data_facts(text: str, classes: tuple[str, ...], instances: dict[str,
     """program.md's domain facts for imported data: the class list and counts of the data instead of
     the synthetic data set's 26 HVAC classes, and, when the classes differ from the shipped checkpoint's,
     that train.py fine-tunes it as a transfer. A program.md without the template's sentences is kept."""
-    from looper.core.classes import CLASSES
+    from looper.core.scoring.classes import CLASSES
 
     counts = ", ".join(f"{c} {instances[c]}" if instances else c for c in classes)
     fact = (f"- {len(classes)} classes, imported from a labelled export (`looper data import`): {counts} "

@@ -174,9 +174,3 @@ class Worktree:
     def save_ref(self, name: str, sha: str) -> None:
         self._git("update-ref", name, sha)
 
-    def is_ancestor(self, a: str, b: str) -> bool:
-        try:
-            self.repo.git.merge_base("--is-ancestor", a, b)
-            return True
-        except git.GitCommandError:
-            return False

@@ -10,7 +10,9 @@ in the middle of a tag is a harness error that names the changed module.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 from pathlib import Path
 
 _CHUNK = 1 << 20
@@ -57,15 +59,44 @@ def tree_hash(root: Path, ignore: tuple[str, ...] = IGNORED) -> tuple[str, int]:
 # The looper modules that evaluate.py and prepare.py import (with their packages' __init__):
 # page matching and metrics, and the class list. Paths relative to the folder holding the
 # installed ``looper`` package; the ONE list of what, besides the fixed files, decides a score.
-SCORING_MODULES = ("looper/__init__.py", "looper/core/__init__.py", "looper/core/metrics.py",
-                   "looper/core/tilegrid.py", "looper/core/classes.py", "looper/data/__init__.py", "looper/data/tiles.py")
+SCORING_MODULES = ("looper/__init__.py", "looper/core/__init__.py", "looper/core/scoring/__init__.py",
+                   "looper/core/scoring/metrics.py",
+                   "looper/core/scoring/tilegrid.py", "looper/core/scoring/classes.py", "looper/data/__init__.py", "looper/data/tiles.py")
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the folder that holds this ``looper`` package
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package that is not there
+        return False
+
+
+def stale_imports(folder: Path, names: tuple[str, ...]) -> list[str]:
+    """One line for each looper module a fixed file in ``folder`` imports and this looper no longer has
+    (a workspace made by an older looper, whose evaluate.py names a module that moved); [] when all are here."""
+    problems = []
+    for name in names:
+        p = Path(folder) / name
+        if not p.is_file():
+            continue
+        try:
+            tree = ast.parse(p.read_text())
+        except (SyntaxError, UnicodeDecodeError):
+            continue  # its hash names the change
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        for mod in sorted(m for m in mods if m == "looper" or m.startswith("looper.")):
+            if not _importable(mod):
+                problems.append(f"{name} imports {mod}, which this looper does not have: the workspace was made "
+                                f"by an older looper; copy {name} from a new `looper init` and start a new tag")
+    return problems
 
 
 def fixed_hashes(folder: Path, names: tuple[str, ...], modules: tuple[str, ...] = SCORING_MODULES,
                  package_parent: Path = PACKAGE_PARENT) -> dict[str, str | None]:
     """sha256 of each fixed file in ``folder`` and of each scoring module of the installed
-    looper package (keyed by its path, e.g. ``looper/core/metrics.py``); None for a missing file."""
+    looper package (keyed by its path, e.g. ``looper/core/scoring/metrics.py``); None for a missing file."""
     out: dict[str, str | None] = {}
     for base, rels in ((Path(folder), names), (Path(package_parent), modules)):
         for name in rels:

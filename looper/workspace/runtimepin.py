@@ -17,7 +17,7 @@ show the runtime read-only, and the evaluator runs with ``-I -S``). A file rewri
 its size, mtime and inode all kept (``touch -d``, same length) is not seen inside a folder; see
 docs/SECURITY.md for what this pin does and does not prove.
 
-The comparison is pure: :func:`looper.core.runtime.changes`.
+The comparison is pure: :func:`looper.core.tag.runtime.changes`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from looper.agents import make_agent
 from looper.agents.base import AgentContext, ExperimentView, HistoryView
 from looper.agents.planner import PlannerAgent
-from looper.core.hyperblock import read_knobs
+from looper.core.propose.hyperblock import read_knobs
 from looper.errors import HarnessError
 
 PROGRAM = """Status (2026-11-30): test plan.

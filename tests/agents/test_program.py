@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from looper.agents.program import REQUIRED_SECTIONS, load_program, parse_program, problems_against_train
-from looper.core.hyperblock import read_knobs
+from looper.core.propose.hyperblock import read_knobs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.hyperblock import read_knobs
+from looper.core.propose.hyperblock import read_knobs
 
 REPO = Path(__file__).resolve().parents[2]
 

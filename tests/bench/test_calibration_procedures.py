@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.gate import GateConfig
+from looper.core.keep.gate import GateConfig
 
 REPO = Path(__file__).resolve().parents[2]
 CLASSES = {"a": {"tp": 5, "fp": 1, "fn": 5, "support": 10, "recall": 0.5}}

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from looper.cli import app
-from looper.core.verdict import Outcome, Verdict
+from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.store import Store
 from looper.workspace.create import init_workspace
 

@@ -1,12 +1,12 @@
-"""Whose fault (looper.core.blame): a candidate's failure halts as a harness error only when a
+"""Whose fault (looper.core.fault.blame): a candidate's failure halts as a harness error only when a
 canary fails too; an evaluation far longer than the best's is the candidate's crash."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core.blame import decide, eval_time_limit, needs_canary
-from looper.core.verdict import Outcome
+from looper.core.fault.blame import decide, eval_time_limit, needs_canary
+from looper.core.verdicts.verdict import Outcome
 
 CANARY = "the last kept train.py"
 

@@ -1,4 +1,4 @@
-"""Bounded evidence (looper.core.bounds): train.json / METRICS.json over a size or depth limit are
+"""Bounded evidence (looper.core.fault.bounds): train.json / METRICS.json over a size or depth limit are
 refused with a reason naming the limit, before any parser sees them; no RecursionError escapes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from looper.core.bounds import loads_bounded, nesting_depth
+from looper.core.fault.bounds import loads_bounded, nesting_depth
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -1,11 +1,11 @@
-"""The tag's step budget (looper.core.budget): the warm-up's steps -> the budget; a run cut short."""
+"""The tag's step budget (looper.core.run.budget): the warm-up's steps -> the budget; a run cut short."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core import budget
-from looper.core.budget import HEADROOM, cut_short, overran, step_budget
+from looper.core.run import budget
+from looper.core.run.budget import HEADROOM, cut_short, overran, step_budget
 
 
 @pytest.mark.parametrize("warmup, expected", [(1, 1), (2, 1), (10, 8), (250, 200), (251, 200), (455, 364)])

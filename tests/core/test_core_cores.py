@@ -1,10 +1,10 @@
-"""Threads for runs side by side (looper.core.cores): an equal share of the cores, never zero."""
+"""Threads for runs side by side (looper.core.run.cores): an equal share of the cores, never zero."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core.cores import TooFewCores, threads_per_run
+from looper.core.run.cores import TooFewCores, threads_per_run
 
 
 @pytest.mark.parametrize("cores, runs, expected", [

@@ -1,11 +1,11 @@
-"""The data checks as pure rules (looper.core.datacheck): every bad input of issue 38, point 2, is
+"""The data checks as pure rules (looper.core.data.check): every bad input of issue 38, point 2, is
 named with its file (and annotation id or label line), what is wrong and what to do."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core.datacheck import BoxFact, DataFacts, ImageFact, data_problems, errors
+from looper.core.data.check import BoxFact, DataFacts, ImageFact, data_problems, errors
 
 CLASSES = ("duct", "vent")
 
@@ -134,8 +134,8 @@ def test_a_manifest_that_does_not_verify_and_no_classes_are_named():
 ])
 def test_classes_with_few_test_instances_are_named_with_their_capped_weight(support, named):
     """Issue 47: a class of few test boxes keeps its gate and row; its weight in weighted_f1 is capped
-    (looper.core.metrics.MIN_SUPPORT) and `looper data check` names it."""
-    from looper.core.datacheck import few_in_test
+    (looper.core.scoring.metrics.MIN_SUPPORT) and `looper data check` names it."""
+    from looper.core.data.check import few_in_test
 
     boxes = tuple(BoxFact(f"t.json box {c}{i}", c, (1, 1, 5, 5)) for c, n in support.items() for i in range(n))
     tile = ImageFact("tile.png", "test", 9, 9, boxes=boxes[:1], tile=True)  # tiles never count as test truth

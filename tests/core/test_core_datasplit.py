@@ -1,10 +1,10 @@
-"""The seeded page split of an export without splits (looper.core.datasplit): pure, table tests."""
+"""The seeded page split of an export without splits (looper.core.data.split): pure, table tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core.datasplit import draw_split, missing_in_test, split_counts
+from looper.core.data.split import draw_split, missing_in_test, split_counts
 
 
 def pages(n: int, rare: dict[str, int] | None = None) -> dict[str, frozenset[str]]:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from looper.core.evidence import TrainEvidence, is_vacuous, judge_metrics, judge_training
-from looper.core.verdict import Status
+from looper.core.fault.evidence import TrainEvidence, is_vacuous, judge_metrics, judge_training
+from looper.core.verdicts.verdict import Status
 
 GOOD_TRAIN = {"steps": 420, "epochs": 6, "seconds": 118.2}
 

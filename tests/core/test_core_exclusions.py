@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looper.core.exclusions import dedupe, exclusion_for
-from looper.core.verdict import Outcome
+from looper.core.propose.exclusions import dedupe, exclusion_for
+from looper.core.verdicts.verdict import Outcome
 
 
 @pytest.mark.parametrize(

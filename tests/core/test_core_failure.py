@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looper.core.failure import (
+from looper.core.fault.failure import (
     FailureEvidence,
     classify_failure,
     is_stuck,
     normalise,
     signature_of,
 )
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 
 CK = "/ws/.looper/checkout"
 SP = "/venv/lib/python3.11/site-packages"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from looper.core.failure import FailureEvidence, classify_failure
-from looper.core.verdict import Outcome
+from looper.core.fault.failure import FailureEvidence, classify_failure
+from looper.core.verdicts.verdict import Outcome
 
 CK = "/ws/.looper/worktrees/t"
 OUT = "/ws/.looper/runs/7/main/out"

@@ -11,16 +11,16 @@ from hypothesis import strategies as st
 from scipy.stats import binomtest
 from scipy.stats import t as scipy_t
 
-from looper.core.gate import (
+from looper.core.keep.gate import (
     GateConfig,
     GateInput,
     class_recall_spread,
     dead_gates,
     decide,
 )
-from looper.core.verdict import Outcome, Status
+from looper.core.verdicts.verdict import Outcome, Status
 
-CFG = GateConfig()  # weighted_f1, max_class_drop 0.05, noise_sigmas 2.0
+CFG = GateConfig()  # weighted_f1, max_class_drop 0.05, alpha 0.05
 APPROVED = "approved:2026-11-30.json"
 
 
@@ -62,13 +62,13 @@ def band(n_cand: int = 1, n_best: int = 3, looks: int = 3, sigma: float = 0.01, 
 
 def gate(candidate: list[dict[str, Any]] | dict[str, Any], *, best: list[dict[str, Any]] | None = None,
          baseline: dict[str, Any] | None = None, base_runs: list[dict[str, Any]] | None = None,
-         sigma: float | None = 0.01, simpler: bool = False, reruns_left: int = 2, cfg: GateConfig = CFG,
+         simpler: bool = False, reruns_left: int = 2, cfg: GateConfig = CFG,
          source: str = "tag-start"):
     """Gate like the loop does: the baseline measured over three seeds, which are also the best."""
     cands = candidate if isinstance(candidate, list) else [candidate]
     base = baseline if baseline is not None else run(0.40, BASE)
     seeds = base_runs if base_runs is not None else seeds_of(base)
-    return decide(GateInput(cands, best if best is not None else seeds, base, source, sigma, simpler,
+    return decide(GateInput(cands, best if best is not None else seeds, base, source, candidate_simpler=simpler,
                             baseline_runs=seeds), cfg, reruns_left)
 
 
@@ -244,16 +244,15 @@ def test_inside_the_noise_simpler_wins(score: float, reruns_left: int, outcome: 
         assert any("simpler wins" in n for n in d.verdict.metrics["notes"])
 
 
-@pytest.mark.parametrize("sigma", [None, 0.0, 0.01, float("nan")])
 @pytest.mark.parametrize("score", [0.30, 0.405, 0.90])
-def test_unmeasured_noise_never_keeps_or_discards_on_the_score(sigma: float | None, score: float) -> None:
-    d = gate(run(score, BASE), sigma=sigma, base_runs=[])  # one baseline run, which is also the best
+def test_unmeasured_noise_never_keeps_or_discards_on_the_score(score: float) -> None:
+    d = gate(run(score, BASE), base_runs=[])  # one baseline run, which is also the best
     m = d.verdict.metrics
     assert m["noise_measured"] is False and m["noise_sigma"] is None and m["noise_band"] is None
     assert any(n.startswith("noise unmeasured") for n in m["notes"])
     assert d.outcome is Outcome.INCONCLUSIVE and d.needs_reruns == 0
     assert "the seed noise is unmeasured" in d.verdict.blocking[0]
-    assert gate(run(score, BASE), sigma=sigma, base_runs=[], simpler=True).outcome is Outcome.INCONCLUSIVE
+    assert gate(run(score, BASE), base_runs=[], simpler=True).outcome is Outcome.INCONCLUSIVE
 
 
 def test_unmeasured_noise_still_discards_a_failed_class() -> None:
@@ -272,7 +271,7 @@ def test_two_runs_of_the_best_measure_the_noise_without_baseline_seeds() -> None
 
 def test_zero_measured_spread_makes_any_difference_decide() -> None:
     seeds = [run(0.40, BASE)] * 3
-    for cfg in (CFG, GateConfig(noise_sigmas=0.0)):  # noise_sigmas no longer decides anything
+    for cfg in (CFG, GateConfig(alpha=0.2)):
         assert gate(run(0.4001, BASE), base_runs=seeds, cfg=cfg).outcome is Outcome.KEEP
         assert gate(run(0.3999, BASE), base_runs=seeds, cfg=cfg).outcome is Outcome.DISCARD
         tie = gate(run(0.40, BASE), base_runs=seeds, cfg=cfg)
@@ -287,14 +286,14 @@ def test_another_score_key() -> None:
     cand, base = run(0.45, BASE), run(0.4, BASE)
     cand["macro_f1"], base["macro_f1"] = 0.30, 0.50
     seeds = [{**base, "macro_f1": v} for v in (0.49, 0.50, 0.51)]
-    d = decide(GateInput([cand], seeds, base, "tag-start", 0.01, False, baseline_runs=seeds),
+    d = decide(GateInput([cand], seeds, base, "tag-start", baseline_runs=seeds),
                GateConfig(score="macro_f1"), 2)
     assert d.outcome is Outcome.DISCARD and d.verdict.blocking[0].startswith("macro_f1 0.3000")
 
 
 def test_the_old_positional_input_still_builds() -> None:
     base = run(0.4, BASE)
-    d = decide(GateInput([run(0.9, BASE)], [base], base, "tag-start", 0.01, False), GateConfig(), 0)
+    d = decide(GateInput([run(0.9, BASE)], [base], base, "tag-start"), GateConfig(), 0)
     assert d.outcome is Outcome.INCONCLUSIVE and d.verdict.metrics["baseline_scores"] == []
 
 
@@ -310,8 +309,8 @@ def test_dead_gates_of_something_that_is_not_metrics() -> None:
 
 
 def test_a_drop_a_hair_over_the_limit_is_still_shown_as_over() -> None:
-    from looper.core.classgate import fmt_below as _fmt_below
-    from looper.core.classgate import fmt_over as _fmt_over
+    from looper.core.keep.classgate import fmt_below as _fmt_below
+    from looper.core.keep.classgate import fmt_over as _fmt_over
 
     shown, limit = _fmt_over(0.0500000002, 0.05)
     assert float(shown) >= float(limit) and shown != limit
@@ -462,9 +461,6 @@ def test_unusable_input_is_an_error(kwargs: dict[str, Any], reason: str) -> None
         ({"score": ""}, "gate.score must name a metric"),
         ({"max_class_drop": -0.1}, "gate.max_class_drop must be within"),
         ({"max_class_drop": 1.5}, "gate.max_class_drop must be within"),
-        ({"noise_sigmas": -1.0}, "gate.noise_sigmas must be a number >= 0"),
-        ({"noise_sigmas": float("inf")}, "gate.noise_sigmas"),
-        ({"unmeasured_band": 0.0}, "unmeasured noise band must be > 0"),
         ({"alpha": 0.0}, "gate.alpha must be between 0 and 1"),
         ({"alpha": 1.0}, "gate.alpha must be between 0 and 1"),
         ({"alpha": float("nan")}, "gate.alpha must be between 0 and 1"),
@@ -494,7 +490,6 @@ inputs = st.fixed_dictionaries({
     "candidate": st.lists(metrics, min_size=1, max_size=3),
     "best": st.lists(metrics, min_size=0, max_size=2),
     "baseline": metrics,
-    "sigma": st.sampled_from([None, 0.0, 0.005, 0.02]),
     "simpler": st.booleans(),
     "reruns_left": st.integers(0, 2),
 })

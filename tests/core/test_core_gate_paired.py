@@ -9,9 +9,10 @@ import pytest
 from scipy.stats import t as scipy_t
 from scipy.stats import ttest_rel
 
-from looper.core import stats
-from looper.core.gate import PAIRED_TEST, SCORE_TEST, GateConfig, GateInput, choose_test, decide
-from looper.core.verdict import Outcome
+from looper.core.keep import stats
+from looper.core.keep.gate import GateConfig, GateInput, decide
+from looper.core.keep.score import PAIRED_TEST, SCORE_TEST, choose_test
+from looper.core.verdicts.verdict import Outcome
 
 BASE = {"supply_diffuser": 0.9, "return_grille": 0.6}
 

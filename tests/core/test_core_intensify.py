@@ -1,12 +1,14 @@
-"""Intensification rules (looper.core.intensify) and the morning's confirmation (looper.core.confirmation)."""
+"""Intensification rules (looper.core.keep.race) and the morning's confirmation (looper.core.keep.confirm)."""
 
 from __future__ import annotations
 
 import pytest
 from scipy.stats import t as scipy_t
 
-from looper.core import confirmation, intensify, stats
-from looper.core.intensify import Step
+from looper.core.keep import confirm as confirmation
+from looper.core.keep import race as intensify
+from looper.core.keep import stats
+from looper.core.keep.race import Step
 
 
 @pytest.mark.parametrize(("cap", "expected"), [

@@ -1,10 +1,10 @@
-"""looper.core.limits: which run limit a run hit, from the harness's own evidence (issue 39)."""
+"""looper.core.run.limits: which run limit a run hit, from the harness's own evidence (issue 39)."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core.limits import Caps, Seen, agent_limit_hit, derived, limit_hit, over_quota, quota
+from looper.core.run.limits import Caps, Seen, agent_limit_hit, derived, limit_hit, over_quota, quota
 
 CAPS = Caps(memory_max_bytes=1 << 30, pids_max=64, tmp_max_bytes=8 << 20, out_max_bytes=16 << 20, out_max_files=10)
 GIB = 1 << 30
@@ -113,7 +113,7 @@ def test_derived(memory: int, cores: int, pid_max: int, expected: dict) -> None:
     ({}, None),
 ])
 def test_fetch_refused(usage: object, words: str | None) -> None:
-    from looper.core.limits import fetch_refused
+    from looper.core.run.limits import fetch_refused
 
     got = fetch_refused(usage, 1000, 10)
     assert (got is None) == (words is None) and (words is None or words in got), got

@@ -1,4 +1,4 @@
-"""MATCHES.json (looper/core/metrics.page_matches) and what it says (looper/core/matches.py):
+"""MATCHES.json (looper/core/metrics.page_matches) and what it says (looper/core/scoring/matches.py):
 the counts it implies equal METRICS.json's exactly; the confusion matrix, table by table; the
 regions where two models differ."""
 
@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from looper.core import matches as cm
-from looper.core.metrics import (
+from looper.core.scoring import matches as cm
+from looper.core.scoring.metrics import (
     CONFIDENCE,
     IOU,
     Detection,

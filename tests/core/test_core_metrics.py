@@ -1,4 +1,4 @@
-"""Page-level matching, tile merging and per-class metrics (looper/core/metrics.py)."""
+"""Page-level matching, tile merging and per-class metrics (looper/core/scoring/metrics.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looper.core.metrics import (
+from looper.core.scoring.metrics import (
     CONFIDENCE,
     IOU,
     MIN_SUPPORT,
@@ -157,7 +157,7 @@ def test_merge_never_changes_a_box_and_is_decided_from_the_top(raw: list, cut: i
 
 def _merge_by_full_scan(dets: list, iou_thr: float, contain_thr: float) -> list:
     """The merge as it was before the cells: every kept box against every less confident box of its class."""
-    from looper.core.metrics import MERGE_CONTAIN, MERGE_IOU, _suppressed_by
+    from looper.core.scoring.metrics import MERGE_CONTAIN, MERGE_IOU, _suppressed_by
 
     assert (iou_thr, contain_thr) == (MERGE_IOU, MERGE_CONTAIN)
     ordered = sorted(dets, key=lambda d: (-d.score, d.cls, d.box))
@@ -177,7 +177,7 @@ def _merge_by_full_scan(dets: list, iou_thr: float, contain_thr: float) -> list:
 def test_the_merge_in_cells_keeps_exactly_what_the_full_scan_keeps(seed: int) -> None:
     """A page's thousands of boxes (tiles' duplicates, pieces, boxes across cell lines, float coordinates):
     the cells look only near each box, and keep the same boxes in the same order as comparing with all."""
-    from looper.core.metrics import MERGE_CONTAIN, MERGE_IOU
+    from looper.core.scoring.metrics import MERGE_CONTAIN, MERGE_IOU
 
     rng = random.Random(seed)
     dets = []
@@ -363,7 +363,7 @@ def test_matches_brute_force(seed: int, n_pages: int) -> None:
 
 
 def test_metrics_from_counts_rounds_and_is_stable() -> None:
-    from looper.core.metrics import Counts
+    from looper.core.scoring.metrics import Counts
 
     m1 = metrics_from_counts({"thermostat": Counts(1, 2, 0)}, CLASSES, 1, 3, 1)
     m2 = metrics_from_counts({"thermostat": Counts(1, 2, 0)}, CLASSES, 1, 3, 1)
@@ -405,7 +405,7 @@ def test_found_agrees_with_counts_and_the_bytes_are_stable(seed: int, n_pages: i
 
 # -- AP50 --------------------------------------------------------------------------------
 def test_average_precision_by_hand() -> None:
-    from looper.core.metrics import average_precision
+    from looper.core.scoring.metrics import average_precision
 
     assert average_precision([], 0) is None and average_precision([(0.9, False)], 0) is None
     assert average_precision([], 3) == 0.0

@@ -1,11 +1,11 @@
-"""A run's phases from the harness's four clock readings (looper.core.phases)."""
+"""A run's phases from the harness's four clock readings (looper.core.run.phases)."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core import phases
-from looper.core.phases import Split
+from looper.core.run import phases
+from looper.core.run.phases import Split
 
 T0 = "2026-12-03T10:00:00.000+00:00"
 

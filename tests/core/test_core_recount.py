@@ -1,4 +1,4 @@
-"""The score from evidence (looper/core/recount.py): METRICS.json recounted from MATCHES.json.
+"""The score from evidence (looper/core/scoring/recount.py): METRICS.json recounted from MATCHES.json.
 
 An honest evaluation's two files always agree (random pages, both P/R/F1 paths); each forged
 field is named; malformed evidence is refused, never read as agreement."""
@@ -11,8 +11,8 @@ import json
 import pytest
 from test_core_matches import CLASSES, _random_pages
 
-from looper.core import recount
-from looper.core.metrics import evaluate_pages, matches_file, page_matches
+from looper.core.scoring import recount
+from looper.core.scoring.metrics import evaluate_pages, matches_file, page_matches
 
 
 def _pair(seed: int, max_fp: int = 400) -> tuple[dict, dict]:

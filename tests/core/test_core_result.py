@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looper.core.result import last_json_line, read_check_output, read_check_result
-from looper.core.verdict import Status, Verdict
+from looper.core.verdicts.result import last_json_line, read_check_output, read_check_result
+from looper.core.verdicts.verdict import Status, Verdict
 
 PASS = json.dumps({"status": "pass", "blocking": [], "metrics": {"tests": 3}, "confidence": 1.0})
 FAIL = json.dumps({"status": "fail", "blocking": ["x dropped"], "metrics": {}, "confidence": 1.0})

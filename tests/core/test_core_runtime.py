@@ -1,13 +1,13 @@
-"""The runtime pin compared (looper/core/runtime.py): every added, removed or changed entry named."""
+"""The runtime pin compared (looper/core/tag/runtime.py): every added, removed or changed entry named."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core import runtime
+from looper.core.tag import runtime
 
 PIN = {"train.py": "a", "runtime:interpreter": "sha256:1", "runtime:/v/site-packages/torch": "tree:2",
-       "runtime:looper/core/metrics.py": "sha256:3"}
+       "runtime:looper/core/scoring/metrics.py": "sha256:3"}
 
 CASES = [
     ("same", {}, []),
@@ -15,8 +15,8 @@ CASES = [
      ["runtime file /v/site-packages/zz.pth was added since X (not in the tag's pin)"]),
     ("torch touched", {"runtime:/v/site-packages/torch": "tree:5"},
      ["runtime file /v/site-packages/torch changed since X (pinned tree:2, now tree:5)"]),
-    ("metrics removed", {"runtime:looper/core/metrics.py": None},
-     ["runtime file looper/core/metrics.py was removed since X"]),
+    ("metrics removed", {"runtime:looper/core/scoring/metrics.py": None},
+     ["runtime file looper/core/scoring/metrics.py was removed since X"]),
     ("a fixed file is not the runtime's business", {"train.py": "b"}, []),
 ]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.verdict import Status, verdict_json_schema
+from looper.core.verdicts.verdict import Status, verdict_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "looper" / "schemas" / "verdict.schema.json"

@@ -1,9 +1,9 @@
-"""core.scope: what the agent changed, as one verdict (pure; every branch)."""
+"""core.propose.scope: what the agent changed, as one verdict (pure; every branch)."""
 
 from __future__ import annotations
 
-from looper.core import scope
-from looper.core.verdict import Status
+from looper.core.propose import scope
+from looper.core.verdicts.verdict import Status
 
 PARENT = "import os\nimport torch\n\nLR = 0.1\n# a comment\n\nprint(LR)\n"
 

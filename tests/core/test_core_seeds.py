@@ -1,11 +1,11 @@
-"""looper.core.seeds: a candidate that ignores LOOPER_SEED (bit-identical weights on two seeds) is
+"""looper.core.fault.seeds: a candidate that ignores LOOPER_SEED (bit-identical weights on two seeds) is
 caught; with one seed the check has not run and says so (table tests)."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core.seeds import SIGNATURE, check
+from looper.core.fault.seeds import SIGNATURE, check
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64
 

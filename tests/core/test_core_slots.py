@@ -1,10 +1,10 @@
-"""Runs side by side on one GPU (looper.core.slots): sized by free memory over a run's peak and by cores."""
+"""Runs side by side on one GPU (looper.core.run.slots): sized by free memory over a run's peak and by cores."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core.slots import (
+from looper.core.run.slots import (
     CORES_PER_RUN,
     CUDA_CONTEXT_MB,
     DEFAULT_RUN_PEAK_MB,

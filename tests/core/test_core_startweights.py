@@ -1,4 +1,4 @@
-"""The starting checkpoint's check (looper.core.startweights): header bytes -> header or what is
+"""The starting checkpoint's check (looper.core.tag.startweights): header bytes -> header or what is
 wrong; header vs train.py's MODEL/WIDTH/DEPTH and the data's classes -> [] or what is wrong."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from looper.core.startweights import FORMAT, class_transfer, read_header, start_problems
+from looper.core.tag.startweights import FORMAT, class_transfer, read_header, start_problems
 
 NAMES = ["a", "b", "c"]
 FAMILY = {"backbone": [[-1, 1, "Conv", [64, 3, 2]]], "head": [[[-1], 1, "Detect", ["nc"]]]}

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import binomtest, fisher_exact, norm, ttest_ind
 
-from looper.core import stats
-from looper.core.stats import ClassCounts
+from looper.core.keep import stats
+from looper.core.keep.stats import ClassCounts
 
 # -- exact McNemar --------------------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
-"""looper.core.trackname: tracking names MLflow accepts (issue 48), a table."""
+"""looper.core.verdicts.trackname: tracking names MLflow accepts (issue 48), a table."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core.trackname import key, keys
+from looper.core.verdicts.trackname import key, keys
 
 
 @pytest.mark.parametrize("name, expected", [

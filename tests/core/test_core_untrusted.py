@@ -1,4 +1,4 @@
-"""looper.core.untrusted: run output neutralised (table tests) before a terminal, a log, a page,
+"""looper.core.verdicts.untrusted: run output neutralised (table tests) before a terminal, a log, a page,
 the report or an agent's prompt sees it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from looper.core.untrusted import LABEL, clean, code_block, fence, one_line, redact
+from looper.core.verdicts.untrusted import LABEL, clean, code_block, fence, one_line, redact
 
 ESC = "\x1b"
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from looper.core.verdict import Outcome, Status, Verdict
+from looper.core.verdicts.verdict import Outcome, Status, Verdict
 
 reasons = st.lists(st.text(min_size=1, max_size=20), max_size=4)
 

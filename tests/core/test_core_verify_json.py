@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from looper.core.verdict import Status
+from looper.core.verdicts.verdict import Status
 
 ROOT = Path(__file__).resolve().parents[2]
 

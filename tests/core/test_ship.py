@@ -1,10 +1,10 @@
-"""looper.core.ship: which run of an experiment ``looper export`` ships."""
+"""looper.core.scoring.ship: which run of an experiment ``looper export`` ships."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core.ship import RunView, pick_run
+from looper.core.scoring.ship import RunView, pick_run
 
 
 def run(i: int, seed: int | None, score: float | None, *, role: str = "main", hashed: bool = True) -> RunView:

@@ -1,11 +1,11 @@
-"""looper.core.transfer: holds / shrinks / reverses / nothing, read from the interval at the longer budget."""
+"""looper.core.keep.transfer: holds / shrinks / reverses / nothing, read from the interval at the longer budget."""
 
 from __future__ import annotations
 
 import pytest
 
-from looper.core import stats
-from looper.core.transfer import HOLDS, NOTHING, REVERSES, SHRINKS, default_steps, judge
+from looper.core.keep import stats
+from looper.core.keep.transfer import HOLDS, NOTHING, REVERSES, SHRINKS, default_steps, judge
 
 BASE = [0.60, 0.61, 0.59, 0.60]
 

@@ -37,7 +37,7 @@ def test_init_with_bad_data_leaves_no_workspace(tmp_path):
 
 
 def test_program_facts_keep_the_checkpoint_sentence_for_the_26_classes_and_a_foreign_program():
-    from looper.core.classes import CLASSES
+    from looper.core.scoring.classes import CLASSES
 
     text = (Path(__file__).resolve().parents[2] / "program.md").read_text()
     same = program_data_facts(text, CLASSES, None, {"train": 3, "val": 1, "test": 1})

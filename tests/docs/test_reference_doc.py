@@ -13,7 +13,7 @@ import pytest
 
 from looper.cli import app
 from looper.config import Config
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = (ROOT / "docs" / "REFERENCE.md").read_text()

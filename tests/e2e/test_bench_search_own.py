@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.hyperblock import read_knobs
+from looper.core.propose.hyperblock import read_knobs
 from looper.workspace.create import shipped_pretrained
 
 pytestmark = pytest.mark.e2e

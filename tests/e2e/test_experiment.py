@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from looper.core import matches as core_matches
-from looper.core.classes import CLASSES
+from looper.core.scoring import matches as core_matches
+from looper.core.scoring.classes import CLASSES
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

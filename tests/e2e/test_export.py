@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.metrics import Detection, drop_seam_boxes, merge_detections, tile_grid
-from looper.core.verdict import Outcome
+from looper.core.scoring.metrics import Detection, drop_seam_boxes, merge_detections, tile_grid
+from looper.core.verdicts.verdict import Outcome
 from looper.ship import export as export_mod
 from looper.store import Store
 from looper.workspace.hashes import file_sha256

@@ -141,13 +141,13 @@ from looper.executors.sandbox import eval_argv, train_argv
 here = Path(sys.argv[1])
 for d in ("ws", "data", "out"):
     (here / d).mkdir()
-probe = "import looper, looper.core.metrics, torch, ultralytics; print(looper.__file__)"
+probe = "import looper, looper.core.scoring.metrics, torch, ultralytics; print(looper.__file__)"
 argv = train_argv([sys.executable, "-c", probe], checkout=here / "ws", out_dir=here / "out",
                   data_dir=here / "data", env={}, python=sys.executable)
 train = subprocess.run(argv, capture_output=True, text=True)
 (here / "evaluator.py").write_text(
-    "import sys, looper.core.metrics, torch\n"
-    "open(sys.argv[sys.argv.index('--out') + 1], 'w').write(looper.core.metrics.__file__)\n")
+    "import sys, looper.core.scoring.metrics, torch\n"
+    "open(sys.argv[sys.argv.index('--out') + 1], 'w').write(looper.core.scoring.metrics.__file__)\n")
 (here / "weights.pt").write_bytes(b"")
 copy, out = prepare_evaluator(here / "evaluator.py", here / "eval")
 argv = eval_argv(sys.executable, copy, weights=here / "weights.pt", data_dir=here / "data", out_dir=out, env={})
@@ -168,7 +168,7 @@ def test_installed_package_runs_inside_the_sandbox(installed: Installed) -> None
     assert Path(got["bwrap"]).name == "bwrap", got
     pkg = (installed.site / "looper").resolve()
     assert got["train"][0] == 0 and got["train"][1] == [str(pkg / "__init__.py")], got["train"]
-    assert got["eval"][0] == 0 and got["eval"][1] == str(pkg / "core" / "metrics.py"), got["eval"]
+    assert got["eval"][0] == 0 and got["eval"][1] == str(pkg / "core" / "scoring" / "metrics.py"), got["eval"]
 
 
 @dataclass
@@ -270,7 +270,7 @@ def test_the_night_keeps_the_matched_boxes_and_the_report_draws_them(installed: 
     """Every evaluated run (through the real evaluation sandbox) left MATCHES.json beside METRICS.json
     with the same counts, and the installed `looper report` reads it: the confusion matrix as numbers
     (``--json``) and as a picture (``--html``)."""
-    from looper.core import matches as core_matches
+    from looper.core.scoring import matches as core_matches
 
     looper = installed.venv / "bin" / "looper"
     runs = sorted((night.ws / "runs" / "tiny").glob("*/*/METRICS.json"))

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.verdict import Status
+from looper.core.verdicts.verdict import Status
 from looper.data.importer import import_data
-from looper.night.startcheck import check_pretrained
+from looper.night.startweights import check_pretrained
 from looper.workspace.create import shipped_pretrained
 from tests.data.exports import write_coco, write_with_supervision
 from tests.e2e.test_pretrained import _env, _train

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import tiers
 
-from looper.core.hyperblock import rewrite_knobs
-from looper.core.verdict import Status
-from looper.night.startcheck import check_pretrained
+from looper.core.propose.hyperblock import rewrite_knobs
+from looper.core.verdicts.verdict import Status
+from looper.night.startweights import check_pretrained
 from looper.workspace.create import shipped_pretrained
 
 pytestmark = pytest.mark.e2e

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from looper import proc
-from looper.core.limits import Caps
+from looper.core.run.limits import Caps
 from looper.executors import limits
 
 MIB = 1 << 20

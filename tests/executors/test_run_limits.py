@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from looper import proc
-from looper.core.limits import Caps
+from looper.core.run.limits import Caps
 from looper.executors import limits
 from looper.night.guard import read_json
 

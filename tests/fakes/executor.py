@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from looper.core.verdict import Verdict
+from looper.core.verdicts.verdict import Verdict
 from looper.executors.base import EvalJob, LineSink, RunResult, TrainJob
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixture_ws"

@@ -15,7 +15,7 @@ import pytest
 from looper.agents import make_agent
 from looper.agents.program import parse_program
 from looper.config import config_from_dict, load_config
-from looper.core.verdict import Outcome, Status
+from looper.core.verdicts.verdict import Outcome, Status
 from looper.errors import HarnessError
 from looper.executors import make_executor
 from looper.night.context import baseline_drift

@@ -1,5 +1,5 @@
 """Runs sharing one GPU, through the real Loop on the fake executor: the preflight sizes the runs at a time
-against the GPU's free memory (looper.core.slots), and workers on a one-GPU machine all train on it."""
+against the GPU's free memory (looper.core.run.slots), and workers on a one-GPU machine all train on it."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from fakes.executor import FakeExecutor
 from harness import build_ws
 
 from looper.config import load_config
-from looper.core.verdict import Verdict
+from looper.core.verdicts.verdict import Verdict
 from looper.errors import HarnessError
 from looper.executors.gpu import GpuReading
-from looper.night.checks import preflight
 from looper.night.display import Display
+from looper.night.integrity import preflight
 from looper.night.loop import Loop
 from looper.night.notify import AppriseNotifier
 from looper.store import Store

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from looper.core.gate import PAIRED_TEST
-from looper.core.verdict import Outcome
+from looper.core.keep.score import PAIRED_TEST
+from looper.core.verdicts.verdict import Outcome
 from looper.night.confirm import confirm
 from looper.night.experiment import run_candidate
 from looper.report import history_rows, report_text, write_html

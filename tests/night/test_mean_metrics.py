@@ -24,7 +24,7 @@ def test_counts_stay_whole_numbers_rates_are_means_and_instance_lists_stay_per_r
 
 def test_the_store_accepts_the_mean_of_seeds_that_disagree(tmp_path) -> None:
     """The demo's 3-seed baseline once halted the night: 'CHECK constraint failed: typeof(tp) = integer'."""
-    from looper.core.verdict import Outcome, Verdict
+    from looper.core.verdicts.verdict import Outcome, Verdict
 
     store = Store(tmp_path / "experiments.db")
     exp = store.start_experiment(tag="t", kind="baseline", config={}, seed=0, description="b", source="",

@@ -13,7 +13,7 @@ from fakes.agent import ScriptedAgent
 from fakes.executor import FakeExecutor
 
 from looper.config import load_config
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError
 from looper.night.display import Display
 from looper.night.experiment import run_candidate

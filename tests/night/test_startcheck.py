@@ -1,4 +1,4 @@
-"""The harness side of the starting-checkpoint check (looper.night.startcheck): train.py's knobs, the
+"""The harness side of the starting-checkpoint check (looper.night.startweights): train.py's knobs, the
 file in <workspace>/pretrained/, the installed Ultralytics' architecture yaml. Fast: the files are
 written as bytes here (a safetensors header is JSON), nothing imports torch."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from looper.core.classes import CLASSES
-from looper.core.verdict import Status
-from looper.night.startcheck import check_pretrained, family_yaml
+from looper.core.scoring.classes import CLASSES
+from looper.core.verdicts.verdict import Status
+from looper.night.startweights import check_pretrained, family_yaml
 
 TRAIN = 'PRETRAINED = "start.safetensors"\nMODEL = "yolov8"\nWIDTH = 0.125\nDEPTH = 0.33\n'
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.metrics import Detection, matches_file, page_matches
+from looper.core.scoring.metrics import Detection, matches_file, page_matches
 
 pytestmark = pytest.mark.e2e
 CLASSES = ["supply_diffuser", "return_grille", "vav_box", "thermostat"]
@@ -82,7 +82,7 @@ def test_each_experiment_is_an_mlflow_run_as_it_settles_with_its_seeds_nested(ma
 
 
 def _matches(path: Path) -> None:
-    """A real MATCHES.json (looper.core.metrics) for one run folder: one found box, one confused, one missed."""
+    """A real MATCHES.json (looper.core.scoring.metrics) for one run folder: one found box, one confused, one missed."""
     truth = [Detection("vav_box", (0, 0, 10, 10)), Detection("thermostat", (50, 50, 60, 60)),
              Detection("return_grille", (80, 80, 90, 90))]
     preds = [Detection("vav_box", (0, 0, 10, 10), 0.9), Detection("vav_box", (50, 50, 60, 60), 0.8)]
@@ -203,7 +203,7 @@ def test_a_name_mlflow_refuses_is_cleaned_or_skipped_never_the_end_of_tracking(t
     from mlflow.exceptions import MlflowException
 
     from looper.tracking.mlflow_sink import SKIPPED, MlflowSink
-    from looper.tracking.records import Tracked
+    from looper.tracking.tracked import Tracked
 
     sink = MlflowSink(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path)
     eid = sink.experiment_id("t")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 from looper.night.experiment import run_candidate
 from looper.report import report_text
 from looper.store.queries import confirmations, transfers

@@ -49,7 +49,7 @@ def test_two_workers_race_conflicting_merge_is_discarded_with_reason(make_ws):
     assert f"conflicts with kept change #{fast['id']}" in slow["blocking_json"]
     assert ws.git("rev-parse", "looper/t") == fast["commit"]
     # handed back, not excluded: the agent's next prompt lists no exclusion for it
-    from looper.agents.context import build_history
+    from looper.agents.view import build_history
     from looper.store import Store
 
     h = build_history(Store(ws.root / "experiments.db"), "t", "weighted_f1")

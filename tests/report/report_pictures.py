@@ -10,7 +10,7 @@ import json
 import random
 from pathlib import Path
 
-from looper.core.metrics import Detection, matches_file, page_matches
+from looper.core.scoring.metrics import Detection, matches_file, page_matches
 from looper.report.facts import gather
 from looper.store import Store
 

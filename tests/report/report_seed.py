@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper.core.classes import CLASSES
+from looper.core.scoring.classes import CLASSES
 from looper.store import Store
 
 TAG = "nightly"
 #: A notify URL with a secret in it: it must never reach any output.
 SECRET = "s3cr3tT0kenXYZ"
 CONFIG: dict[str, Any] = {
-    "gate": {"score": "weighted_f1", "max_class_drop": 0.05, "noise_sigmas": 2.0},
+    "gate": {"score": "weighted_f1", "max_class_drop": 0.05},
     "notify": {"urls": [f"tgram://{SECRET}/12345"]},
 }
 

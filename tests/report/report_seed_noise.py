@@ -1,7 +1,7 @@
 """A seeded experiments.db whose verdicts come from the REAL statistical gate.
 
 One daemon run of tag ``noisy``: a baseline measured with ``baseline_seeds`` seeds, then
-candidates judged by :func:`looper.core.gate.decide` on METRICS.json objects with per-instance
+candidates judged by :func:`looper.core.keep.gate.decide` on METRICS.json objects with per-instance
 ``found`` lists, and recorded with the verdict the gate returned (so the report reads the
 field names the gate really writes):
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from looper.core import gate
-from looper.core.classes import CLASSES
+from looper.core.keep import gate
+from looper.core.scoring.classes import CLASSES
 from looper.store import Store
 
 TAG = "noisy"

@@ -10,9 +10,9 @@ from pathlib import Path
 from report_pictures import PAGES, add_pictures
 from report_seed import TAG, Seeded
 
-from looper.agents.context import build_history
 from looper.agents.prompt import build_prompt
 from looper.agents.suggest import suggest
+from looper.agents.view import build_history
 from looper.config import Config
 from looper.report import history_json, history_rows, history_text, write_html
 

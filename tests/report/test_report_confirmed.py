@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.verdict import Outcome, Verdict
+from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.report import history_json, history_rows
-from looper.report.confirmed import morning, morning_html, morning_lines
+from looper.report.confirm import morning, morning_html, morning_lines
 from looper.store import Store
 from looper.store.queries import confirmations, used_seeds
 

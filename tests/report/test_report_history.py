@@ -102,7 +102,7 @@ def test_secrets_in_event_free_text_do_not_leak_into_history(seeded: Seeded) -> 
 ])
 def test_report_redaction_equals_the_pagers(text: str) -> None:
     """The report's fast path (skip text no pattern can match) must redact exactly like the pager."""
-    from looper.core.untrusted import redact
+    from looper.core.verdicts.untrusted import redact
     from looper.report.fmt import clean
 
     assert clean(text) == redact(text)
@@ -111,7 +111,7 @@ def test_report_redaction_equals_the_pagers(text: str) -> None:
 def test_report_redaction_triggers_were_written_for_the_pagers_patterns() -> None:
     """``looper.report.fmt.TRIGGERS`` must be a superset of what the pager's patterns match; it was
     checked against these patterns. If this fails, the patterns changed: revisit TRIGGERS."""
-    from looper.core.untrusted import _SECRET_PATTERNS
+    from looper.core.verdicts.untrusted import _SECRET_PATTERNS
     from looper.report.fmt import TRIGGERS_FOR
 
     assert tuple(p.pattern for p in _SECRET_PATTERNS) == TRIGGERS_FOR

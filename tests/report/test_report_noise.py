@@ -21,7 +21,7 @@ import report_seed
 import report_seed_noise as seed
 from seed_copies import SeedCopies
 
-from looper.core import stats
+from looper.core.keep import stats
 from looper.report import gather, render_html, report_text, write_html
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from report_pictures import PAGES, add_pictures
 from report_seed import Seeded
 
-from looper.core import matches as core_matches
+from looper.core.scoring import matches as core_matches
 from looper.report import write_html
 from looper.report.json_report import report_json
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from looper import proc
-from looper.core.failure import FailureEvidence, classify_failure
-from looper.core.verdict import Outcome
+from looper.core.fault.failure import FailureEvidence, classify_failure
+from looper.core.verdicts.verdict import Outcome
 from looper.executors import evaluator, sandbox
 
 REPO = Path(__file__).resolve().parents[2]

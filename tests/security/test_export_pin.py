@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 from looper.ship.export import ExportError, export
 from looper.store import Store
 from looper.workspace.hashes import file_sha256

@@ -239,7 +239,7 @@ def test_the_limits_hold_with_and_without_the_sandbox(mode, tmp_path):  # noqa: 
     not the sandbox); only with bwrap is /tmp a size-limited tmpfs."""
     import sys
 
-    from looper.core.limits import Caps
+    from looper.core.run.limits import Caps
     from looper.executors.base import TrainJob
     from looper.executors.local import LocalExecutor
     from looper.executors.sandbox import SandboxPolicy

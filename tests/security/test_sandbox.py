@@ -231,7 +231,7 @@ def test_evaluator_runs_isolated_from_the_checkout(ws: dict[str, Path], tmp_path
     (planted / "__init__.py").write_text("raise SystemExit('PLANTED LOOPER IMPORTED')\n")
     (ws["checkout"] / "evaluate.py").write_text(textwrap.dedent("""
         import argparse, json, pathlib, sys
-        import looper.core.metrics
+        import looper.core.scoring.metrics
         ap = argparse.ArgumentParser()
         for a in ("--weights", "--data", "--out", "--device"):
             ap.add_argument(a)
@@ -346,7 +346,7 @@ def test_on_an_ssh_host_the_evaluator_runs_from_copies_with_the_looper_package(
                     ignore=shutil.ignore_patterns("__pycache__"))
     (ws["checkout"] / "evaluate.py").write_text(textwrap.dedent("""
         import argparse, json, pathlib
-        import looper.core.metrics
+        import looper.core.scoring.metrics
         ap = argparse.ArgumentParser()
         for a in ("--weights", "--data", "--out"):
             ap.add_argument(a)

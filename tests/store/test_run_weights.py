@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 from looper.ship.export import ExportError, WeightsChanged, choose, verified_weights
 from looper.store import Store
 from looper.store.migrations import migrate

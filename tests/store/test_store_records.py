@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from looper.core.verdict import Outcome, Verdict
+from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.store import (
     ClassMetrics,
     EventRecord,

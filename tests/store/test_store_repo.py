@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from looper.config import Config
-from looper.core.verdict import Outcome, Verdict
+from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.store import EventRecord, ExperimentNotFound, Store, StoreError, TagRecord
 
 

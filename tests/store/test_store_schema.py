@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect
 
-from looper.core.verdict import Outcome
+from looper.core.verdicts.verdict import Outcome
 from looper.store import LATEST_VERSION, SchemaTooNew, Store, StoreError
 from looper.store import models as m
 from looper.store.migrations import MIGRATIONS, migrate

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from looper.core import runtime as core_runtime
+from looper.core.tag import runtime as core_runtime
 from looper.workspace import runtimepin
 
 
@@ -67,7 +67,7 @@ def test_this_runtime_is_fingerprinted_interpreter_site_packages_and_looper() ->
     assert got[runtimepin.INTERPRETER].startswith("sha256:")
     site = runtimepin.site_folders()[0]
     assert any(k.startswith(f"runtime:{site}/") and k.endswith(".pth") for k in got)  # the editable install's
-    assert got["runtime:looper/core/metrics.py"].startswith("sha256:")
+    assert got["runtime:looper/core/scoring/metrics.py"].startswith("sha256:")
     assert got[f"runtime:{site}/torch"].startswith("tree:")
     assert not any("__pycache__" in k for k in got)
     assert seconds < 5.0, seconds

@@ -45,7 +45,7 @@ import looper.executors.evaluator as evaluator
 import looper.executors.limits as run_limits
 import looper.executors.sandbox as sandbox
 from looper import proc
-from looper.core.verdict import Verdict
+from looper.core.verdicts.verdict import Verdict
 from looper.errors import ConfigError
 from looper.executors.base import EvalJob, LineSink, RunResult, TrainJob
 from looper.executors.common import (

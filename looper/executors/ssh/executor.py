@@ -32,8 +32,8 @@ from typing import Any
 import looper
 import looper.executors.limits as run_limits
 from looper import proc
-from looper.core import limits as core_limits
-from looper.core.verdict import Verdict
+from looper.core.run import limits as core_limits
+from looper.core.verdicts.verdict import Verdict
 from looper.errors import ConfigError
 from looper.executors.base import EvalJob, LineSink, RunResult, TrainJob
 from looper.executors.common import (

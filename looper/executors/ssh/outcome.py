@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from looper import proc
-from looper.core.verdict import Verdict
+from looper.core.verdicts.verdict import Verdict
 from looper.executors.base import RunResult
 from looper.executors.common import (
     NO_TOOL_CODE,

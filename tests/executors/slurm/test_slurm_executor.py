@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from looper.core.failure import FailureEvidence, classify_failure
-from looper.core.verdict import Outcome, Status
+from looper.core.fault.failure import FailureEvidence, classify_failure
+from looper.core.verdicts.verdict import Outcome, Status
 from looper.executors.base import EvalJob, RunResult, TrainJob
 from looper.executors.slurm.executor import SlurmExecutor
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from looper.config import ExecutorConfig, load_config
-from looper.core.failure import FailureEvidence, classify_failure
-from looper.core.verdict import Outcome
+from looper.core.fault.failure import FailureEvidence, classify_failure
+from looper.core.verdicts.verdict import Outcome
 from looper.errors import ConfigError
 from looper.executors import make_executor
 from looper.executors.slurm.executor import SlurmExecutor

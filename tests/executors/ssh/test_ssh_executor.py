@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import tiers
 
-from looper.core.verdict import Status
+from looper.core.verdicts.verdict import Status
 from looper.executors.base import EvalJob, RunResult, TrainJob
 from looper.executors.ssh.executor import NO_TOOL_CODE, SshExecutor
 from looper.proc import group_gone
@@ -423,7 +423,7 @@ def test_scoring_module_changed_on_remote_is_an_error(make_executor: Make, check
     """The remote package's matching rules decide a score as much as evaluate.py: hash-checked too."""
     ex = make_executor()
     assert ex.sync(checkout).ok
-    remote_metrics = (tmp_path / "remote" / "checkout" / "looper" / "core" / "metrics.py").resolve()
+    remote_metrics = (tmp_path / "remote" / "checkout" / "looper" / "core" / "scoring" / "metrics.py").resolve()
     st = remote_metrics.stat()
     text = remote_metrics.read_text()
     assert "IOU" in text
@@ -431,7 +431,7 @@ def test_scoring_module_changed_on_remote_is_an_error(make_executor: Make, check
     os.utime(remote_metrics, ns=(st.st_atime_ns, st.st_mtime_ns))
     v = ex.sync(checkout)
     assert v.status is Status.ERROR
-    assert "scoring module looper/core/metrics.py on looper-test differs" in " ".join(v.blocking)
+    assert "scoring module looper/core/scoring/metrics.py on looper-test differs" in " ".join(v.blocking)
 
 
 # -- data ------------------------------------------------------------------------------------------------
@@ -473,7 +473,7 @@ def test_a_sparse_or_outsized_out_is_refused_unfetched(make_executor: Make, chec
     comes back; an honest out/ still arrives whole. The run's own limits are not sent to the host here
     (``RLIMIT_FSIZE`` there would stop both writes first): the fetch bound is the line that holds where
     they do not apply."""
-    from looper.core.limits import Caps
+    from looper.core.run.limits import Caps
     from looper.executors import limits
 
     monkeypatch.setattr(limits, "request", lambda: {})
@@ -508,7 +508,7 @@ def test_the_runs_limits_apply_on_the_host_and_name_what_was_hit(make_executor: 
     """Issue 39 on an ssh host: ``looper.remote run`` applies the daemon's [limits] there (oom_score_adj,
     RLIMIT_DATA, the sandbox's /tmp size) and ``end`` hands back what it saw; a 1 GiB allocation under
     256 MiB is the limit named."""
-    from looper.core.limits import Caps
+    from looper.core.run.limits import Caps
     from looper.executors import limits
     from looper.night.measure import limit_hit
 

@@ -1,0 +1,101 @@
+"""The step budget of a tag (pure: no files, no clock).
+
+A wall-clock budget alone lets a busy machine shrink a run silently: the same train.py and seed
+fitted 455 to 591 optimizer steps into the same 150 s, and the score followed the steps
+(bench/RESULTS.md, "Noise at the source"). With ``[loop] max_steps = "auto"`` a tag starts with a
+warm-up run of its baseline train.py under the wall clock alone (it also takes the cold start:
+caches, page cache, settings); the tag's step budget is :func:`step_budget` of the steps that
+run fitted, stored with the tag, and every later run of the tag trains exactly that many steps
+(``LOOPER_MAX_STEPS``) while the wall clock is still enforced from outside. A run the wall clock
+ended before its step budget did not train what the others trained: :func:`cut_short` says so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+#: The share of the warm-up's steps the tag's runs get: room for a machine up to 25 % slower (or a
+#: change up to 25 % slower per step) before the wall clock cuts a run short. Measured (bench/RESULTS.md,
+#: "A pretrained start"): one train.py's step rate spread by 0.77 (455 vs 591 steps in 150 s), which 80 %
+#: covers; on a 2-core machine whose load rose from 1 to 5 after the warm-up, runs ran at 0.60 to 0.66 of
+#: its rate and were cut short (flagged by cut_short): no fixed share covers that, set max_steps by hand.
+HEADROOM = 0.8
+
+
+def step_budget(warmup_steps: int, headroom: float = HEADROOM) -> int:
+    """The tag's step budget from the optimizer steps its warm-up run fitted into the budget.
+
+    >>> step_budget(250)
+    200
+    """
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 1:
+        raise ValueError(f"the warm-up run must have trained at least one step, got {warmup_steps!r}")
+    if not (0.0 < headroom <= 1.0):
+        raise ValueError(f"headroom must be in (0, 1], got {headroom!r}")
+    return max(1, math.floor(warmup_steps * headroom))
+
+
+def _steps(train_json: dict[str, Any] | None) -> float | None:
+    """train.json's ``steps`` as the training evidence reads it (core.fault.evidence: any finite number,
+    not a bool), else None; a float must not slip past the budget checks that an int would fail."""
+    steps = train_json.get("steps") if isinstance(train_json, dict) else None
+    if isinstance(steps, bool) or not isinstance(steps, (int, float)) or not math.isfinite(steps):
+        return None
+    return float(steps)
+
+
+def cut_short(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
+    """Why a run did not train its step budget (the wall clock ended it first), or None.
+
+    ``train_json`` is the run's train.json (docs/INTERFACES.md): ``steps`` and ``stopped_by``.
+    Without a step budget (``max_steps`` 0) every run is what the wall clock made it: None."""
+    steps = _steps(train_json) if max_steps > 0 else None
+    if steps is None or steps >= max_steps:
+        return None
+    assert isinstance(train_json, dict)
+    by = train_json.get("stopped_by")
+    by = by if isinstance(by, str) and by else "something other than its step budget"
+    return f"stopped by the {'wall clock' if by == 'time' else by} at {steps:g} of {max_steps} steps"
+
+
+def overran(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
+    """Why a run broke the tag's step budget (it trained more steps than LOOPER_MAX_STEPS), or None.
+
+    More steps than the tag's other runs is an advantage no gate should credit: a train.py that drops
+    the step budget and trains to the wall clock would beat an unchanged one by budget, not by idea.
+    (train.json is written by train.py, so this catches the honest mistake; the sandbox keeps a
+    dishonest train.py from the verdict itself.)"""
+    steps = _steps(train_json) if max_steps > 0 else None
+    if steps is None or steps <= max_steps:
+        return None
+    return (f"train.py trained {steps:g} optimizer steps; the tag's step budget is {max_steps} "
+            "(LOOPER_MAX_STEPS): a run must stop at it")
+
+
+# The step counts train.py prints as it trains (train.py: ``LOOPER_EPOCH ... steps=N`` after each epoch,
+# ``LOOPER_SUMMARY steps=N`` at the end); the harness reads them in the run's log tail.
+_LOG_STEPS = re.compile(r"^LOOPER_(?P<kind>SUMMARY|EPOCH)\b.*?\bsteps=(?P<n>\d+(?:\.\d+)?)(?![\w.])", re.MULTILINE)
+
+
+def log_steps(log_tail: str) -> tuple[str, float] | None:
+    """The step count the run's log shows: ``("SUMMARY", n)`` from its last ``LOOPER_SUMMARY`` line,
+    else ``("EPOCH", n)`` from its last ``LOOPER_EPOCH`` line; None when it shows none."""
+    found = [(m.group("kind"), float(m.group("n"))) for m in _LOG_STEPS.finditer(log_tail or "")]
+    summaries = [f for f in found if f[0] == "SUMMARY"]
+    return (summaries or found or [None])[-1]
+
+
+def steps_disagree(train_json: dict[str, Any] | None, logged: tuple[str, float] | None) -> str | None:
+    """Why train.json's ``steps`` cannot be taken, or None. With a ``LOOPER_SUMMARY`` line they must be
+    equal; with only ``LOOPER_EPOCH`` lines train.json cannot say fewer steps than the last epoch had
+    already done (a run may stop mid-epoch after it). No log evidence, or no ``steps``: nothing to compare."""
+    steps = _steps(train_json)
+    if logged is None or steps is None:
+        return None
+    kind, n = logged
+    if steps == n or (kind == "EPOCH" and steps > n):
+        return None
+    return (f"train.json says {steps:g} optimizer steps but the run's log showed steps={n:g} "
+            f"(LOOPER_{kind}): the step count is not taken on trust")

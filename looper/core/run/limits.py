@@ -1,0 +1,179 @@
+"""Which of its resource limits a run hit (issue 39), from the harness's own evidence: pure.
+
+A sandboxed run gets a memory limit, a process limit, size-limited private ``/tmp`` and
+``/dev/shm`` and a disk quota for ``$LOOPER_OUT`` (looper/executors/limits.py applies them). Hitting any of
+them is the candidate's crash, and the reason names the limit: :func:`limit_hit` decides from
+
+- :class:`Caps`: the limits the run ran under (0: not applied);
+- :class:`Seen`: what the harness measured itself (the quota watch, the cgroup counters, whether
+  the daemon's own log write met a full disk, the free disk and ``$LOOPER_OUT``'s size after the run);
+- the run's log tail (an ``OSError`` naming ``/tmp`` or ``/dev/shm`` full, ``File too large``, a
+  refused fork, a ``MemoryError``).
+
+A disk that is full is the run's doing only when it met ENOSPC, the disk has at most
+``min_free_bytes`` free, and its ``$LOOPER_OUT`` holds what is missing: with those bytes back the
+disk would have more than ``min_free_bytes`` free. Otherwise (something else filled the
+disk, or train.py merely *printed* ENOSPC) nothing is decided here and the failure classification
+(looper.core.fault.failure, a canary) goes on as before.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The limits one run ran under, in bytes or counts; 0: that limit was not applied."""
+
+    memory_max_bytes: int = 0
+    pids_max: int = 0
+    tmp_max_bytes: int = 0
+    out_max_bytes: int = 0
+    out_max_files: int = 0
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the harness measured of one run (never what train.py said)."""
+
+    stopped: str = ""  # the quota watch stopped it, in words
+    oom_kills: int = 0  # the run's memory cgroup: processes the kernel killed at the limit
+    pids_refused: int = 0  # the run's pids cgroup: forks refused at the limit
+    log_full: bool = False  # the daemon's write of the run's log met a full disk
+    out_bytes: int = 0  # $LOOPER_OUT's size after the run
+    disk_free: int = -1  # free bytes on the disk of $LOOPER_OUT after the run (-1: not measured)
+    min_free_bytes: int = 0  # [limits] min_free_bytes
+
+
+_NO_SPACE = re.compile(r"\[Errno 28\] No space left on device(?:: '(?P<path>[^']*)')?")
+_TOO_LARGE = re.compile(r"\[Errno 27\] File too large")
+_NO_FORK = re.compile(r"BlockingIOError: \[Errno 11\]|can't start new thread|Resource temporarily unavailable"
+                      r"|fork: retry|pthread_create failed")
+_NO_MEMORY = re.compile(r"^(?:\w+\.)*MemoryError\b|Cannot allocate memory|\[Errno 12\]", re.MULTILINE)
+_GPU = re.compile(r"CUDA|cuda|GPU")
+TMP_DIRS = ("/tmp", "/dev/shm")
+
+
+def _disk_full(seen: Seen, tail: str) -> bool:
+    return seen.log_full or bool(_NO_SPACE.search(tail))
+
+
+# The training sandbox's own line (looper/executors/sandbox.py WATCH) after train.py ended: a private tmpfs is full.
+_TMPFS_FULL = re.compile(r"^looper sandbox: (?P<path>/tmp|/dev/shm) is full", re.MULTILINE)
+
+
+def _tmpfs_full(tail: str) -> str | None:
+    for m in [*_TMPFS_FULL.finditer(tail), *_NO_SPACE.finditer(tail)]:
+        path = m.group("path") or ""
+        for d in TMP_DIRS:
+            if path == d or path.startswith(d + "/"):
+                return d
+    return None
+
+
+def _from_log(caps: Caps, tail: str, who: str) -> str | None:
+    """What the run's own error lines show of a limit (each only where that limit was applied)."""
+    tmp = _tmpfs_full(tail) if caps.tmp_max_bytes else None
+    if tmp:
+        return (f"{who} filled its private {tmp} ([limits] tmp_max_bytes = {caps.tmp_max_bytes}): "
+                "No space left on device")
+    if caps.out_max_bytes and _TOO_LARGE.search(tail):
+        return (f"{who} wrote a file larger than [limits] out_max_bytes = {caps.out_max_bytes} "
+                "(File too large)")
+    if caps.pids_max and _NO_FORK.search(tail):
+        return (f"{who} tried to run more than [limits] pids_max = {caps.pids_max} processes and threads "
+                "(a fork was refused)")
+    if caps.memory_max_bytes and _NO_MEMORY.search(tail) and not _GPU.search(tail):
+        return (f"{who} ran out of memory at [limits] memory_max_bytes = {caps.memory_max_bytes} "
+                "(MemoryError)")
+    return None
+
+
+def limit_hit(caps: Caps, seen: Seen, tail: str, who: str = "train.py") -> str | None:
+    """The limit the run hit, in words naming it; None when it hit none (as far as the evidence shows).
+    ``who``: what ran (train.py, or "the agent" in its box: issue 48)."""
+    if seen.stopped:
+        return seen.stopped
+    if seen.oom_kills and caps.memory_max_bytes:
+        return (f"the kernel killed {seen.oom_kills} process(es) of the run at its memory limit "
+                f"([limits] memory_max_bytes = {caps.memory_max_bytes})")
+    if seen.pids_refused and caps.pids_max:
+        return (f"{who} tried to run more than [limits] pids_max = {caps.pids_max} processes and threads "
+                f"({seen.pids_refused} fork(s) refused)")
+    by_log = _from_log(caps, tail, who)
+    if by_log:
+        return by_log
+    if (_disk_full(seen, tail) and 0 <= seen.disk_free <= seen.min_free_bytes
+            and seen.disk_free + seen.out_bytes > seen.min_free_bytes):
+        return (f"{who} filled the disk: its $LOOPER_OUT holds {seen.out_bytes} bytes and the disk had "
+                f"{seen.disk_free} bytes free, at most [limits] min_free_bytes = {seen.min_free_bytes} "
+                "(No space left on device)")
+    return None
+
+
+def agent_limit_hit(caps: Caps, seen: Seen, tail: str) -> str | None:
+    """The limit a boxed agent hit (issue 48), in words naming it: :func:`limit_hit`'s rules, and a bare
+    ENOSPC, which in the box can only be its private ``/tmp`` or ``/dev/shm`` (its folders have a quota)."""
+    hit = limit_hit(caps, seen, tail, who="the agent")
+    if hit is None and caps.tmp_max_bytes and "No space left on device" in tail:
+        hit = (f"the agent filled its private /tmp or /dev/shm ([limits] tmp_max_bytes = {caps.tmp_max_bytes}): "
+               "No space left on device")
+    return hit
+
+
+def over_quota(out_bytes: int, out_files: int, max_bytes: int, max_files: int, held_bytes: int = 0,
+               too_deep: int = 0, max_depth: int = 0, where: str = "$LOOPER_OUT") -> str | None:
+    """The quota watch's rule: words once ``$LOOPER_OUT`` holds more than its quota, else None.
+    ``held_bytes``: what the run's processes hold on that disk in files they deleted but keep open (or
+    mapped): they take the disk as much as files in the folder do (issue 48). ``too_deep``: folders
+    deeper than ``max_depth`` levels, which the watch does not enter (so could hide bytes): the run's limit."""
+    total = out_bytes + max(0, held_bytes)
+    if max_bytes and total > max_bytes:
+        held = f", {held_bytes} of them in deleted files it still held open" if held_bytes > 0 else ""
+        return (f"{where} grew past its quota, [limits] out_max_bytes = {max_bytes} ({total} bytes{held}): "
+                "the run was stopped")
+    if max_files and out_files > max_files:
+        return (f"{where} holds more than [limits] out_max_files = {max_files} entries ({out_files}): "
+                "the run was stopped")
+    if too_deep:
+        return (f"{where} holds folders more than {max_depth} levels deep ({too_deep} not entered): "
+                "the run was stopped")
+    return None
+
+
+def quota(out_max_bytes: int, disk_free: int, min_free_bytes: int) -> int:
+    """The run's ``$LOOPER_OUT`` quota: ``out_max_bytes``, never more than the disk can give while keeping
+    ``min_free_bytes`` free (at least 1 byte: a quota of 0 would mean none)."""
+    room = disk_free - min_free_bytes
+    return max(1, min(out_max_bytes, room)) if out_max_bytes else max(1, room)
+
+
+def derived(memory_bytes: int, cores: int, pid_max: int) -> dict[str, int]:
+    """The limits ``0`` stands for in ``[limits]``, from this machine's memory, cores and pid_max."""
+    gib = 1 << 30
+    pids = max(512, 128 * max(1, cores))
+    return {
+        "memory_max_bytes": max(gib, memory_bytes * 3 // 4),
+        "pids_max": min(pids, pid_max // 2) if pid_max > 1024 else pids,
+        "tmp_max_bytes": max(64 << 20, memory_bytes // 8),
+        "out_max_bytes": 16 * gib,
+    }
+
+
+def fetch_refused(usage: object, max_bytes: int, max_files: int) -> str | None:
+    """Why a remote run's out/ is not fetched (what the host measured before: ``{"bytes", "entries",
+    "sparse"}``), or None. Sparse files are refused whatever their size (rsync would write them whole)."""
+    if not isinstance(usage, dict):
+        return None  # an older host said nothing: rsync's --max-size still bounds each file
+    sparse = usage.get("sparse") or []
+    if sparse:
+        return (f"$LOOPER_OUT holds sparse file(s), refused unfetched: {', '.join(str(s) for s in sparse[:3])} "
+                "(their size on paper would arrive whole)")
+    size, entries = int(usage.get("bytes") or 0), int(usage.get("entries") or 0)
+    if max_bytes and size > max_bytes:
+        return (f"$LOOPER_OUT holds {size} bytes, over [limits] out_max_bytes = {max_bytes}: refused unfetched")
+    if max_files and entries > max_files:
+        return (f"$LOOPER_OUT holds {entries} entries, over [limits] out_max_files = {max_files}: refused unfetched")
+    return None
