@@ -9,14 +9,18 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from looper import proc
 from looper.core.run.limits import Caps
 from looper.executors import limits
 
+pytestmark = pytest.mark.e2e  # real processes held open and watched (about 1 s each)
 MIB = 1 << 20
 
 HOLDER = """
 import os, sys, time
+
 out = sys.argv[1]
 files = []
 for i in range(6):  # 6 x 4 MiB, each deleted at once and kept open: the folder stays empty

@@ -18,6 +18,8 @@ from looper.night.loop import Loop
 from looper.night.notify import AppriseNotifier
 from looper.store import Store
 
+pytestmark = pytest.mark.e2e  # the real Loop's setup with real git (about 1 s each)
+
 
 class OneGpu:
     def __init__(self, free_mb: float) -> None:
