@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -120,3 +121,38 @@ def write_with_supervision(folder: Path, fmt: str, splits: dict[str, int], class
     doc.update({s: f"{'valid' if s == 'val' else s}/images" for s in splits})
     path.write_text(yaml.safe_dump(doc))
     return path
+
+
+FOUR = ["thermostat", "vav_box", "exhaust_fan", "fire_damper"]  # four classes of the 26, for small exports
+
+
+def four_class_exports(root: Path, coco_pages: int = 5) -> Path:
+    """Under ``root``: a COCO export of ``coco_pages`` pages and a YOLO export (3 / 1 / 1 pages) of :data:`FOUR`,
+    400 px pages (made once per test module; each test copies the one it changes with :func:`copy_of`)."""
+    write_coco(root / "coco", n=coco_pages, classes=FOUR, side=400)
+    write_yolo(root / "yolo", {"train": 3, "val": 1, "test": 1}, classes=FOUR, side=400)
+    return root
+
+
+def copy_of(exports: Path, tmp_path: Path, kind: str) -> Path:
+    """A test's own copy of one export: ``coco`` (its annotations.json) or ``yolo`` (its folder)."""
+    import shutil
+
+    shutil.copytree(exports / kind, tmp_path / kind)
+    return tmp_path / kind / "annotations.json" if kind == "coco" else tmp_path / kind
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory) -> Path:  # noqa: ANN001
+    """The test module's :func:`four_class_exports` (import it with ``coco`` and ``yolo`` as fixtures)."""
+    return four_class_exports(tmp_path_factory.mktemp("exports"))
+
+
+@pytest.fixture
+def coco(exports, tmp_path) -> Path:  # noqa: ANN001
+    return copy_of(exports, tmp_path, "coco")
+
+
+@pytest.fixture
+def yolo(exports, tmp_path) -> Path:  # noqa: ANN001
+    return copy_of(exports, tmp_path, "yolo")

@@ -15,29 +15,7 @@ from looper.data.check import check_data
 from looper.data.formats import FormatError, guess_format
 from looper.data.importer import DataError, import_data
 from looper.data.tiles import TILE, verify
-from tests.data.exports import write_coco, write_with_supervision, write_yolo
-
-FOUR = ["thermostat", "vav_box", "exhaust_fan", "fire_damper"]
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory) -> Path:  # noqa: ANN001
-    root = tmp_path_factory.mktemp("exports")
-    write_coco(root / "coco", n=5, classes=FOUR, side=400)
-    write_yolo(root / "yolo", {"train": 3, "val": 1, "test": 1}, classes=FOUR, side=400)
-    return root
-
-
-@pytest.fixture
-def coco(exports, tmp_path) -> Path:  # noqa: ANN001
-    shutil.copytree(exports / "coco", tmp_path / "coco")
-    return tmp_path / "coco" / "annotations.json"
-
-
-@pytest.fixture
-def yolo(exports, tmp_path) -> Path:  # noqa: ANN001
-    shutil.copytree(exports / "yolo", tmp_path / "yolo")
-    return tmp_path / "yolo"
+from tests.data.exports import FOUR, write_with_supervision
 
 
 def tree(folder: Path) -> dict[str, bytes]:

@@ -16,23 +16,17 @@ from looper.cli import app
 from looper.data.check import check_data
 from looper.data.formats import FormatError
 from looper.data.importer import DataError, import_data
-from tests.data.exports import write_coco, write_yolo
-
-FOUR = ["thermostat", "vav_box", "exhaust_fan", "fire_damper"]
+from tests.data.exports import FOUR, copy_of, four_class_exports
 
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory) -> Path:  # noqa: ANN001
-    root = tmp_path_factory.mktemp("exports")
-    write_coco(root / "coco", n=6, classes=FOUR, side=400)
-    write_yolo(root / "yolo", {"train": 3, "val": 1, "test": 1}, classes=FOUR, side=400)
-    return root
+    return four_class_exports(tmp_path_factory.mktemp("exports"), coco_pages=6)
 
 
 @pytest.fixture
 def coco(exports, tmp_path) -> Path:  # noqa: ANN001
-    shutil.copytree(exports / "coco", tmp_path / "coco")
-    return tmp_path / "coco" / "annotations.json"
+    return copy_of(exports, tmp_path, "coco")
 
 
 def edit(coco: Path, fn) -> None:  # noqa: ANN001

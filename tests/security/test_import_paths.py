@@ -14,30 +14,8 @@ from typer.testing import CliRunner
 
 from looper.cli import app
 from looper.data.importer import import_data
-from tests.data.exports import write_coco, write_yolo
 
-FOUR = ["thermostat", "vav_box", "exhaust_fan", "fire_damper"]
 SECRET = "API_TOKEN=hunter2-s3cr3t"
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory) -> Path:  # noqa: ANN001
-    root = tmp_path_factory.mktemp("exports")
-    write_coco(root / "coco", n=5, classes=FOUR, side=400)
-    write_yolo(root / "yolo", {"train": 3, "val": 1, "test": 1}, classes=FOUR, side=400)
-    return root
-
-
-@pytest.fixture
-def coco(exports, tmp_path) -> Path:  # noqa: ANN001
-    shutil.copytree(exports / "coco", tmp_path / "coco")
-    return tmp_path / "coco" / "annotations.json"
-
-
-@pytest.fixture
-def yolo(exports, tmp_path) -> Path:  # noqa: ANN001
-    shutil.copytree(exports / "yolo", tmp_path / "yolo")
-    return tmp_path / "yolo"
 
 
 @pytest.fixture
