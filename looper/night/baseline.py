@@ -12,6 +12,7 @@ from typing import Any
 from looper.core.fault import seeds as core_seeds
 from looper.core.keep import gate as core_gate
 from looper.core.propose import scope as core_scope
+from looper.core.run import budget as core_budget
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.executors.base import FIXED_FILES
 from looper.night.candidate import Candidate, Result
@@ -22,10 +23,9 @@ from looper.night.settle import settle
 from looper.night.tag import TagBudget, TagNoise
 from looper.report.fmt import shown
 
-CUT_SHORT_ADVICE = ("The wall clock ended a baseline run before the tag's step budget: this machine is slower now "
-                    "than when the budget was measured (another job on it?). Free the machine, or lower "
-                    "[loop] max_steps (with \"auto\", starting again measures a new warm-up), and start `looper run` "
-                    "again.")
+CUT_SHORT_ADVICE = ("The wall clock ended a baseline run before the tag's step budget: the budget does not fit this "
+                    "machine and data (another job on it? a large data set?); with max_steps = \"auto\", starting "
+                    "again measures a new warm-up.")
 SEED_ADVICE = ("The workspace's train.py trains the same weights whatever LOOPER_SEED says, so the baseline's "
                "seeds measure no noise and the gate would judge every difference as certain. Seed every random "
                "source in train.py from LOOPER_SEED, commit it, and start `looper run` again.")
@@ -58,7 +58,9 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
                                                      f"could not produce a result (seed {seed}, {m.outcome.value})"))
         if m.cut_short:  # the tag's reference did not train the tag's budget: nothing may be judged against it
             why = f"baseline seed {seed}: {m.cut_short}"
-            return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=CUT_SHORT_ADVICE))
+            advice = CUT_SHORT_ADVICE + " " + core_budget.budget_advice(m.train_json, ctx.tag.max_steps(),
+                                                                          float(ctx.cfg.loop.budget_seconds))
+            return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=advice))
         results.append(m)
     seeded = core_seeds.check([(r.seed, weights_sha256(r)) for r in results])
     if seeded.ignores_seed:  # its noise would read as zero: nothing may be judged against it

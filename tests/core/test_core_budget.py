@@ -89,3 +89,33 @@ def test_steps_disagree_with_the_log(tail: str, train_json: dict | None, words: 
     assert (got is None) == (words is None), got
     if words is not None:
         assert words in got
+
+
+@pytest.mark.parametrize("train_json, need, fits, cache", [
+    # a firm's 13,735 tiles loaded into RAM before step 1: 94 of the 180 s gone, 145 of 169 steps trained
+    ({"steps": 145, "seconds": 172.0, "startup_seconds": 94.0}, 240, 127, True),
+    # a slow machine, start-up small: the rate decides
+    ({"steps": 100, "seconds": 170.0, "startup_seconds": 10.0}, 361, 85, False),
+    # a run that used all of the wall clock: nothing kept back for saving
+    ({"steps": 50, "seconds": 180.0, "startup_seconds": 80.0}, 523, 40, True),
+])
+def test_a_cut_short_run_says_which_budget_to_raise_and_to_what(train_json, need, fits, cache):
+    from looper.core.run.budget import budget_advice
+
+    words = budget_advice(train_json, 169, 180)
+    assert words.startswith(f"Raise [loop] budget_seconds to at least {need} (this run: ")
+    assert f"or lower [loop] max_steps to {fits} to fit 180 s" in words
+    assert ("train.py's CACHE" in words) is cache  # start-up past a quarter of the budget: the tiles loaded first
+    rate = train_json["steps"] / (train_json["seconds"] - train_json["startup_seconds"])
+    assert fits <= rate * (180 - train_json["startup_seconds"])  # what it proposes fits the wall clock
+    assert need >= train_json["startup_seconds"] + 169 / rate  # and what it asks for fits the steps
+
+
+@pytest.mark.parametrize("train_json", [None, {}, {"steps": 10}, {"steps": 0, "seconds": 9, "startup_seconds": 1},
+                                        {"steps": 10, "seconds": 5.0, "startup_seconds": 7.0},
+                                        {"steps": 10, "seconds": True, "startup_seconds": 1}])
+def test_without_the_runs_figures_the_advice_names_both_keys_and_no_number(train_json):
+    from looper.core.run.budget import budget_advice
+
+    assert budget_advice(train_json, 169, 180) == ("Raise [loop] budget_seconds (now 180) or lower [loop] max_steps "
+                                                   "(now 169): the run's train.json does not say where its time went.")

@@ -60,6 +60,32 @@ def cut_short(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
     return f"stopped by the {'wall clock' if by == 'time' else by} at {steps:g} of {max_steps} steps"
 
 
+def budget_advice(train_json: dict[str, Any] | None, max_steps: int, budget_seconds: float) -> str:
+    """What to change when the wall clock cut a baseline run short, from the run's own figures: the seconds its
+    start-up took before step 1 (``startup_seconds``: imports, data, model) and its step rate after it, so
+    the wall clock that fits the step budget with 25 % to spare (plus what the run kept back of the budget for
+    saving: ``budget_seconds - seconds``), or the step budget that fits this one with 20 % to spare.
+
+    >>> budget_advice({"steps": 145, "seconds": 172.0, "startup_seconds": 94.0}, 169, 180)[:48]
+    'Raise [loop] budget_seconds to at least 240 (thi'
+    """
+    j = train_json if isinstance(train_json, dict) else {}
+    steps, seconds, startup = _steps(j), j.get("seconds"), j.get("startup_seconds")
+    numbers = [x for x in (seconds, startup) if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    if steps is None or steps <= 0 or len(numbers) < 2 or seconds <= startup:
+        return (f"Raise [loop] budget_seconds (now {budget_seconds:g}) or lower [loop] max_steps (now {max_steps}): "
+                "the run's train.json does not say where its time went.")
+    rate = steps / (seconds - startup)  # steps a second once training began
+    need = math.ceil(1.25 * (startup + max_steps / rate) + (budget_seconds - seconds if seconds < budget_seconds else 0))
+    fits = max(1, math.floor(0.8 * rate * max(0.0, budget_seconds - startup)))
+    cache = (f" Start-up took {startup / budget_seconds:.0%} of the budget: a data set of many tiles is loaded before "
+             "step 1 (train.py's CACHE); a smaller data set or CACHE = \"none\" starts sooner."
+             if startup > 0.25 * budget_seconds else "")
+    return (f"Raise [loop] budget_seconds to at least {need} (this run: {startup:g} s of start-up before step 1, then "
+            f"{rate:.2f} steps/s; {max_steps} steps need about {startup + max_steps / rate:.0f} s), or lower [loop] "
+            f"max_steps to {fits} to fit {budget_seconds:g} s, and start `looper run` again.{cache}")
+
+
 def overran(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
     """Why a run broke the tag's step budget (it trained more steps than LOOPER_MAX_STEPS), or None.
 
