@@ -226,7 +226,7 @@ _SETTINGS = [Settings()]
 
 
 def configure(section: Any) -> Settings:
-    """The daemon's ``[limits]`` for every later run (looper.night.context, once per daemon); the empty run
+    """The daemon's ``[limits]`` for every later run (looper.night.loop.open_daemon, once per daemon); the empty run
     cgroups a daemon that is gone left behind are removed (one still holding processes stays)."""
     _SETTINGS[0] = Settings(caps_from(section), int(getattr(section, "oom_score_adj", 1000)),
                             int(getattr(section, "min_free_bytes", 0)))

@@ -16,7 +16,8 @@ from looper.core.run import budget as core_budget
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.executors.base import FIXED_FILES
 from looper.night.candidate import Candidate, Result
-from looper.night.context import Context, Worker, now_iso
+from looper.night.clock import now_iso
+from looper.night.context import Context, Worker
 from looper.night.measure import Measurement, mean_metrics, weights_sha256
 from looper.night.race import measure_and_gate, measure_seeds
 from looper.night.settle import settle

@@ -22,7 +22,8 @@ from looper.core.keep import confirm as core_confirmation
 from looper.core.keep.race import fresh_seeds
 from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError, UsageError
-from looper.night.context import Context, now_iso
+from looper.night.clock import now_iso
+from looper.night.context import Context
 from looper.store import queries
 from looper.store.records import ExperimentRecord
 

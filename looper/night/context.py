@@ -4,58 +4,21 @@ the cancel flag, the counts). No decisions are made here."""
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from looper.agents.base import Agent
 from looper.config import Config
-from looper.core.run import cores as core_cores
 from looper.core.verdicts.untrusted import redact
 from looper.core.verdicts.verdict import Outcome
-from looper.errors import HarnessError
 from looper.executors import Executor, TrainJob
+from looper.night.cores import run_threads
 from looper.night.display import Display
 from looper.night.tag import TagState
 from looper.store import Store
 from looper.workspace.gitops import Worktree
-
-
-def usable_cores() -> list[int]:
-    """The CPUs this process may use (its affinity mask; where a system has none, every CPU)."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))  # macOS: no affinity
-
-
-def run_threads(cfg: Config) -> int:
-    """Each run's threads with ``seed_jobs`` x ``workers`` runs side by side on this process's cores (0
-    with ``seed_jobs`` 1: nothing set); a harness error naming the keys where there are fewer cores than runs."""
-    if cfg.loop.seed_jobs <= 1:
-        return 0
-    try:
-        return core_cores.threads_per_run(len(usable_cores()), cfg.loop.seed_jobs * cfg.loop.workers)
-    except core_cores.TooFewCores as exc:
-        raise HarnessError(f"loop.seed_jobs {cfg.loop.seed_jobs} x loop.workers {cfg.loop.workers}: {exc}; "
-                           "lower loop.seed_jobs") from None
-
-
-def now_iso() -> str:
-    return datetime.now().astimezone().isoformat(timespec="milliseconds")
-
-
-def fault_pause(point: str) -> None:
-    """Fault-injection hook for the reliability tests: LOOPER_FAULT_PAUSE=<point>:<seconds>
-    makes the daemon sleep at that point (so a test can kill it exactly there). Unset in
-    normal use; it changes nothing else."""
-    spec = os.environ.get("LOOPER_FAULT_PAUSE", "")
-    if spec.startswith(point + ":"):
-        print(f"[fault-injection] pausing at {point}", flush=True)
-        time.sleep(float(spec.split(":", 1)[1]))
 
 
 @dataclass
@@ -81,24 +44,6 @@ class NightStats:
     @property
     def finished(self) -> int:
         return sum(self.outcomes.values())
-
-
-# What a tag's baseline depends on: a change to any of these since it was measured starts a new one.
-BASELINE_DEPENDS_ON = (("loop", "budget_seconds"), ("loop", "max_steps"), ("data", "scale"), ("data", "seed"),
-                       ("executor", "kind"))
-
-
-def baseline_drift(then: dict | None, now: dict) -> list[str]:
-    """What changed between the config a baseline was measured under and ``now`` (both as
-    ``Config.redacted_dict()``), as "section.key a -> b" lines; a key ``then`` lacks is unknown
-    and counts as unchanged."""
-    changed = []
-    for section, key in BASELINE_DEPENDS_ON:
-        old = ((then or {}).get(section) or {}).get(key)
-        new = now[section][key]
-        if old is not None and old != new:
-            changed.append(f"{section}.{key} {old} -> {new}")
-    return changed
 
 
 @dataclass(frozen=True)
@@ -150,7 +95,7 @@ class NightState:
 
     def run_threads(self) -> int:
         """The threads every run of the night gets (``[loop] seed_jobs`` > 1: its share of the cores,
-        :func:`run_threads`; 0: the run's own choice, as one run at a time)."""
+        :func:`looper.night.cores.run_threads`; 0: the run's own choice, as one run at a time)."""
         with self._threads_lock:
             if self._threads is None:
                 self._threads = run_threads(self._cfg)
@@ -199,16 +144,3 @@ class Context:
                         grace_seconds=loop.grace_seconds, stall_seconds=loop.stall_seconds,
                         log_path=run_dir / "train.log", device=w.device, max_steps=self.tag.max_steps(),
                         threads=threads)
-
-
-def open_daemon(root: Path, cfg: Config) -> None:
-    """What the daemon sets before its first run: every run's log and line caps and its own limits (memory,
-    processes, tmpfs, the out/ quota: ``[limits]``), and the disk reserve a daemon killed on a full disk left
-    behind released."""
-    import looper.executors.limits as run_limits
-    from looper import proc
-    from looper.night.guard import release_reserve
-
-    proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)
-    run_limits.configure(cfg.limits)
-    release_reserve(Path(root), cfg.limits.reserve_bytes)

@@ -19,7 +19,8 @@ from looper.core.propose import scope as core_scope
 from looper.core.verdicts.untrusted import one_line
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.night.candidate import Candidate, Proposed, Result
-from looper.night.context import Context, Worker, now_iso
+from looper.night.clock import now_iso
+from looper.night.context import Context, Worker
 from looper.night.integrity import preflight
 from looper.night.race import measure_and_gate
 from looper.night.settle import land, settle

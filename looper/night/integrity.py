@@ -12,7 +12,8 @@ from looper.core.verdicts.verdict import Verdict
 from looper.errors import HarnessError
 from looper.executors import Executor
 from looper.executors.base import FIXED_FILES
-from looper.night.context import Context, Worker, run_threads
+from looper.night.context import Context, Worker
+from looper.night.cores import run_threads
 from looper.workspace.hashes import fixed_hashes, pretrained_hashes, stale_imports
 from looper.workspace.runtimepin import runtime_hashes
 
@@ -96,7 +97,7 @@ def _gpu_slots(ctx: Context, gpu: dict[str, Any] | None) -> Verdict:
     free memory at the tag's measured peak a run (looper.core.run.slots); more would fail as out-of-memory
     crashes blamed on the candidates."""
     from looper.core.run.slots import gpu_slots, runs_per_gpu
-    from looper.night.context import usable_cores
+    from looper.night.cores import usable_cores
     from looper.store.queries import gpu_run_peak_mb
 
     if not ctx.cfg.executor.require_gpu or not gpu or not gpu.get("ok"):

@@ -27,8 +27,9 @@ from looper.executors import Executor
 from looper.executors.gpu import gpu_count, night_gpu
 from looper.night.baseline import measure_baseline, verify
 from looper.night.candidate import Halted
+from looper.night.clock import now_iso
 from looper.night.confirm import confirm, record_nothing, run_confirm
-from looper.night.context import Context, Worker, now_iso, open_daemon
+from looper.night.context import Context, Worker
 from looper.night.display import Display
 from looper.night.experiment import run_candidate
 from looper.night.integrity import preflight
@@ -42,6 +43,18 @@ ADVICE = {
     "stuck": "The same failure keeps repeating. Read the failure signature, adjust program.md "
              "(exclusions, search plan) or train.py by hand, then start `looper run` again.",
 }
+
+
+def open_daemon(root: Path, cfg: Config) -> None:
+    """What the daemon sets before its first run: every run's log and line caps and its own limits (memory,
+    processes, tmpfs, the out/ quota: ``[limits]``), and the disk reserve a daemon killed on a full disk left
+    behind released."""
+    import looper.executors.limits as run_limits
+    from looper.night.guard import release_reserve
+
+    proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)
+    run_limits.configure(cfg.limits)
+    release_reserve(Path(root), cfg.limits.reserve_bytes)
 
 
 class Loop:

@@ -33,7 +33,8 @@ from looper.night.canary import (
     eval_limit,
     is_candidate,
 )
-from looper.night.context import Context, Worker, now_iso
+from looper.night.clock import now_iso
+from looper.night.context import Context, Worker
 from looper.night.integrity import integrity
 from looper.workspace import trees
 from looper.workspace.hashes import file_sha256

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from looper.executors.base import FIXED_FILES
-from looper.night.context import Context, now_iso
+from looper.night.clock import now_iso
+from looper.night.context import Context
 from looper.night.measure import Measurement, weights_sha256
 
 

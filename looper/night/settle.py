@@ -4,6 +4,7 @@ it raced one), and :func:`settle` commits or resets the checkout from the outcom
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -13,11 +14,22 @@ from looper.core.fault import failure as core_failure
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.errors import HarnessError
 from looper.night.candidate import Candidate, Result
-from looper.night.context import Context, fault_pause, now_iso
+from looper.night.clock import now_iso
+from looper.night.context import Context
 from looper.night.guard import release_reserve
 from looper.night.race import measure_and_gate
 
 RACE_REASON = "conflicts with kept change"  # a raced candidate's idea is handed back, not excluded
+
+
+def fault_pause(point: str) -> None:
+    """Fault-injection hook for the reliability tests: LOOPER_FAULT_PAUSE=<point>:<seconds>
+    makes the daemon sleep at that point (so a test can kill it exactly there). Unset in
+    normal use; it changes nothing else."""
+    spec = os.environ.get("LOOPER_FAULT_PAUSE", "")
+    if spec.startswith(point + ":"):
+        print(f"[fault-injection] pausing at {point}", flush=True)
+        time.sleep(float(spec.split(":", 1)[1]))
 
 
 # ====================================================================== a keep lands on the branch

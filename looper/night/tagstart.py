@@ -9,10 +9,28 @@ from pathlib import Path
 from looper.errors import HarnessError
 from looper.executors.base import FIXED_FILES
 from looper.night.candidate import Halted
-from looper.night.context import Context, baseline_drift, now_iso
+from looper.night.clock import now_iso
+from looper.night.context import Context
 from looper.workspace.hashes import fixed_hashes, pretrained_hashes
 from looper.workspace.runtimepin import PREFIX as RUNTIME_PREFIX
 from looper.workspace.runtimepin import runtime_hashes
+
+# What a tag's baseline depends on: a change to any of these since it was measured starts a new one.
+BASELINE_DEPENDS_ON = (("loop", "budget_seconds"), ("loop", "max_steps"), ("data", "scale"), ("data", "seed"),
+                       ("executor", "kind"))
+
+
+def baseline_drift(then: dict | None, now: dict) -> list[str]:
+    """What changed between the config a baseline was measured under and ``now`` (both as
+    ``Config.redacted_dict()``), as "section.key a -> b" lines; a key ``then`` lacks is unknown
+    and counts as unchanged."""
+    changed = []
+    for section, key in BASELINE_DEPENDS_ON:
+        old = ((then or {}).get(section) or {}).get(key)
+        new = now[section][key]
+        if old is not None and old != new:
+            changed.append(f"{section}.{key} {old} -> {new}")
+    return changed
 
 
 def check_data(ctx: Context) -> Halted | None:

@@ -19,7 +19,8 @@ from looper.core.keep import transfer as core_transfer
 from looper.core.keep.race import fresh_seeds
 from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError
-from looper.night.context import Context, now_iso
+from looper.night.clock import now_iso
+from looper.night.context import Context
 from looper.store import queries
 from looper.store.transfers import add_transfer
 

@@ -18,11 +18,11 @@ from looper.config import config_from_dict, load_config
 from looper.core.verdicts.verdict import Outcome, Status
 from looper.errors import HarnessError
 from looper.executors import make_executor
-from looper.night.context import baseline_drift
 from looper.night.display import Display
 from looper.night.experiment import run_candidate
 from looper.night.loop import Loop
 from looper.night.notify import AppriseNotifier
+from looper.night.tagstart import baseline_drift
 from looper.report import report_text, write_html
 from looper.store import Store
 

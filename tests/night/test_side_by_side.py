@@ -13,7 +13,7 @@ import pytest
 
 from looper.config import config_from_dict
 from looper.errors import ConfigError, HarnessError
-from looper.night.context import run_threads
+from looper.night.cores import run_threads
 from looper.night.measure import side_by_side
 
 CORES = sorted(os.sched_getaffinity(0))

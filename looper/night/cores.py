@@ -1,0 +1,29 @@
+"""This process's cores and each run's share of them when several runs train side by side
+(``[loop] seed_jobs`` x ``workers``; the arithmetic is :mod:`looper.core.run.cores`)."""
+
+from __future__ import annotations
+
+import os
+
+from looper.config import Config
+from looper.core.run import cores as core_cores
+from looper.errors import HarnessError
+
+
+def usable_cores() -> list[int]:
+    """The CPUs this process may use (its affinity mask; where a system has none, every CPU)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))  # macOS: no affinity
+
+
+def run_threads(cfg: Config) -> int:
+    """Each run's threads with ``seed_jobs`` x ``workers`` runs side by side on this process's cores (0
+    with ``seed_jobs`` 1: nothing set); a harness error naming the keys where there are fewer cores than runs."""
+    if cfg.loop.seed_jobs <= 1:
+        return 0
+    try:
+        return core_cores.threads_per_run(len(usable_cores()), cfg.loop.seed_jobs * cfg.loop.workers)
+    except core_cores.TooFewCores as exc:
+        raise HarnessError(f"loop.seed_jobs {cfg.loop.seed_jobs} x loop.workers {cfg.loop.workers}: {exc}; "
+                           "lower loop.seed_jobs") from None
