@@ -23,7 +23,7 @@ from looper.night.clock import now_iso
 from looper.night.context import Context, Worker
 from looper.night.integrity import preflight
 from looper.night.race import measure_and_gate
-from looper.night.settle import land, settle
+from looper.night.settle import settle
 from looper.store import ExperimentRecord
 
 
@@ -49,7 +49,7 @@ def run_candidate(ctx: Context, w: Worker) -> Result | None:
                                             signature=scope.metrics.get("signature")))
         commit(ctx, cand)
         result = measure_and_gate(ctx, cand, best_then, "main")
-        return land(ctx, cand, result)
+        return settle(ctx, cand, result)
     finally:
         ctx.night.in_flight.pop(w.id, None)
 

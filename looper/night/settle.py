@@ -1,5 +1,5 @@
-"""The one end of every experiment: a keep lands on the branch (merged onto a newer best and rerun when
-it raced one), and :func:`settle` commits or resets the checkout from the outcome and writes it once."""
+"""The one end of every experiment, :func:`settle`: the checkout committed or reset as the outcome says and
+the outcome written once; a keep that raced a newer best is first merged onto it and rerun."""
 
 from __future__ import annotations
 
@@ -32,28 +32,29 @@ def fault_pause(point: str) -> None:
         time.sleep(float(spec.split(":", 1)[1]))
 
 
-# ====================================================================== a keep lands on the branch
-def land(ctx: Context, cand: Candidate, result: Result) -> Result:
-    """Settle the result; a keep whose parent is no longer the best is merged onto it and rerun."""
+# ====================================================================== settle: the one end
+def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
+    """The one end of every experiment: the outcome written once; a keep whose parent is no longer the best
+    (a detached worker raced another keep) is first merged onto the new best and rerun."""
     w = cand.worker
     for attempt in range(3):
         if result.outcome is not Outcome.KEEP:
-            return settle(ctx, cand, result)
+            return _write_outcome(ctx, cand, result)
         with ctx.night.keep_lock:
             tip = ctx.tag.branch_tip()
             if tip == cand.parent or not w.detached:
-                return settle(ctx, cand, result)  # under the keep lock: branch and best move together
+                return _write_outcome(ctx, cand, result)  # under the keep lock: branch and best move together
             # The best moved while this candidate ran: its win is conditional on the new best.
             kept_by = next((r.id for r in reversed(ctx.store.find_experiments(tag=ctx.tag.name, status=Outcome.KEEP))
                             if r.commit == tip), None)
             tip_source = w.wt.show(tip, "train.py")
             best_now = ctx.tag.best()
         if attempt == 2:
-            return settle(ctx, cand, Result(Outcome.DISCARD, Verdict.failed(
+            return _write_outcome(ctx, cand, Result(Outcome.DISCARD, Verdict.failed(
                 f"{RACE_REASON} #{kept_by}: the best kept moving; idea handed back")))
         merged, clean = merge_train(cand.parent_source, tip_source, cand.source)
         if not clean:
-            return settle(ctx, cand, Result(Outcome.DISCARD, Verdict.failed(
+            return _write_outcome(ctx, cand, Result(Outcome.DISCARD, Verdict.failed(
                 f"{RACE_REASON} #{kept_by}: the train.py change does not merge onto the new best; idea handed back")))
         rebase(ctx, cand, tip, tip_source, merged, f"{attempt}", kept_by)
         result = measure_and_gate(ctx, cand, best_now, "rerun")  # judge THAT source, never another's result
@@ -90,8 +91,8 @@ def merge_train(base: str, ours: str, theirs: str) -> tuple[str, bool]:
     return done.stdout, done.exit_code == 0
 
 
-# ====================================================================== settle: the one end
-def settle(ctx: Context, cand: Candidate, result: Result) -> Result:
+# ====================================================================== the outcome written once
+def _write_outcome(ctx: Context, cand: Candidate, result: Result) -> Result:
     """Commit or reset as the outcome says, then write the outcome with ONE store call."""
     fault_pause("record")
     outcome = result.outcome

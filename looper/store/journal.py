@@ -14,7 +14,7 @@ from looper.store.records import EventRecord
 from looper.store.values import _bound, _dumps, _refuse_secrets, utc_now
 
 
-class Journal:
+class JournalRows:
     """``add_event`` appends; ``journal`` reads back (frozen :class:`EventRecord`)."""
 
     def add_event(

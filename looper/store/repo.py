@@ -28,7 +28,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 import looper.store.models as m
 from looper.core.verdicts.verdict import Outcome, Verdict
-from looper.store.journal import Journal
+from looper.store.journal import JournalRows
 from looper.store.migrations import LATEST_VERSION, StoreError, current_version, migrate
 from looper.store.records import ClassMetrics, ExperimentRecord, RunRecord
 from looper.store.tags import TagRows
@@ -55,7 +55,7 @@ from looper.store.values import (
 )
 
 
-class Store(Journal, TagRows):
+class Store(JournalRows, TagRows):
     """``experiments.db``: opened and migrated to the latest schema on construction.
 
     ``path`` is the database file, or a workspace directory (then ``experiments.db`` in it).

@@ -1,0 +1,210 @@
+"""Where the wall clock is enforced: :func:`supervise` runs training and evaluation in a process group of
+their own, streams their output line by line to a capped log and a callback, and stops them from outside
+at the budget, the log-silence (stall) limit, a ``Limits.check`` or a cancel: SIGTERM to the group, SIGKILL
+``kill_after`` seconds later. Called as ``looper.proc.supervise`` (the one subprocess choke point)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from looper.proc.runlog import CAPS, CappedLog, LineCutter, close_quietly
+from looper.proc.trail import _kill_group, _merged_env, _trail_add, _trail_remove
+
+
+@dataclass
+class Supervised:
+    """What happened to a supervised child (training or evaluation)."""
+
+    exit_code: int | None  # the child's own exit status; None when a signal ended it
+    signal: int | None  # the signal that ended it, if any
+    timed_out: bool  # looper stopped it at budget + grace
+    stalled: bool  # looper stopped it because the log was silent for stall_seconds
+    seconds: float
+    log_tail: str
+    lines: int = 0
+    stopped_by: str = ""  # "budget" | "stall" | "cancel" | "limit" | ""
+    limit: str = ""  # stopped_by "limit": the words of Limits.check that stopped it
+    log_error: str = ""  # writing the run's log failed (a full disk): the log is cut there, the run went on
+
+
+def emit_lines(lines: list[str], log: Any, tail: deque, on_line: Callable[[str], None] | None) -> None:
+    """Each line to the run log, the tail and the live display; a display error never stops a run."""
+    for line in lines:
+        log.write(line + "\n")
+        tail.append(line)
+        if on_line:
+            try:
+                on_line(line)
+            except Exception:
+                pass
+    log.flush()
+
+
+@dataclass
+class Limits:
+    budget_seconds: float | None = None  # hard wall clock (budget + grace)
+    stall_seconds: float | None = None  # log silence that means hung
+    kill_after: float = 10.0  # SIGTERM -> SIGKILL delay
+    tail_lines: int = 80
+    log_max_bytes: int = field(default_factory=lambda: CAPS["log_max_bytes"])  # the log file on disk
+    line_max_bytes: int = field(default_factory=lambda: CAPS["line_max_bytes"])  # one line, cut past it
+    # Polled every ``check_every`` seconds while the child runs (a disk quota, looper.executors.limits): words
+    # stop it (SIGTERM to its group, as the budget does), None lets it go on.
+    check: Callable[[], str | None] | None = None
+    check_every: float = 1.0
+
+
+@dataclass
+class _State:
+    last_output: float = field(default_factory=time.monotonic)
+    tail: deque = field(default_factory=lambda: deque(maxlen=80))
+    lines: int = 0
+    next_check: float = 0.0
+    limit: str = ""
+
+
+def _pump(proc: subprocess.Popen, state: _State, log: Any, on_line: Callable[[str], None] | None,
+          line_max_bytes: int = 16 * 1024) -> None:
+    """Read the child's output until it closes: the log, the tail, the line count, signs of life.
+    Lines are cut to ``line_max_bytes`` as they arrive (no pattern ever sees a longer one)."""
+    try:
+        assert proc.stdout is not None
+        # Read raw chunks: progress bars use '\r' without '\n' and still count as life.
+        cutter = LineCutter(line_max_bytes)
+        while True:
+            chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096)
+            if not chunk:
+                break
+            state.last_output = time.monotonic()
+            lines = cutter.feed(chunk)
+            state.lines += len(lines)
+            emit_lines(lines, log, state.tail, on_line)
+        lines = cutter.feed(b"", final=True)
+        state.lines += len(lines)
+        emit_lines(lines, log, state.tail, on_line)
+    except (ValueError, OSError):  # the log or pipe was closed under us: the run is over
+        pass
+
+
+def _check(limits: Limits, state: _State, now: float) -> bool:
+    """Poll ``limits.check`` when it is due; True when it asked to stop the run (its words kept)."""
+    if limits.check is None or now < state.next_check:
+        return False
+    state.next_check = now + limits.check_every
+    state.limit = limits.check() or ""
+    return bool(state.limit)
+
+
+def _enforce(proc: subprocess.Popen, state: _State, limits: Limits, start: float,
+             cancel: threading.Event | None) -> str:
+    """Wait for the child, enforcing the budget, the stall limit, ``limits.check`` and a cancel from
+    outside (SIGTERM to the group, SIGKILL ``kill_after`` later); what stopped it, "" when it ended itself."""
+    stopped_by = ""
+    term_at: float | None = None
+    while proc.poll() is None:
+        now = time.monotonic()
+        if not stopped_by:
+            if limits.budget_seconds is not None and now - start > limits.budget_seconds:
+                stopped_by = "budget"
+            elif limits.stall_seconds is not None and now - state.last_output > limits.stall_seconds:
+                stopped_by = "stall"
+            elif cancel is not None and cancel.is_set():
+                stopped_by = "cancel"
+            elif _check(limits, state, now):
+                stopped_by = "limit"
+            if stopped_by:
+                _kill_group(proc, signal.SIGTERM)
+                term_at = now
+        elif term_at is not None and now - term_at > limits.kill_after:
+            _kill_group(proc, signal.SIGKILL)
+            term_at = None
+        time.sleep(0.1)
+    return stopped_by
+
+
+def _finish_reading(proc: subprocess.Popen[bytes], reader: threading.Thread, log: CappedLog,
+                    raw_log: Any) -> OSError | None:
+    """The reader joined (its pipe closed when a grandchild outside the group still holds it), the log's
+    tail written and the file closed; the error that writing the log met, if any."""
+    reader.join(timeout=5)
+    if reader.is_alive():  # a grandchild outside the group still holds the pipe: stop reading
+        try:
+            assert proc.stdout is not None
+            proc.stdout.close()
+        except (OSError, ValueError):
+            pass
+        reader.join(timeout=1)
+    try:
+        log.close_tail()
+    except (ValueError, RuntimeError):  # a reader still alive: the head stays
+        pass
+    return log.error or close_quietly(raw_log)
+
+
+def supervise(
+    argv: Sequence[str],
+    *,
+    cwd: str | Path,
+    env: Mapping[str, str] | None,
+    log_path: str | Path,
+    limits: Limits,
+    on_line: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> Supervised:
+    """Run a child in its own process group, stream its output, enforce limits from outside."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    state = _State(tail=deque(maxlen=limits.tail_lines))
+    start = time.monotonic()
+    # Not ``with open``: closing flushes, and on a disk the run filled that raises (issue 39); the
+    # failure is the run's evidence (Supervised.log_error), never an exception in the daemon.
+    raw_log = open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+    log = CappedLog(raw_log, limits.log_max_bytes)
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=str(cwd),
+            env=_merged_env(env, True),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except BaseException:
+        close_quietly(raw_log)
+        raise
+    trail = _trail_add(proc.pid, argv)
+    try:
+        if on_start:
+            on_start(proc.pid)
+        reader = threading.Thread(target=_pump, args=(proc, state, log, on_line, limits.line_max_bytes), daemon=True)
+        reader.start()
+        stopped_by = _enforce(proc, state, limits, start, cancel)
+    finally:
+        # The leader is gone (or this thread was interrupted); make sure nothing of its group outlives it.
+        _kill_group(proc, signal.SIGKILL)
+    failed = _finish_reading(proc, reader, log, raw_log)
+    _trail_remove(trail)
+    rc = proc.returncode
+    sig = -rc if rc is not None and rc < 0 else None
+    return Supervised(
+        exit_code=None if sig else rc,
+        signal=sig,
+        timed_out=stopped_by == "budget",
+        stalled=stopped_by == "stall",
+        seconds=time.monotonic() - start,
+        log_tail="\n".join(state.tail),
+        lines=state.lines,
+        stopped_by=stopped_by,
+        limit=state.limit if stopped_by == "limit" else "",
+        log_error=f"writing {log_path.name} failed: {failed.strerror or failed}" if failed else "",
+    )
