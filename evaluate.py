@@ -34,9 +34,8 @@ from looper.core.scoring.metrics import (
     merge_detections,
     metrics_from_results,
     page_matches,
-    tile_grid,
-    tile_side,
 )
+from looper.core.scoring.tilegrid import tile_grid, tile_side
 
 TILE = 1024  # the largest inference tile side, px: a page is cut into tiles of at most this (tile_side); the
 # network is fully convolutional, so a tile larger than the 256-px training tiles sees each symbol as they do,

@@ -10,9 +10,9 @@ the real ``looper.core.keep.gate.decide`` and ``looper.core.keep.race`` for the 
 - **paired** (this wave's intensification, :func:`judge_paired`): exactly
   ``looper.night.race.measure_and_gate`` at the start of a night (the current best is the tag's
   baseline): the candidate runs 1, 2, 4 ... of the best's own seeds up to ``cap``
-  (``intensify.candidate_seeds``), a seed the best never ran is run on the best first and joins the
+  (``core_race.candidate_seeds``), a seed the best never ran is run on the best first and joins the
   best's (and baseline's) runs, the gate is told every seed and the planned looks
-  (``intensify.looks(cap)``), ``intensify.step`` stops it early or asks for the next batch.
+  (``core_race.looks(cap)``), ``core_race.step`` stops it early or asks for the next batch.
 
 Which real runs play which part (the draws, :func:`draw_aa_pooled` ... :func:`draw_planted_paired`):
 
@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from looper.core.keep import gate as core_gate
-from looper.core.keep import race as intensify
+from looper.core.keep import race as core_race
 from looper.core.verdicts.verdict import Outcome
 from looper.night.measure import mean_metrics
 
@@ -64,11 +64,11 @@ def judge_paired(cfg: core_gate.GateConfig, n_base: int, cap: int, best_at: Call
     seeds ``first_seed .. first_seed + n_base - 1``. ``best_at(seed)`` / ``cand_at(seed)``: the run
     of the best / of the candidate on that seed; ``decided``, if given, sees the decision that ended
     it (bench/calibration_why.py reads why); ``slots``: runs side by side (``[loop] seed_jobs``), the
-    schedule's first look fills them (``intensify.schedule``). Returns (outcome, candidate runs, best runs gained)."""
+    schedule's first look fills them (``core_race.schedule``). Returns (outcome, candidate runs, best runs gained)."""
     best_seeds = list(range(first_seed, first_seed + n_base))
     best = [best_at(s)["metrics"] for s in best_seeds]
     reference = mean_metrics(best)  # the baseline experiment's metrics: its own seeds, as measured at the start
-    race = intensify.Race(cap, first_seed, slots=slots)
+    race = core_race.Race(cap, first_seed, slots=slots)
     runs: list[dict[str, Any]] = []
     gained = 0
     while True:

@@ -21,18 +21,18 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from looper.core.keep import confirm as confirmation  # noqa: E402
+from looper.core.keep import confirm as core_confirm  # noqa: E402
 from looper.core.keep import stats
 
 
 def rate(nb: int, nc: int, sd_base: float, sd_best: float, effect: float, draws: int,
          rng: np.random.Generator) -> tuple[float, float]:
-    """(Welch via confirmation.judge, pooled): share of draws confirmed."""
+    """(Welch via core_confirm.judge, pooled): share of draws confirmed."""
     welch = pooled = 0
     for _ in range(draws):
         base = rng.normal(0.0, sd_base, nb).tolist()
         best = rng.normal(effect, sd_best, nc).tolist()
-        welch += confirmation.judge(best, base, "weighted_f1", nc).status == confirmation.CONFIRMED
+        welch += core_confirm.judge(best, base, "weighted_f1", nc).status == core_confirm.CONFIRMED
         pooled += stats.pooled_interval(best, base).low > 0
     return welch / draws, pooled / draws
 

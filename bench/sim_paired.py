@@ -37,7 +37,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from looper.core.keep import race as intensify  # noqa: E402
+from looper.core.keep import race as core_race  # noqa: E402
 from looper.core.keep.gate import GateConfig, GateInput, decide  # noqa: E402
 
 CLASSES = {"a": {"tp": 5, "fp": 1, "fn": 5, "support": 10, "recall": 0.5}}  # never moves: no class gate fires
@@ -66,7 +66,7 @@ def rng_draw(rng: random.Random, noise: str, emp: list[float]) -> Callable[[], f
 
 
 def judge(rng: random.Random, draw: Callable[[], float], rho: float, effect: float, cap: int, n_base: int,
-          paired: bool, discard_seeds: int = intensify.DISCARD_SEEDS) -> tuple[str, int]:
+          paired: bool, discard_seeds: int = core_race.DISCARD_SEEDS) -> tuple[str, int]:
     """One decision as the loop makes it (looper.night.race.measure_and_gate): (outcome, runs it took)."""
     shared: dict[int, float] = {}
 
@@ -77,7 +77,7 @@ def judge(rng: random.Random, draw: Callable[[], float], rho: float, effect: flo
 
     base = {k: score(k, 0.0) for k in range(n_base)}
     cand: dict[int, float] = {}
-    race = intensify.Race(cap, 0, discard_seeds=discard_seeds)
+    race = core_race.Race(cap, 0, discard_seeds=discard_seeds)
     while True:
         batch = race.batch(list(base))
         for k in batch.candidate:
@@ -95,7 +95,7 @@ def judge(rng: random.Random, draw: Callable[[], float], rho: float, effect: flo
 
 
 def row(rng: random.Random, draw: Callable[[], float], rho: float, effect: float, cap: int, n_base: int,
-        paired: bool, draws: int, discard_seeds: int = intensify.DISCARD_SEEDS) -> dict[str, float]:
+        paired: bool, draws: int, discard_seeds: int = core_race.DISCARD_SEEDS) -> dict[str, float]:
     out = [judge(rng, draw, rho, effect, cap, n_base, paired, discard_seeds) for _ in range(draws)]
     return {"keep": sum(o == "keep" for o, _ in out) / draws, "discard": sum(o == "discard" for o, _ in out) / draws,
             "runs": sum(r for _, r in out) / draws}
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--effects", default="1,2,3", help="planted effects in seed sds")
     ap.add_argument("--rho", type=float, default=0.06, help="pairing correlation of a planted change "
                     "(0.06: LR0 0.003 from the pretrained start, bench/RESULTS.md)")
-    ap.add_argument("--discard-seeds", type=int, default=intensify.DISCARD_SEEDS,
+    ap.add_argument("--discard-seeds", type=int, default=core_race.DISCARD_SEEDS,
                     help="the seeds a discard stands on (1: the rule before this wave's, a discard on one seed)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--md", type=Path, default=None, help="also write the table here")

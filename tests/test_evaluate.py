@@ -123,7 +123,8 @@ def _all_tiles(model, page: np.ndarray, nc: int) -> list[tuple[int, tuple[float,
     it reused a blank tile's detections."""
     import torch
 
-    from looper.core.scoring.metrics import drop_seam_boxes, merge_detections, tile_grid
+    from looper.core.scoring.metrics import drop_seam_boxes, merge_detections
+    from looper.core.scoring.tilegrid import tile_grid
 
     h, w = page.shape
     side = evaluate.tile_side(w, h, evaluate.TILE, evaluate.OVERLAP, evaluate.LEAST)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from looper.core.keep import confirm as core_confirmation
+from looper.core.keep import confirm as core_confirm
 from looper.core.keep.race import fresh_seeds
 from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError, UsageError
@@ -35,7 +35,7 @@ def record_nothing(ctx: Context, why: str, trigger: str = "cut_short") -> int | 
     try:
         best = ctx.store.best(ctx.tag.name)
         base = queries.tag_baseline(ctx.store, ctx.tag.name)
-        c = core_confirmation.judge([], [], ctx.cfg.gate.score, ctx.cfg.loop.confirm_seeds, why_nothing=why)
+        c = core_confirm.judge([], [], ctx.cfg.gate.score, ctx.cfg.loop.confirm_seeds, why_nothing=why)
         return ctx.store.add_confirmation(
             tag=ctx.tag.name, experiment_id=best.id if best else None, baseline_id=base.id if base else None,
             trigger=trigger, status=c.status, score_key=ctx.cfg.gate.score, planned=ctx.cfg.loop.confirm_seeds,
@@ -118,7 +118,7 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
     f = _fresh_runs(ctx, best, seeds, key)
     why = ("the night was cut short before the first fresh run finished" if f.cut else
            "; ".join(f.problems) or (str(f.error) if f.error else ""))
-    c = core_confirmation.judge(f.scores, base_scores, key, n, why_nothing=why)
+    c = core_confirm.judge(f.scores, base_scores, key, n, why_nothing=why)
     headline = c.headline + (f" ({len(f.problems)} fresh run(s) failed: {'; '.join(f.problems)})" if f.problems and f.scores
                              else "")
     selection = (best.score - base.score) if best.score is not None and base.score is not None else None
@@ -127,7 +127,7 @@ def confirm(ctx: Context, trigger: str) -> tuple[int | None, HarnessError | None
         status=c.status, score_key=key, planned=n, seeds=list(f.ran), scores=f.scores,
         baseline_scores=base_scores, headline=ctx.journal.redact(headline), runs=len(f.ran), seconds=f.seconds,
         started_at=started, diff=c.diff, low=c.low, high=c.high, selection_diff=selection,
-        flagged=c.flagged or (bool(f.problems) and c.status != core_confirmation.CONFIRMED))
+        flagged=c.flagged or (bool(f.problems) and c.status != core_confirm.CONFIRMED))
     ctx.journal.event("note", f"confirmation of #{best.id}: {ctx.journal.redact(headline)}", best.id,
               {"confirmation": cid, "status": c.status})
     ctx.display.note(f"confirmation: {headline}")

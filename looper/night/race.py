@@ -11,7 +11,7 @@ from collections.abc import Callable
 from looper.core.fault import failure as core_failure
 from looper.core.fault import seeds as core_seeds
 from looper.core.keep import gate as core_gate
-from looper.core.keep import race as intensify
+from looper.core.keep import race as core_race
 from looper.core.propose import scope as core_scope
 from looper.core.run import phases as core_phases
 from looper.core.verdicts.verdict import Outcome, Verdict
@@ -73,7 +73,7 @@ def measure_and_gate(ctx: Context, cand: Candidate, against: ExperimentRecord, r
     of the best's own seeds, up to ``1 + noise_reruns``, stopping early when the gate keeps or
     discards; a seed the best never ran is run on the best first (it gains that seed)."""
     started = time.monotonic()
-    race = intensify.Race(cap=1 + max(0, cand.reruns), first_seed=ctx.cfg.data.seed,
+    race = core_race.Race(cap=1 + max(0, cand.reruns), first_seed=ctx.cfg.data.seed,
                           slots=ctx.cfg.loop.seed_jobs)  # every look's seeds fill the slots side by side
     cap, looks = race.cap, race.looks
     measured: list[Measurement] = []

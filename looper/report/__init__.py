@@ -16,7 +16,7 @@ importing only the ones above it (no circle):
 - :mod:`~looper.report.history`: ``looper history`` (:func:`history_rows`, ``_text``, ``_json``).
 
 Every number shown names the experiment it comes from (``#id``). The gate's statistics are
-read from each verdict's metrics (:class:`~looper.report.facts.Judgement`): the noise band and
+read from each verdict's metrics (:class:`~looper.report.night.Judgement`): the noise band and
 the score test in words per judged experiment, why a night kept nothing, error bars (mean ±
 band) on the score plot and 95 % Wilson intervals of the per-class recall. No secret is ever shown:
 the store holds none, configuration values are never printed, and every free text (event
@@ -24,9 +24,10 @@ messages, blocking reasons, descriptions, rationales, diffs) goes through
 :func:`looper.core.verdicts.untrusted.redact` on its way out.
 """
 
-from looper.report.facts import Attention, CrashGroup, KeptChange, NearMiss, Night, gather
+from looper.report.facts import gather
 from looper.report.history import HISTORY_KEYS, history_json, history_rows, history_text
 from looper.report.html_page import render_html, write_html
+from looper.report.night import Attention, CrashGroup, KeptChange, NearMiss, Night
 from looper.report.text import render_text, report_text
 
 __all__ = [

@@ -5,8 +5,8 @@ Everything here only reads, through the store's records and queries
 it as it is. The values live in :mod:`looper.report.night`; what the text and the HTML page
 derive from them in :mod:`~looper.report.attention` (what needs a person),
 :mod:`~looper.report.classes` (class tables and intervals), :mod:`~looper.report.noise`
-(why nothing was kept, seed bars) and :mod:`~looper.report.lines` (one-line summaries).
-They are re-exported here, so ``from looper.report.facts import ...`` keeps working.
+(why nothing was kept, seed bars) and :mod:`~looper.report.lines` (one-line summaries); the
+pages import them from there.
 
 The gate's statistics come from each verdict's metrics (:mod:`looper.core.keep.gate`): the noise
 band, the score test and the class tests. A verdict from before them (no ``noise_band`` and no
@@ -28,26 +28,20 @@ from looper.core.scoring.classes import CLASSES
 from looper.core.verdicts.verdict import Outcome
 from looper.data.manifest import manifest_classes, workspace_data_dir
 from looper.report.attention import attention
-from looper.report.classes import class_intervals, class_rows, rare_classes, with_intervals
 from looper.report.fmt import clean, num, tag_sigma
-from looper.report.lines import gpu_line, step_budget_line, worker_lines
 from looper.report.night import (
     DEFAULT_ALPHA,
     DEFAULT_MAX_CLASS_DROP,
     DEFAULT_SCORE,
-    UNMEASURED,
-    Attention,
     CrashGroup,
     Judgement,
     KeptChange,
     NearMiss,
     Night,
     Reference,
-    SeedBar,
     Sorted,
 )
 from looper.report.night import seed_count as _seeds
-from looper.report.noise import nothing_kept, seed_bars
 from looper.store import TIME_PARTS, EventRecord, ExperimentRecord, ExperimentRow, Store
 from looper.store.queries import (
     json_fields,
@@ -57,13 +51,6 @@ from looper.store.queries import (
     running_best,
     tag_baseline,
 )
-
-__all__ = [
-    "DEFAULT_ALPHA", "DEFAULT_MAX_CLASS_DROP", "DEFAULT_SCORE", "UNMEASURED",
-    "Attention", "CrashGroup", "Judgement", "KeptChange", "NearMiss", "Night", "SeedBar", "attention",
-    "class_intervals", "class_rows", "gather", "gpu_line", "nothing_kept", "rare_classes", "seed_bars",
-    "step_budget_line", "with_intervals", "worker_lines",
-]
 
 #: The figures each experiment's verdict, configuration and metrics are read for (one query).
 _FIGURES: dict[str, tuple[str, str]] = {

@@ -26,12 +26,12 @@ OUTCOME_ORDER: tuple[str, ...] = (
 MAX_ATTENTION = 5
 MAX_TEXT_ROWS = 15
 
-#: Lower-case substrings at least one of which every match of the pager's redaction patterns
-#: (``looper.night.notify._SECRET_PATTERNS``) contains. Text holding none of them cannot be
+#: Lower-case substrings at least one of which every match of the redaction patterns
+#: (``looper.core.verdicts.untrusted._SECRET_PATTERNS``) contains. Text holding none of them cannot be
 #: changed by ``redact``, so it skips the regexes: redacting 10,000 rows stays cheap. A test
-#: pins the pager's patterns: change them, and it says to revisit this list.
+#: pins those patterns: change them, and it says to revisit this list.
 TRIGGERS: tuple[str, ...] = ("://", "bearer", "api", "token", "secret", "passw", "sk-", "pk-", "rk-", "xox")
-#: The pager's patterns this list was checked against (a test compares them with the live ones).
+#: The redaction patterns this list was checked against (a test compares them with the live ones).
 TRIGGERS_FOR: tuple[str, ...] = (
     r"(?i)\b(sk|pk|rk|xox[abp])-[A-Za-z0-9_\-]{8,}",
     r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}",

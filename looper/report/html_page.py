@@ -14,18 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from looper.core.verdicts.untrusted import clean as untrusted_clean
-from looper.report.facts import (
-    Night,
-    class_intervals,
-    class_rows,
-    gather,
-    gpu_line,
-    nothing_kept,
-    step_budget_line,
-    with_intervals,
-    worker_lines,
-)
+from looper.report.classes import class_intervals, class_rows, with_intervals
+from looper.report.facts import gather
 from looper.report.fmt import OUTCOME_ORDER, clean, fmt, secs, shown, signed
+from looper.report.lines import gpu_line, step_budget_line, worker_lines
+from looper.report.night import Night
+from looper.report.noise import nothing_kept
 from looper.report.pictures import Pictures, pictures
 from looper.report.pictures_html import PICTURES_CSS, pictures_html
 from looper.report.svg import (

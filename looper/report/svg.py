@@ -11,8 +11,10 @@ import html
 from collections.abc import Callable
 from typing import Any
 
-from looper.report.facts import Night, SeedBar, class_intervals, class_rows, seed_bars
+from looper.report.classes import class_intervals, class_rows
 from looper.report.fmt import OUTCOME_ORDER, secs
+from looper.report.night import Night, SeedBar
+from looper.report.noise import seed_bars
 from looper.store import TIME_PARTS, ExperimentRow
 
 __all__ = ["COLORS", "TIME_COLORS", "class_interval_svg", "heatmap_svg", "outcome_svg", "score_svg", "time_svg"]

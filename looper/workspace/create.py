@@ -26,41 +26,22 @@ __pycache__/
 """
 
 PRESETS = {
-    # A short night on this CPU: what `make demo` runs (goal: under 20 minutes on 2 cores, set-up included).
-    # A fixed step budget, max_steps = 169: every run fine-tunes the shipped checkpoint
-    # (pretrained/start.safetensors) for exactly 169 optimizer steps, the regime the gate was calibrated in
-    # (bench/RESULTS.md, "The demo's regime fixed in steps"). With "auto" a warm-up pinned 80 % of what it fitted
-    # in 80 s, and that followed the machine's hour (169 steps in a slow hour, 312 in a fast one here), and
-    # with it the regime: at 312 steps the LR0 change the loop should find was worth about 1 seed sd, at
-    # 169 about 1.4 to 2.3. budget_seconds = 180 is only the wall clock's ceiling (169 steps take 54 to 87 s
-    # of training on one thread beside another run here, by the hour). Two runs side by side (seed_jobs = 2),
-    # one thread each: the regime the calibration pools were made in (calibration_pool.py --jobs 2), and about
-    # 1.3 times the runs an hour of one two-thread run at a time (bench/RESULTS.md, "Seeds side by side, and
-    # a confirmed demo night").
-    # Noise is measured, never assumed: the baseline runs 8 seeds (baseline_seeds: its LR0 0.01 spreads its
-    # seeds about three times as much as LR0 0.003, and its seeds are what both the gate and the
-    # confirmation lean on); the candidate runs 2, then 4 seeds (noise_reruns = 3: a cap of 4; each look
-    # fills the two slots) on the baseline's own seeds. `make demo` runs one experiment, and a night that
-    # keeps it re-runs its best on 4 fresh seeds (confirm_seeds, the confirmed headline): 8 + 4 + 4 = 16 runs
-    # at most, in 8 rounds of two. [gate] score_test = "pooled": at this budget paired seeds barely correlate
-    # (-0.13 to 0.32 over 12 pairs a change, bench/RESULTS.md "A score test fixed in advance" and "The
-    # demo's regime fixed in steps"), so the
-    # pooled t is fixed before any run and gets each look's whole alpha instead of half of it.
-    # A confirmed gain is then trained twice as long (338 steps) on 3 fresh seeds a side, the transfer check:
-    # LR0 0.003's +0.0165 at 169 steps shrank to +0.0031 [-0.0063, +0.0125] at 676 (bench/RESULTS.md, "Does
-    # LR0 0.003's gain hold when trained longer?"), so the morning says how far it holds.
+    # A short night on this CPU: what `make demo` runs (under 20 minutes on 2 cores, set-up included); the
+    # figures behind each value are in bench/RESULTS.md ("Demo night", "Calibration", "Search strategies").
+    # max_steps 169: the fixed step regime the gate was calibrated in ("auto" followed the machine's hour);
+    # budget_seconds 180 is only the wall clock's ceiling. seed_jobs 2: two one-thread runs side by side, the
+    # calibration pools' regime and about 1.3 x the runs an hour. baseline_seeds 8: noise is measured, and the
+    # baseline's seeds are what the gate and the confirmation lean on; noise_reruns 3: 2 then 4 seeds a
+    # candidate. score_test "pooled": paired seeds barely correlate at this budget. confirm_seeds 4 and the
+    # transfer check (2 x the steps, 3 fresh seeds a side): a gain at 169 steps can shrink when trained longer.
     "demo": {"loop": {"tag": "demo", "budget_seconds": 180, "grace_seconds": 30, "stall_seconds": 120,
                       "baseline_seeds": 8, "noise_reruns": 3, "max_steps": 169, "confirm_seeds": 4, "seed_jobs": 2},
              "gate": {"score_test": "pooled"},
              "confirm": {"transfer_steps": -1},  # a confirmed gain trained 2 x longer on 3 fresh seeds a side
              "data": {"scale": "demo"}},
-    # What the test suite uses: seconds, not minutes; still 3 baseline seeds, one more seed in the band.
-    # A fixed step budget, max_steps = 26 (two epochs of the tiny data's 13 steps), with budget_seconds = 180
-    # only as the ceiling: a run ends when its steps are done (seconds of training from the shipped
-    # checkpoint on an idle machine) instead of filling a wall clock, and the same seed gives the same score
-    # on a loaded test machine as on an idle one. Measured under `make test`'s two workers: a 20 s wall clock
-    # trained zero steps there (a vacuous baseline), and 26 steps did not fit 60 s beside a second night.
-    # "auto" would not do either: a step budget measured at a quiet moment cuts a busy moment's runs short.
+    # What the test suite uses: seconds, not minutes, and 3 baseline seeds. max_steps 26 (two epochs of the
+    # tiny data) with budget_seconds 180 as the ceiling: a run ends when its steps are done, so the same seed
+    # scores the same on a loaded test machine as on an idle one (a wall clock or "auto" would not).
     "tiny": {"loop": {"tag": "tiny", "budget_seconds": 180, "grace_seconds": 15, "stall_seconds": 60,
                       "baseline_seeds": 3, "noise_reruns": 1, "max_steps": 26},
              "data": {"scale": "tiny"}},

@@ -72,9 +72,19 @@ def _importable(module: str) -> bool:
         return False
 
 
+def _missing_names(module: str, names: list[str]) -> list[str]:
+    """The names ``from module import ...`` asks for that this looper's module does not define (a name that
+    moved to another module: tile_grid left looper.core.scoring.metrics for looper.core.scoring.tilegrid)."""
+    try:
+        mod = importlib.import_module(module)
+    except Exception:  # its hash names the change
+        return []
+    return [n for n in names if n != "*" and not hasattr(mod, n) and not _importable(f"{module}.{n}")]
+
+
 def stale_imports(folder: Path, names: tuple[str, ...]) -> list[str]:
-    """One line for each looper module a fixed file in ``folder`` imports and this looper no longer has
-    (a workspace made by an older looper, whose evaluate.py names a module that moved); [] when all are here."""
+    """One line for each looper module (or name from one) a fixed file in ``folder`` imports and this looper no
+    longer has (a workspace made by an older looper, whose evaluate.py names what moved); [] when all are here."""
     problems = []
     for name in names:
         p = Path(folder) / name
@@ -84,12 +94,20 @@ def stale_imports(folder: Path, names: tuple[str, ...]) -> list[str]:
             tree = ast.parse(p.read_text())
         except (SyntaxError, UnicodeDecodeError):
             continue  # its hash names the change
-        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
-        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        for mod in sorted(m for m in mods if m == "looper" or m.startswith("looper.")):
+        wanted: dict[str, list[str]] = {}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module and not n.level:
+                wanted.setdefault(n.module, []).extend(a.name for a in n.names)
+            elif isinstance(n, ast.Import):
+                for a in n.names:
+                    wanted.setdefault(a.name, [])
+        again = f"the workspace was made by an older looper; copy {name} from a new `looper init` and start a new tag"
+        for mod in sorted(m for m in wanted if m == "looper" or m.startswith("looper.")):
             if not _importable(mod):
-                problems.append(f"{name} imports {mod}, which this looper does not have: the workspace was made "
-                                f"by an older looper; copy {name} from a new `looper init` and start a new tag")
+                problems.append(f"{name} imports {mod}, which this looper does not have: {again}")
+            elif gone := _missing_names(mod, wanted[mod]):
+                problems.append(f"{name} imports {', '.join(gone)} from {mod}, which this looper does not have "
+                                f"there: {again}")
     return problems
 
 

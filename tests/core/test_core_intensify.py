@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from scipy.stats import t as scipy_t
 
-from looper.core.keep import confirm as confirmation
-from looper.core.keep import race as intensify
+from looper.core.keep import confirm as core_confirm
+from looper.core.keep import race as core_race
 from looper.core.keep import stats
 from looper.core.keep.race import Step
 
@@ -16,18 +16,18 @@ from looper.core.keep.race import Step
     (9, (1, 2, 4, 8, 9)),
 ])
 def test_the_schedule_doubles_up_to_the_cap(cap: int, expected: tuple[int, ...]) -> None:
-    assert intensify.schedule(cap) == expected
-    assert intensify.looks(cap) == len(expected)
+    assert core_race.schedule(cap) == expected
+    assert core_race.looks(cap) == len(expected)
 
 
 def test_a_cap_below_one_seed_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1 seed"):
-        intensify.schedule(0)
+        core_race.schedule(0)
 
 
 @pytest.mark.parametrize(("done", "cap", "left"), [(0, 4, 3), (1, 4, 2), (2, 4, 1), (3, 4, 1), (4, 4, 0), (5, 4, 0)])
 def test_looks_left(done: int, cap: int, left: int) -> None:
-    assert intensify.looks_left(done, cap) == left
+    assert core_race.looks_left(done, cap) == left
 
 
 @pytest.mark.parametrize(("best", "count", "expected"), [
@@ -40,21 +40,21 @@ def test_looks_left(done: int, cap: int, left: int) -> None:
     ([0, 1], 0, []),
 ])
 def test_candidate_seeds_follow_the_best(best: list[int], count: int, expected: list[int]) -> None:
-    assert intensify.candidate_seeds(best, count, 10) == expected
+    assert core_race.candidate_seeds(best, count, 10) == expected
 
 
 def test_a_negative_count_is_refused() -> None:
     with pytest.raises(ValueError, match="count"):
-        intensify.candidate_seeds([0], -1, 0)
+        core_race.candidate_seeds([0], -1, 0)
     with pytest.raises(ValueError, match="count"):
-        intensify.fresh_seeds([0], -1, 0)
+        core_race.fresh_seeds([0], -1, 0)
 
 
 @pytest.mark.parametrize(("best", "wanted", "needs"), [
     ([0, 1, 2], [0, 1], []), ([0], [0, 1, 2], [1, 2]), ([], [4], [4]),
 ])
 def test_the_best_needs_the_seeds_it_never_ran(best: list[int], wanted: list[int], needs: list[int]) -> None:
-    assert intensify.best_needs(best, wanted) == needs
+    assert core_race.best_needs(best, wanted) == needs
 
 
 @pytest.mark.parametrize(("outcome", "more", "done", "cap", "add", "why"), [
@@ -74,7 +74,7 @@ def test_the_best_needs_the_seeds_it_never_ran(best: list[int], wanted: list[int
     ("inconclusive", False, 1, 4, 0, "inconclusive after 1 seed(s)"),  # the gate says more cannot settle it
 ])
 def test_the_step_rule(outcome: str, more: bool, done: int, cap: int, add: int, why: str) -> None:
-    s = intensify.step(outcome, more, done, cap)
+    s = core_race.step(outcome, more, done, cap)
     assert s == Step(add, why) and s.stops is (add == 0)
 
 
@@ -85,7 +85,7 @@ def test_the_step_rule(outcome: str, more: bool, done: int, cap: int, add: int, 
     (3, "keep", 1, 4, 0),      # a keep is never held back
 ])
 def test_the_seeds_a_discard_stands_on_are_a_parameter(need: int, outcome: str, done: int, cap: int, add: int) -> None:
-    assert intensify.step(outcome, False, done, cap, discard_seeds=need).add == add
+    assert core_race.step(outcome, False, done, cap, discard_seeds=need).add == add
 
 
 @pytest.mark.parametrize(("cap", "shares"), [
@@ -93,7 +93,7 @@ def test_the_seeds_a_discard_stands_on_are_a_parameter(need: int, outcome: str, 
     (5, {1: 1 / 12, 2: 2 / 12, 4: 4 / 12, 5: 5 / 12}), (8, {1: 1 / 15, 2: 2 / 15, 4: 4 / 15, 8: 8 / 15}),
 ])
 def test_alpha_is_shared_over_the_looks_by_their_seeds(cap: int, shares: dict[int, float]) -> None:
-    got = {n: intensify.alpha_share(n, cap) for n in intensify.schedule(cap)}
+    got = {n: core_race.alpha_share(n, cap) for n in core_race.schedule(cap)}
     assert got == pytest.approx(shares)
     assert sum(got.values()) == pytest.approx(1.0)  # the looks together spend alpha, no more
 
@@ -101,19 +101,19 @@ def test_alpha_is_shared_over_the_looks_by_their_seeds(cap: int, shares: dict[in
 @pytest.mark.parametrize(("done", "cap"), [(3, 4), (0, 2), (5, 4)])
 def test_a_share_off_the_schedule_is_refused(done: int, cap: int) -> None:
     with pytest.raises(ValueError, match="no look after"):
-        intensify.alpha_share(done, cap)
+        core_race.alpha_share(done, cap)
 
 
 @pytest.mark.parametrize(("used", "count", "expected"), [
     ([0, 1, 2], 3, [5, 6, 7]), ([3, 4, 9], 2, [10, 11]), ([], 3, [5, 6, 7]), ([1], 2, [5, 6]), ([0], 0, []),
 ])
 def test_fresh_seeds_are_above_every_used_seed(used: list[int], count: int, expected: list[int]) -> None:
-    assert intensify.fresh_seeds(used, count, 5) == expected
+    assert core_race.fresh_seeds(used, count, 5) == expected
 
 
 # -- one race: the rules as the loop and the benches drive them ---------------------------------
 
-KEEP, DISCARD, INC = intensify.KEEP, intensify.DISCARD, intensify.INCONCLUSIVE
+KEEP, DISCARD, INC = core_race.KEEP, core_race.DISCARD, core_race.INCONCLUSIVE
 
 
 @pytest.mark.parametrize(("cap", "discard_seeds", "looks", "batches", "stops_with"), [
@@ -141,14 +141,14 @@ KEEP, DISCARD, INC = intensify.KEEP, intensify.DISCARD, intensify.INCONCLUSIVE
 def test_a_race_runs_the_schedule_on_the_bests_seeds_and_stops_by_the_step_rule(
         cap: int, discard_seeds: int, looks: list[tuple[list[int], str, bool]],
         batches: list[tuple[list[int], list[int]]], stops_with: str) -> None:
-    race = intensify.Race(cap, first_seed=7, discard_seeds=discard_seeds)
-    assert race.looks == intensify.looks(cap)
+    race = core_race.Race(cap, first_seed=7, discard_seeds=discard_seeds)
+    assert race.looks == core_race.looks(cap)
     for i, ((best_seeds, outcome, more), (gain, run)) in enumerate(zip(looks, batches, strict=True)):
         batch = race.batch(best_seeds)
         assert (batch.best, batch.candidate) == (gain, run), i
         for seed in batch.candidate:
             race.ran(seed)
-        assert race.share == intensify.alpha_share(len(race.seeds), cap)
+        assert race.share == core_race.alpha_share(len(race.seeds), cap)
         assert race.reruns_left == cap - len(race.seeds)
         st = race.look(outcome, more)
         assert st.stops == (i == len(looks) - 1), (i, st)
@@ -158,7 +158,7 @@ def test_a_race_runs_the_schedule_on_the_bests_seeds_and_stops_by_the_step_rule(
 
 def test_a_race_refuses_a_cap_below_one_seed() -> None:
     with pytest.raises(ValueError, match="at least 1 seed"):
-        intensify.Race(0, first_seed=0)
+        core_race.Race(0, first_seed=0)
 
 
 @pytest.mark.parametrize(("cap", "slots", "expected"), [
@@ -177,18 +177,18 @@ def test_a_race_refuses_a_cap_below_one_seed() -> None:
 ])
 def test_the_first_look_fills_the_slots_and_every_batch_after_it_is_whole_slots(
         cap: int, slots: int, expected: tuple[int, ...]) -> None:
-    plan = intensify.schedule(cap, slots)
-    assert plan == expected and intensify.looks(cap, slots) == len(expected)
+    plan = core_race.schedule(cap, slots)
+    assert plan == expected and core_race.looks(cap, slots) == len(expected)
     assert all((b - a) % slots == 0 for a, b in zip((0, *plan), plan[:-1], strict=False))  # whole slots but the last
-    assert sum(intensify.alpha_share(n, cap, slots) for n in plan) == pytest.approx(1.0)
-    assert intensify.looks_left(0, cap, slots) == len(expected)
+    assert sum(core_race.alpha_share(n, cap, slots) for n in plan) == pytest.approx(1.0)
+    assert core_race.looks_left(0, cap, slots) == len(expected)
 
 
 def test_slots_below_one_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1 slot"):
-        intensify.schedule(4, 0)
+        core_race.schedule(4, 0)
     with pytest.raises(ValueError, match="at least 1 slot"):
-        intensify.Race(4, first_seed=0, slots=0)
+        core_race.Race(4, first_seed=0, slots=0)
 
 
 @pytest.mark.parametrize(("outcome", "more", "done", "add", "why"), [
@@ -199,7 +199,7 @@ def test_slots_below_one_are_refused() -> None:
     (INC, True, 4, 0, "inconclusive after 4 seed(s) (the cap)"),
 ])
 def test_the_step_rule_with_two_slots(outcome: str, more: bool, done: int, add: int, why: str) -> None:
-    assert intensify.step(outcome, more, done, 4, slots=2) == Step(add, why)
+    assert core_race.step(outcome, more, done, 4, slots=2) == Step(add, why)
 
 
 @pytest.mark.parametrize(("done", "cap", "slots", "add"), [
@@ -211,11 +211,11 @@ def test_the_step_rule_with_two_slots(outcome: str, more: bool, done: int, add: 
     (2, 4, 1, 0),
 ])
 def test_a_discard_waits_past_the_first_look(done: int, cap: int, slots: int, add: int) -> None:
-    assert intensify.step(DISCARD, False, done, cap, slots=slots).add == add
+    assert core_race.step(DISCARD, False, done, cap, slots=slots).add == add
 
 
 def test_a_race_with_two_slots_runs_two_seeds_at_its_first_look() -> None:
-    race = intensify.Race(4, first_seed=7, slots=2)
+    race = core_race.Race(4, first_seed=7, slots=2)
     assert race.looks == 2
     batch = race.batch([0, 1, 2])
     assert (batch.best, batch.candidate) == ([], [0, 1])
@@ -246,9 +246,9 @@ def _interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
 
 def test_a_gain_that_holds_on_fresh_seeds_is_confirmed_with_its_interval() -> None:
     best, base = [0.52, 0.50, 0.51], [0.40, 0.41, 0.42]
-    c = confirmation.judge(best, base, "weighted_f1", 3)
+    c = core_confirm.judge(best, base, "weighted_f1", 3)
     diff, low, high = _interval(best, base)
-    assert c.status == confirmation.CONFIRMED and not c.flagged
+    assert c.status == core_confirm.CONFIRMED and not c.flagged
     assert (c.diff, c.low, c.high) == pytest.approx((diff, low, high)) and low > 0
     assert c.headline == f"weighted F1 {diff:+.3f} [{low:+.3f}, {high:+.3f}] over the baseline on 3 fresh seeds"
 
@@ -259,10 +259,10 @@ def test_a_calm_change_against_a_noisy_baseline_is_weighed_by_each_sides_own_spr
     night of 2026-12-03) overstates the difference's noise: the pooled interval reaches 0 where each
     side's own spread confirms."""
     best, base = [0.884, 0.888, 0.882], [0.862, 0.850, 0.885, 0.869, 0.871]
-    c = confirmation.judge(best, base, "weighted_f1", 3)
+    c = core_confirm.judge(best, base, "weighted_f1", 3)
     diff, low, high = _interval(best, base)
     assert (c.diff, c.low, c.high) == pytest.approx((diff, low, high))
-    assert c.status == confirmation.CONFIRMED and low > 0
+    assert c.status == core_confirm.CONFIRMED and low > 0
     ma, mb = sum(best) / 3, sum(base) / 5
     ss = sum((x - ma) ** 2 for x in best) + sum((x - mb) ** 2 for x in base)
     pooled_low = (ma - mb) - float(scipy_t.ppf(0.975, 6)) * (ss / 6) ** 0.5 * (1 / 3 + 1 / 5) ** 0.5
@@ -286,13 +286,13 @@ def test_welch_interval_matches_scipy_and_falls_back_to_pooled_with_one_seed_a_s
 
 
 def test_a_gain_that_does_not_hold_is_flagged_for_a_person() -> None:
-    c = confirmation.judge([0.42, 0.39, 0.41], [0.40, 0.41, 0.42], "macro_f1", 3)
-    assert c.status == confirmation.NOT_CONFIRMED and c.flagged and c.low is not None and c.low <= 0
+    c = core_confirm.judge([0.42, 0.39, 0.41], [0.40, 0.41, 0.42], "macro_f1", 3)
+    assert c.status == core_confirm.NOT_CONFIRMED and c.flagged and c.low is not None and c.low <= 0
     assert c.headline.startswith("macro F1 ") and "NOT confirmed" in c.headline and "a person should look" in c.headline
 
 
 def test_a_cut_short_confirmation_says_how_many_seeds_it_had() -> None:
-    c = confirmation.judge([0.60], [0.40, 0.41, 0.42], "weighted_f1", 3)
+    c = core_confirm.judge([0.60], [0.40, 0.41, 0.42], "weighted_f1", 3)
     assert "on 1 fresh seed (of 3 planned: cut short)" in c.headline
 
 
@@ -303,6 +303,6 @@ def test_a_cut_short_confirmation_says_how_many_seeds_it_had() -> None:
     ([], [0.4, 0.41], "the night was stopped by a signal", "the night was stopped by a signal"),
 ])
 def test_nothing_confirmed_says_why(best: list[float], base: list[float], why: str, words: str) -> None:
-    c = confirmation.judge(best, base, "weighted_f1", 3, why_nothing=why)
-    assert c.status == confirmation.NOTHING and c.diff is None and not c.flagged
+    c = core_confirm.judge(best, base, "weighted_f1", 3, why_nothing=why)
+    assert c.status == core_confirm.NOTHING and c.diff is None and not c.flagged
     assert c.headline.startswith("confirmed nothing: ") and words in c.headline

@@ -21,10 +21,8 @@ from looper.core.scoring.metrics import (
     match_page,
     merge_detections,
     metrics_from_counts,
-    tile_grid,
-    tile_origins,
-    tile_side,
 )
+from looper.core.scoring.tilegrid import tile_grid, tile_origins, tile_side
 
 CLASSES = ["supply_grille", "return_grille", "exhaust_grille", "thermostat"]
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from looper.core.scoring.metrics import Detection, drop_seam_boxes, merge_detections, tile_grid
+from looper.core.scoring.metrics import Detection, drop_seam_boxes, merge_detections
+from looper.core.scoring.tilegrid import tile_grid
 from looper.core.verdicts.verdict import Outcome
 from looper.ship import export as export_mod
 from looper.store import Store

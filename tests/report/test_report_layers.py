@@ -20,14 +20,14 @@ LAYERS: dict[str, set[str]] = {
     "facts": {"fmt", "night", "attention", "classes", "noise", "lines"},
     "confirm": {"fmt"},
     "history": {"fmt", "confirm"},
-    "text": {"fmt", "facts", "pictures", "confirm"},
-    "svg": {"fmt", "facts"},
+    "text": {"fmt", "night", "classes", "noise", "lines", "facts", "pictures", "confirm"},
+    "svg": {"fmt", "night", "classes", "noise"},
     "pictures": {"night"},
     "pictures_html": {"pictures"},
-    "html_page": {"fmt", "facts", "svg", "pictures", "pictures_html", "confirm"},
+    "html_page": {"fmt", "night", "classes", "noise", "lines", "facts", "svg", "pictures", "pictures_html", "confirm"},
     "json_report": {"facts", "pictures"},
     "status": {"fmt"},
-    "__init__": {"facts", "history", "html_page", "text"},
+    "__init__": {"night", "facts", "history", "html_page", "text"},
 }
 STORE_PUBLIC = {"looper.store", "looper.store.queries"}
 

@@ -310,7 +310,7 @@ def test_class_intervals_without_the_gates_counts_pool_the_seeds(nothing: seed.S
 def test_class_intervals_leave_out_a_verdict_judged_against_another_baseline(kept: seed.Seeded) -> None:
     """Once a baseline is approved, the best's class tests (judged against the tag start) are not
     the report's baseline: the intervals come from the approved figures instead."""
-    from looper.report.facts import class_intervals
+    from looper.report.classes import class_intervals
     from looper.workspace.baselines import approve
 
     before = class_intervals(gather(kept.store, kept.root))

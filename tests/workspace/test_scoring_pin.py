@@ -97,3 +97,7 @@ def test_a_fixed_file_of_an_older_looper_is_named_with_the_module_it_imports(tmp
     assert got == [f"evaluate.py imports {old}, which this looper does not have: the workspace was "
                    "made by an older looper; copy evaluate.py from a new `looper init` and start a new tag"]
     assert stale_imports(REPO, ("evaluate.py", "prepare.py")) == []
+    (tmp_path / "evaluate.py").write_text("from looper.core.scoring.metrics import IOU, tile_grid\n")  # tile_grid moved
+    assert stale_imports(tmp_path, ("evaluate.py",)) == [
+        "evaluate.py imports tile_grid from looper.core.scoring.metrics, which this looper does not have there: the "
+        "workspace was made by an older looper; copy evaluate.py from a new `looper init` and start a new tag"]

@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from looper.core.scoring.tilegrid import tile_grid, tile_origins, tile_side  # noqa: F401 - evaluate.py imports them from here
-
 SCHEMA = 1
 IOU = 0.5  # a prediction matches a truth box of its class at IoU >= this
 CONFIDENCE = 0.25  # the ONE pinned confidence: a box scored >= this counts for P/R/F1 and "found"
