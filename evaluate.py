@@ -191,8 +191,8 @@ def nms_threshold(min_score: float) -> float:
 
 def nms_kernel():  # type: ignore[no-untyped-def]
     """torchvision's compiled NMS (``torch.ops.torchvision.nms``), its library loaded into torch without
-    importing the torchvision package: ``import torchvision`` pulls torch._dynamo (1.8 s of every
-    evaluation), and without it Ultralytics' NMS runs a Python loop (1.5 s of a 6144-px page)."""
+    importing the torchvision package: ``import torchvision`` pulls torch._dynamo (seconds of every
+    evaluation: bench/RESULTS.md, "Start-up of a run, and torch._dynamo"), and without it Ultralytics' NMS runs a Python loop (1.5 s of a 6144-px page)."""
     import importlib.machinery
     import importlib.util
 
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     # torch.use_deterministic_algorithms(True, warn_only=True) without its import of torch._inductor (and
-    # torch._dynamo: 1.5 to 6 s of every evaluation's start-up; nothing here compiles)
+    # torch._dynamo, seconds of every evaluation's start-up; nothing here compiles)
     torch._C._set_deterministic_algorithms(True, warn_only=True)
     device = "cuda:0" if args.device not in ("cpu", "mps") and torch.cuda.is_available() else "cpu"
     model = load_model(args.weights, device)

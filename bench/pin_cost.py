@@ -1,4 +1,4 @@
-"""What issue 39's checks cost per experiment (bench/RESULTS.md, "The runtime pin's cost").
+"""What issue 39's checks cost per experiment (bench/RESULTS.md, "Run limits and the runtime pin").
 
     .venv/bin/python bench/pin_cost.py [--repeat 10]
 

@@ -105,7 +105,8 @@ def test_tile_nms_keeps_what_ultralytics_nms_keeps_box_for_box() -> None:
 
 
 def test_evaluation_loads_the_nms_kernel_without_importing_torchvision_or_dynamo() -> None:
-    """torchvision's package import pulls torch._dynamo (about 1.8 s of every evaluation's start-up):
+    """torchvision's package import pulls torch._dynamo (seconds of every evaluation's start-up:
+    bench/RESULTS.md, "Start-up of a run, and torch._dynamo"):
     evaluate.py loads only its compiled operators."""
     import subprocess
 

@@ -618,7 +618,7 @@ def test_a_class_that_swings_between_seeds_is_not_condemned_by_one_run() -> None
 
 
 def test_instances_found_or_lost_together_are_judged_as_the_blocks_they_are() -> None:
-    # The A/A false discards of bench/RESULTS.md ("class gates: instances move together"): in a
+    # The A/A false discards of bench/RESULTS-archive.md ("Class gates measured against each instance's own variance"): in a
     # fine-tune a class's hard instances are found or lost in blocks from seed to seed. 20 instances:
     # 8 always found, blocks A and B of 4 that come and go, 4 never found; the candidate is another
     # draw of the same seeds' luck (blocks in 2 of its 4 runs against 6 of the baseline's 4 x 2).

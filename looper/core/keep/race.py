@@ -20,11 +20,11 @@ After SMAC3's intensifier and irace's races, with a significance test at every l
   seeds both ran, at the look's alpha), its DISCARD for futility (clearly worse, or a class
   lost) once the challenger has run :data:`DISCARD_SEEDS` seeds and more than its first look's (with
   two slots the first look's two seeds cannot discard: A/A false discards 6.4 and 5.2 % at 8 / 4 if they
-  could, 4.4 and 3.7 % as it is, bench/RESULTS.md "Looks that fill the slots"): a discard on one seed is checked
+  could, 4.4 and 3.7 % as it is, bench/RESULTS-archive.md "Looks that fill the slots"): a discard on one seed is checked
   on the next batch while the cap allows (the seed scores of a fine-tuned detector have a low
   tail: about 1 seed in 6 lands 2 to 3 seed sds below the rest, and with one seed allowed to
   discard, 6.2 to 6.7 % of A/A challengers were discarded at a cap of 2 against the 5 % stated:
-  bench/RESULTS.md, "Calibration at 300 steps"); INCONCLUSIVE asking
+  bench/RESULTS-archive.md, "Calibration at 300 steps"); INCONCLUSIVE asking
   for more seeds goes on to the next batch while the cap allows; anything else ends the decision
   where it stands.
 - **One race** (:class:`Race`): the rules above as one state machine, driven alike by the loop

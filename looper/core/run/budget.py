@@ -2,7 +2,7 @@
 
 A wall-clock budget alone lets a busy machine shrink a run silently: the same train.py and seed
 fitted 455 to 591 optimizer steps into the same 150 s, and the score followed the steps
-(bench/RESULTS.md, "Noise at the source"). With ``[loop] max_steps = "auto"`` a tag starts with a
+(bench/RESULTS-archive.md, "Noise at the source"). With ``[loop] max_steps = "auto"`` a tag starts with a
 warm-up run of its baseline train.py under the wall clock alone (it also takes the cold start:
 caches, page cache, settings); the tag's step budget is :func:`step_budget` of the steps that
 run fitted, stored with the tag, and every later run of the tag trains exactly that many steps

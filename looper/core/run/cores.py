@@ -6,7 +6,7 @@ cores), so each run gets a share of the cores as its thread count (``OMP_NUM_THR
 ``MKL_NUM_THREADS`` and ``LOOPER_THREADS``, which the baseline train.py gives torch), and every run of
 such a night gets it, a lone one too, so that all its runs train in one regime. On this 2-core machine,
 in the same hour, two one-thread runs side by side did 8 demo runs of 169 steps in 6 min 20 s where one
-two-thread run at a time did 6 in 6 min 13 s: about 1.3 times the runs an hour (bench/RESULTS.md, "Seeds
+two-thread run at a time did 6 in 6 min 13 s: about 1.3 times the runs an hour (bench/RESULTS-archive.md, "Seeds
 side by side, and a confirmed demo night"). The runs are not pinned to cores: a night pinned to one core
 a run measured its 8 baseline seeds in 6 min 22 s, unpinned the next in 6 min 01 s, and a thread count
 needs nothing a system may lack (macOS has no affinity).
