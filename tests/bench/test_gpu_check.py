@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -65,7 +66,7 @@ def test_the_dry_run_answers_every_step_and_passes_what_a_cpu_can_take(tmp_path:
                         "--work", str(tmp_path / "work"), "--only", "facts,install,amp,night,probe",
                         "--total-seconds", "900"], capture_output=True, text=True, timeout=1000)
     summary = (out / "summary.txt").read_text().splitlines()
-    steps = {line.split()[1]: line for line in summary[1:-1]}
+    steps = {re.match(r"^\[\s*\d+s\] (\S+)", line)[1]: line for line in summary[1:-1]}  # "[ 12s] night ..."
     assert set(steps) == {"facts", "install", "amp", "night", "probe"}, summary
     assert "skipped: a dry run uses this interpreter's installed looper" in steps["install"]
     for name in ("facts", "amp", "night", "probe"):
