@@ -40,6 +40,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_parts import night_figures, toml_set, unpack_deb  # noqa: E402
+
 PY = sys.executable
 STEPS = ("facts", "install", "tests", "amp", "determinism", "night", "probe", "tune")
 # Seconds each step may take on a GPU (the whole fits 540 s) and in a dry run on 2 CPU cores.
@@ -172,22 +175,6 @@ def cuda_under_rlimit(c: Check) -> str:
                "torch.cuda.is_available() else 'cpu'; x = torch.randn(512, 512, device=d); print('ok', d, "
                "float((x @ x).abs().sum()) > 0)"], 60, "facts.log")
     return "ok" if p.returncode == 0 and "ok" in p.stdout else f"BROKEN ({_tail(p)[:120]})"
-
-
-def unpack_deb(deb: Path, root: Path) -> None:
-    """A Debian package's files under ``root`` (its ``ar`` archive's data.tar.*, read here: no dpkg needed)."""
-    raw = deb.read_bytes()
-    at = 8  # after "!<arch>\n"
-    while at + 60 <= len(raw):
-        name, size = raw[at:at + 16].decode().strip().rstrip("/"), int(raw[at + 48:at + 58])
-        if name.startswith("data.tar"):
-            import io
-
-            with tarfile.open(fileobj=io.BytesIO(raw[at + 60:at + 60 + size])) as tar:
-                tar.extractall(root, filter="tar")
-            return
-        at += 60 + size + (size % 2)
-    raise ValueError(f"{deb.name}: no data.tar in it")
 
 
 def carried(c: Check, tool: str, packages: tuple[str, ...]) -> str:
@@ -331,26 +318,6 @@ def step_determinism(c: Check, left: float) -> str:
             f"(tensor digests {digests})")
 
 
-def toml_set(path: Path, values: dict[str, dict[str, object]]) -> None:
-    """Set keys in a looper.toml (section -> key -> value), keeping the rest of the file."""
-    lines = path.read_text().splitlines()
-    for section, keys in values.items():
-        start = next((i for i, x in enumerate(lines) if x.strip() == f"[{section}]"), None)
-        if start is None:
-            lines += ["", f"[{section}]"]
-            start = len(lines) - 1
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("[")), len(lines))
-        for key, value in keys.items():
-            text = f"{key} = {json.dumps(value) if not isinstance(value, bool) else str(value).lower()}"
-            at = next((i for i in range(start + 1, end) if lines[i].split("=")[0].strip() == key), None)
-            if at is None:
-                lines.insert(start + 1, text)
-                end += 1
-            else:
-                lines[at] = text
-    path.write_text("\n".join(lines) + "\n")
-
-
 def step_night(c: Check, left: float) -> str:
     ws = c.work / "night"
     looper = [PY, "-m", "looper.cli"]
@@ -398,53 +365,6 @@ def step_night(c: Check, left: float) -> str:
             + f"; start-up phases (s since launch) {night['startup_phases']}"
             + ("" if limits in ("ok", "no prlimit") else "; run limits OFF (torch broke under RLIMIT_DATA)")
             + (f"; halt: {night['halt']}" if night.get("halt") else ""))
-
-
-def night_figures(db: Path, t0: float, t1: float) -> dict:
-    import datetime as dt
-    import sqlite3
-
-    if not db.is_file():
-        return {"experiments": "no database", "runs": 0, "failed_runs": 0, "devices": {}, "decided": 0,
-                "startup_s": None, "train_s": None, "eval_s": None, "first_train_at": None, "startup_phases": {}}
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    con.row_factory = sqlite3.Row
-    exps = [dict(r) for r in con.execute("select id, kind, status, score, description from experiments order by id")]
-    runs = [dict(r) for r in con.execute("select * from runs order by id")]
-
-    def ts(s: str | None) -> float | None:
-        return dt.datetime.fromisoformat(s).timestamp() if s else None
-
-    def span(a: str | None, b: str | None) -> float | None:
-        x, y = ts(a), ts(b)
-        return y - x if x is not None and y is not None else None
-
-    def mean(xs: list[float | None]) -> float | None:
-        xs2 = [x for x in xs if x is not None]
-        return round(statistics.fmean(xs2), 1) if xs2 else None
-
-    devices: dict[str, int] = {}
-    for r in runs:
-        d = json.loads(r["train_json"] or "{}").get("device", "?")
-        devices[d] = devices.get(d, 0) + 1
-    statuses: dict[str, int] = {}
-    for e in exps:
-        statuses[e["status"]] = statuses.get(e["status"], 0) + 1
-    halts = [r[0] for r in con.execute("select message from events where kind like '%halt%' order by id desc limit 1")] \
-        if "events" in {r[0] for r in con.execute("select name from sqlite_master")} else []
-    starts = [ts(r["train_started_at"]) for r in runs if r["train_started_at"]]
-    phases: dict[str, list[float]] = {}
-    for r in runs:
-        for k, v in (json.loads(r["train_json"] or "{}").get("startup_phases") or {}).items():
-            phases.setdefault(k, []).append(v)
-    return {"experiments": ", ".join(f"{k} {v}" for k, v in statuses.items()), "runs": len(runs),
-            "failed_runs": sum(1 for r in runs if r["exit_code"] not in (0, None)), "devices": devices,
-            "decided": sum(1 for e in exps if e["kind"] != "baseline" and e["status"] in ("keep", "discard", "inconclusive")),
-            "startup_s": mean([span(r["started_at"], r["train_started_at"]) for r in runs]),
-            "train_s": mean([span(r["train_started_at"], r["train_ended_at"]) for r in runs]),
-            "eval_s": mean([span(r["train_ended_at"], r["eval_ended_at"]) for r in runs]),
-            "first_train_at": min(starts) if starts else None, "halt": halts[0][:300] if halts else None,
-            "startup_phases": {k: mean(v) for k, v in phases.items()}}
 
 
 def step_probe(c: Check, left: float) -> str:

@@ -4,22 +4,7 @@ Every section and key is fixed; an unknown key, a value of the wrong type or out
 range is a :class:`~looper.errors.ConfigError` whose message names the file and the key
 as ``section.key`` (for example ``loop.budget_seconds: must be > 0 (got -1)``).
 
-Keys beyond the contract, with their defaults (documented here on purpose):
-
-- ``[loop] workers = 1``: experiments run at the same time.
-- ``[loop] seed_jobs = 1``: seeds of one experiment a worker runs at the same time, each on its own
-  cores (local executor only; looper/core/run/cores.py).
-- ``[agent] max_failures = 2``: agent failures in a row the loop tolerates.
-- ``[executor] ssh_options = []``: extra ``ssh`` arguments, e.g. ``["-p", "2222"]``.
-- ``[executor] gpu_index = 0``: which GPU the run uses (``LOOPER_DEVICE``).
-- ``[executor] sandbox = "bwrap"``: train.py and evaluate.py run inside bubblewrap
-  (docs/SECURITY.md); ``"none"`` is an explicit opt-out shown in every verdict and report.
-- ``[executor] sandbox_network = false``: ``true`` lets train.py reach the network.
-- ``[executor]`` for ``kind = "slurm"`` (docs/SLURM.md): ``partition = ""`` (the cluster's
-  default), ``gres = ""`` (e.g. ``"gpu:1"``), ``account = ""``, ``sbatch_extra = []`` (extra
-  ``#SBATCH`` options, e.g. ``["--mem=16G", "--qos=low"]``), ``start_timeout = 600`` (seconds a
-  job may stay pending before that is a harness fault), ``requeue_limit = 2`` (resubmissions
-  after a harness fault). They are left out of the dump when ``kind`` is not ``"slurm"``.
+Every key, its default and what it does: docs/REFERENCE.md (the same defaults as the fields below).
 
 Secrets never live in this file: the OpenAI-compatible agent reads its key from the
 environment variable *named* by ``agent.api_key_env``. :meth:`Config.redacted_dict` is

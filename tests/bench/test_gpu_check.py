@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
-import gpu_check  # noqa: E402
+import gpu_parts  # noqa: E402
 
 
 def _deb(path: Path, files: dict[str, bytes]) -> Path:
@@ -36,10 +36,10 @@ def _deb(path: Path, files: dict[str, bytes]) -> Path:
 
 def test_a_carried_package_unpacks_without_dpkg(tmp_path: Path) -> None:
     deb = _deb(tmp_path / "tool_1.0_amd64.deb", {"./usr/bin/tool": b"#!/bin/sh\necho tool 1.0\n"})
-    gpu_check.unpack_deb(deb, tmp_path / "root")
+    gpu_parts.unpack_deb(deb, tmp_path / "root")
     assert (tmp_path / "root" / "usr" / "bin" / "tool").read_bytes() == b"#!/bin/sh\necho tool 1.0\n"
     with pytest.raises(ValueError, match="nodata.deb: no data.tar in it"):
-        gpu_check.unpack_deb(_no_data(tmp_path / "nodata.deb"), tmp_path / "r2")
+        gpu_parts.unpack_deb(_no_data(tmp_path / "nodata.deb"), tmp_path / "r2")
 
 
 def _no_data(path: Path) -> Path:
@@ -50,7 +50,7 @@ def _no_data(path: Path) -> Path:
 def test_toml_set_changes_only_the_keys_named(tmp_path: Path) -> None:
     f = tmp_path / "looper.toml"
     f.write_text('[loop]\ntag = "demo"  # kept\nseed_jobs = 2\n\n[executor]\nkind = "local"\n')
-    gpu_check.toml_set(f, {"loop": {"seed_jobs": 4, "workers": 2}, "executor": {"require_gpu": True},
+    gpu_parts.toml_set(f, {"loop": {"seed_jobs": 4, "workers": 2}, "executor": {"require_gpu": True},
                            "confirm": {"transfer_steps": 0}})
     import tomllib
 

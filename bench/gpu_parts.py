@@ -1,0 +1,91 @@
+"""What the GPU check (bench/gpu_check.py) reads and writes beside its steps: a carried Debian package unpacked
+without dpkg, keys set in a workspace's looper.toml, a night's figures read from its database."""
+
+from __future__ import annotations
+
+import io
+import json
+import statistics
+import tarfile
+from pathlib import Path
+
+
+def unpack_deb(deb: Path, root: Path) -> None:
+    """A Debian package's files under ``root`` (its ``ar`` archive's data.tar.*, read here: no dpkg needed)."""
+    raw = deb.read_bytes()
+    at = 8  # after "!<arch>\n"
+    while at + 60 <= len(raw):
+        name, size = raw[at:at + 16].decode().strip().rstrip("/"), int(raw[at + 48:at + 58])
+        if name.startswith("data.tar"):
+            with tarfile.open(fileobj=io.BytesIO(raw[at + 60:at + 60 + size])) as tar:
+                tar.extractall(root, filter="tar")
+            return
+        at += 60 + size + (size % 2)
+    raise ValueError(f"{deb.name}: no data.tar in it")
+
+
+def toml_set(path: Path, values: dict[str, dict[str, object]]) -> None:
+    """Set keys in a looper.toml (section -> key -> value), keeping the rest of the file."""
+    lines = path.read_text().splitlines()
+    for section, keys in values.items():
+        start = next((i for i, x in enumerate(lines) if x.strip() == f"[{section}]"), None)
+        if start is None:
+            lines += ["", f"[{section}]"]
+            start = len(lines) - 1
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("[")), len(lines))
+        for key, value in keys.items():
+            text = f"{key} = {json.dumps(value) if not isinstance(value, bool) else str(value).lower()}"
+            at = next((i for i in range(start + 1, end) if lines[i].split("=")[0].strip() == key), None)
+            if at is None:
+                lines.insert(start + 1, text)
+                end += 1
+            else:
+                lines[at] = text
+    path.write_text("\n".join(lines) + "\n")
+
+
+def night_figures(db: Path, t0: float, t1: float) -> dict:
+    import datetime as dt
+    import sqlite3
+
+    if not db.is_file():
+        return {"experiments": "no database", "runs": 0, "failed_runs": 0, "devices": {}, "decided": 0,
+                "startup_s": None, "train_s": None, "eval_s": None, "first_train_at": None, "startup_phases": {}}
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    con.row_factory = sqlite3.Row
+    exps = [dict(r) for r in con.execute("select id, kind, status, score, description from experiments order by id")]
+    runs = [dict(r) for r in con.execute("select * from runs order by id")]
+
+    def ts(s: str | None) -> float | None:
+        return dt.datetime.fromisoformat(s).timestamp() if s else None
+
+    def span(a: str | None, b: str | None) -> float | None:
+        x, y = ts(a), ts(b)
+        return y - x if x is not None and y is not None else None
+
+    def mean(xs: list[float | None]) -> float | None:
+        xs2 = [x for x in xs if x is not None]
+        return round(statistics.fmean(xs2), 1) if xs2 else None
+
+    devices: dict[str, int] = {}
+    for r in runs:
+        d = json.loads(r["train_json"] or "{}").get("device", "?")
+        devices[d] = devices.get(d, 0) + 1
+    statuses: dict[str, int] = {}
+    for e in exps:
+        statuses[e["status"]] = statuses.get(e["status"], 0) + 1
+    halts = [r[0] for r in con.execute("select message from events where kind like '%halt%' order by id desc limit 1")] \
+        if "events" in {r[0] for r in con.execute("select name from sqlite_master")} else []
+    starts = [ts(r["train_started_at"]) for r in runs if r["train_started_at"]]
+    phases: dict[str, list[float]] = {}
+    for r in runs:
+        for k, v in (json.loads(r["train_json"] or "{}").get("startup_phases") or {}).items():
+            phases.setdefault(k, []).append(v)
+    return {"experiments": ", ".join(f"{k} {v}" for k, v in statuses.items()), "runs": len(runs),
+            "failed_runs": sum(1 for r in runs if r["exit_code"] not in (0, None)), "devices": devices,
+            "decided": sum(1 for e in exps if e["kind"] != "baseline" and e["status"] in ("keep", "discard", "inconclusive")),
+            "startup_s": mean([span(r["started_at"], r["train_started_at"]) for r in runs]),
+            "train_s": mean([span(r["train_started_at"], r["train_ended_at"]) for r in runs]),
+            "eval_s": mean([span(r["train_ended_at"], r["eval_ended_at"]) for r in runs]),
+            "first_train_at": min(starts) if starts else None, "halt": halts[0][:300] if halts else None,
+            "startup_phases": {k: mean(v) for k, v in phases.items()}}
