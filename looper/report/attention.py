@@ -27,6 +27,9 @@ def _halts(n: Night) -> list[Attention]:
             continue
         reason = "; ".join(clean(b) for b in e.blocking) or "(no reason recorded)"
         out.append(Attention("halt", f"harness error in #{e.id}: {reason}", e.id))
+    for bid, scored in n.unfinished_baselines.items():  # what the halted baseline measured is not lost
+        seeds = ", ".join(f"seed {seed} {score:.4f}" for seed, score in scored)
+        out.append(Attention("halt", f"baseline #{bid} did not finish; {len(scored)} of its seeds scored: {seeds}", bid))
     for ev in n.events:
         if ev.kind == "page_failed":
             out.append(Attention("halt", f"a page was NOT delivered at {ev.at[:19]}: {clean(ev.message)}",

@@ -122,6 +122,7 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
         judgements=_judgements(experiments, figures), figures=figures, sandbox_off=off, network_on=net,
         sandbox_config=workspace_sandbox, baseline_seeds=_seeds(baseline.metrics if baseline else None),
         reference_seeds=_seeds(ref.metrics), baseline_scores=_baseline_scores(store, experiments),
+        unfinished_baselines=_unfinished_baselines(store, experiments),
         sigma=tag_sigma(store, tag), class_order=order,
     )
     night.attention = attention(night, ref.approved)
@@ -189,6 +190,18 @@ def _baseline_scores(store: Store, experiments: list[ExperimentRow]) -> dict[int
         if e.kind == "baseline" and e.score is not None:
             metrics = store.experiment(e.id).metrics or {}
             out[e.id] = _floats(metrics.get("seed_scores"))
+    return out
+
+
+def _unfinished_baselines(store: Store, experiments: list[ExperimentRow]) -> dict[int, tuple[tuple[int, float], ...]]:
+    """Each baseline of the window that has no score (it halted), with the seeds of it that did score."""
+    out: dict[int, tuple[tuple[int, float], ...]] = {}
+    for e in experiments:
+        if e.kind == "baseline" and e.score is None:
+            scored = tuple((int(r.seed), float(r.score)) for r in store.run_records(e.id)
+                           if r.seed is not None and num(r.score) is not None)
+            if scored:
+                out[e.id] = scored
     return out
 
 

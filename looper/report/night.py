@@ -230,6 +230,8 @@ class Night(Sorted):
     baseline_seeds: int = 1             # how many seeds measured the tag-start baseline
     reference_seeds: int = 1            # ... and the compared baseline (approved or tag-start)
     baseline_scores: dict[int, tuple[float, ...]] = field(default_factory=dict)  # seed scores of window baselines
+    # a baseline that did not finish (a halt): the (seed, score) of each of its runs that scored
+    unfinished_baselines: dict[int, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     sigma: float | None = None          # the score noise the tag's baseline measured (for rounding, fmt.shown)
     class_order: tuple[str, ...] = CLASSES  # the data's classes in its manifest's order (looper's 26 by default)
 
