@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import threading
 from pathlib import Path
 
 _CHUNK = 1 << 20
@@ -82,6 +83,11 @@ def _missing_names(module: str, names: list[str]) -> list[str]:
     return [n for n in names if n != "*" and not hasattr(mod, n) and not _importable(f"{module}.{n}")]
 
 
+# CPython 3.11's parser keeps its recursion depth in state shared by threads: two runs side by side parsing at
+# once ended a night with "SystemError: AST constructor recursion depth mismatch". One parse at a time.
+_PARSE_LOCK = threading.Lock()
+
+
 def stale_imports(folder: Path, names: tuple[str, ...]) -> list[str]:
     """One line for each looper module (or name from one) a fixed file in ``folder`` imports and this looper no
     longer has (a workspace made by an older looper, whose evaluate.py names what moved); [] when all are here."""
@@ -91,7 +97,8 @@ def stale_imports(folder: Path, names: tuple[str, ...]) -> list[str]:
         if not p.is_file():
             continue
         try:
-            tree = ast.parse(p.read_text())
+            with _PARSE_LOCK:
+                tree = ast.parse(p.read_text())
         except (SyntaxError, UnicodeDecodeError):
             continue  # its hash names the change
         wanted: dict[str, list[str]] = {}
