@@ -83,6 +83,9 @@ class LoopConfig(_Section):
     workers: int = Field(default=1, ge=1)
     # seeds of one experiment run at the same time, each pinned to its own cores (local executor only)
     seed_jobs: int = Field(default=1, ge=1)
+    # seed_jobs > 1: start each waiting run's box (its imports done, its code not yet run) while the slot it
+    # waits for trains, and evaluate a run while the next trains (looper.night.slots); "auto": with require_gpu
+    prestart: Literal["auto", "on", "off"] = "auto"
     # fresh seeds the night's final best is re-run on when the night ends (and by `looper confirm`); 0: off
     confirm_seeds: int = Field(default=3, ge=0)
 

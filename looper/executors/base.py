@@ -36,6 +36,8 @@ class RunResult:
     limit: str = ""  # a run limit stopped it (looper.executors.limits: its quota watch), in words
     log_error: str = ""  # the daemon could not write the run's log (a full disk): the log is cut there
     seen: dict = field(default_factory=dict)  # what the harness saw of the run's limits (looper.core.run.limits.Seen)
+    started: bool = True  # False: a prestarted run whose slot was not given (TrainJob.gate); it never ran
+    held_seconds: float = 0.0  # a prestarted run: how long its box waited for the slot (not in ``seconds``)
 
     @property
     def clean_exit(self) -> bool:
@@ -56,6 +58,9 @@ class TrainJob:
     device: str = ""
     max_steps: int = 0  # a step budget (LOOPER_MAX_STEPS); 0: the wall clock alone
     threads: int = 0  # its share of the cores ([loop] seed_jobs > 1, local only): LOOPER_THREADS; 0: unset
+    # Its training slot ([loop] prestart, looper.night.slots): blocks until the slot is the run's (True) or will
+    # never be (False). Given only to an executor that ``prestarts``: it starts the run's box first, then waits.
+    gate: Callable[[], bool] | None = None
 
 
 @dataclass
@@ -76,6 +81,7 @@ LineSink = Callable[[str], None]
 @runtime_checkable
 class Executor(Protocol):
     name: str
+    prestarts: bool  # honours TrainJob.gate itself (starts the run's box, then waits); False: the caller waits
 
     def preflight(self, require_gpu: bool) -> Verdict:
         """Reachable, enough disk, GPU present when required. Error verdict otherwise."""

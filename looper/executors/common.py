@@ -79,7 +79,7 @@ def run_result(s: proc.Supervised) -> RunResult:
     """A supervised child's end as a :class:`RunResult`."""
     return RunResult(exit_code=s.exit_code, signal=s.signal, timed_out=s.timed_out, stalled=s.stalled,
                      cancelled=s.stopped_by == "cancel", seconds=s.seconds, log_tail=s.log_tail,
-                     limit=s.limit, log_error=s.log_error)
+                     limit=s.limit, log_error=s.log_error, started=s.started, held_seconds=s.held_seconds)
 
 
 def fault_result(message: str, code: int, seconds: float = 0.0) -> RunResult:

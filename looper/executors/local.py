@@ -9,6 +9,7 @@ from pathlib import Path
 
 import looper.executors.evaluator as evaluator
 import looper.executors.limits as run_limits
+import looper.executors.prestart as prestart
 import looper.executors.sandbox as sandbox
 from looper import proc
 from looper.core.verdicts.verdict import Verdict
@@ -33,6 +34,7 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # a run side by side: its 
 
 class LocalExecutor(DataFolder):
     name = "local"
+    prestarts = True  # a TrainJob with a gate: the run's box started first, train.py once the slot is its own
 
     def __init__(self, workspace: Path, python: str = "", gpu_index: int = 0, probe: NvmlProbe | None = None,
                  extra_env: dict[str, str] | None = None, sandbox: SandboxPolicy | None = None) -> None:
@@ -71,8 +73,9 @@ class LocalExecutor(DataFolder):
         return sandboxed_eval_argv(self.python, job, self._data_path(self._data_dir), env, self.sandbox)
 
     def plain_train_argv(self, job: TrainJob) -> list[str]:
-        """The training command, run in ``job.checkout``."""
-        return [self.python, "train.py"]
+        """The training command, run in ``job.checkout``: ``python train.py``, or with a gate its prestarted form
+        (looper/executors/prestart.py: the imports done before the slot is the run's, train.py after)."""
+        return prestart.argv(self.python) if job.gate is not None else [self.python, "train.py"]
 
     def plain_eval_argv(self, job: EvalJob) -> list[str]:
         """The evaluation command, run in ``job.checkout``."""
@@ -121,7 +124,7 @@ class LocalExecutor(DataFolder):
                 limits.check = box.check
                 s = proc.supervise(box.wrap(self.train_argv(job)), cwd=job.checkout, env=self.train_env(job),
                                    log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel,
-                                   on_start=box.started)
+                                   on_start=box.started, gate=job.gate)
                 seen = box.seen(s.log_error, s.limit)
         finally:
             gpu = sampler.stop() if sampler else {}

@@ -64,8 +64,9 @@ def _fresh_runs(ctx: Context, best: ExperimentRecord, seeds: list[int], key: str
     best's own; a run interrupted or in error starts no further one."""
     f = _Fresh()
     worker = ctx.main_worker()
-    from looper.night.measure import Measurement, measure, side_by_side
+    from looper.night.measure import Measurement, measure
     from looper.night.runs import best_checkout, record_best_run
+    from looper.night.slots import side_by_side
 
     with best_checkout(ctx, worker.wt.path, best.source, "looper-confirm-") as ck:
         def one(seed: int) -> Measurement | None:

@@ -5,15 +5,14 @@ for the gate to judge."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from looper.core.fault import blame as core_blame
 from looper.core.fault import evidence as core_evidence
@@ -22,7 +21,7 @@ from looper.core.run import budget as core_budget
 from looper.core.run import limits as core_limits
 from looper.core.run import phases as core_phases
 from looper.core.verdicts.verdict import Outcome
-from looper.executors import EvalJob, RunResult
+from looper.executors import EvalJob, RunResult, TrainJob
 from looper.executors.sandbox import WEIGHTS_REFUSED_EXIT
 from looper.night.canary import (
     EVAL_CANARY,
@@ -36,10 +35,9 @@ from looper.night.canary import (
 from looper.night.clock import now_iso
 from looper.night.context import Context, Worker
 from looper.night.integrity import integrity
+from looper.night.slots import NotStarted, current_slot
 from looper.workspace import trees
 from looper.workspace.hashes import file_sha256
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -153,60 +151,24 @@ def startup_from_json(started: str | None, train_json: dict | None) -> str | Non
     return (datetime.fromisoformat(started) + timedelta(seconds=float(s))).isoformat(timespec="milliseconds")
 
 
-def side_by_side(ctx: Context, calls: Sequence[Callable[[], T]], ok: Callable[[T], bool],
-                 keep: Callable[[T], None] = lambda r: None) -> list[T]:
-    """Run ``calls`` (each a :func:`measure`) up to ``[loop] seed_jobs`` at a time and hand each result to
-    ``keep`` (recording it) in the calls' order, whatever order they finish in, so the store holds a
-    night's runs in seed order at any ``seed_jobs``. Returns the results up to and including the first
-    that is not ``ok``: after it no further call starts, as one after another would have stopped there
-    (a call already running beside it finishes and is kept, on record but not returned). One job: one
-    after another, in this thread."""
-    out: list[T] = []
-    jobs = min(ctx.cfg.loop.seed_jobs, len(calls))
-    if jobs <= 1:
-        for call in calls:
-            out.append(call())
-            keep(out[-1])
-            if not ok(out[-1]):
-                break
-        return out
-    stop = threading.Event()
-
-    def one(call: Callable[[], T]) -> tuple[bool, T | None]:
-        if stop.is_set():
-            return False, None  # never started: a call before it was not ok
-        r = call()
-        if not ok(r):
-            stop.set()
-        return True, r
-
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="looper-seed") as pool:
-        futures = [pool.submit(one, call) for call in calls]
-        done = False
-        for f in futures:
-            ran, r = f.result()  # in the calls' order; a call that raised raises here
-            if not ran:
-                continue
-            keep(r)  # type: ignore[arg-type]
-            if not done:
-                out.append(r)  # type: ignore[arg-type]
-                done = not ok(r)  # type: ignore[arg-type]
-    return out
-
-
 def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: float, ck: Path,
           rd: Path, threads: int = 0) -> Measurement:
     """The training run and the evidence it left: a Measurement still PENDING when it trained."""
     out = rd / "out"
     max_steps = ctx.tag.max_steps()
-    ctx.store.set_phase(exp_id, f"train ({role}, seed {seed})")
-    ctx.display.set_phase(exp_id, f"{ctx.night.wlabel(w)}train {role} seed={seed}", budget)
-    started = now_iso()
     on_line, first_step = startup_watch(ctx.display.log_line)
-    tr = w.executor.train(ctx.train_job(w, ck, rd, seed, budget, threads), on_line, ctx.night.cancel)
+
+    def announce() -> None:
+        ctx.store.set_phase(exp_id, f"train ({role}, seed {seed})")
+        ctx.display.set_phase(exp_id, f"{ctx.night.wlabel(w)}train {role} seed={seed}", budget)
+
+    tr, started = _in_slot(ctx, w, ctx.train_job(w, ck, rd, seed, budget, threads), on_line, announce)
     m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd, started_at=started,
                     train_started_at=first_step[0] if first_step else None, train_ended_at=now_iso())
-    if tr.cancelled or ctx.night.cancel.is_set():
+    if not tr.started and not ctx.night.cancel.is_set():  # a run before it was not ok: this one never ran
+        trees.remove_tree(rd)
+        raise NotStarted(f"seed {seed}")
+    if tr.cancelled or not tr.started or ctx.night.cancel.is_set():
         return m.ended(Outcome.INTERRUPTED, "the daemon was stopped during training")
     after = integrity(ctx, "during the training run", ck, w.executor)
     if not after.ok:
@@ -243,6 +205,36 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
     m.cut_short = core_budget.cut_short(m.train_json, max_steps)
     m.train_started_at = m.train_started_at or startup_from_json(started, m.train_json)
     return m
+
+
+def _in_slot(ctx: Context, w: Worker, job: TrainJob, on_line: Callable[[str], None],
+             announce: Callable[[], None]) -> tuple[RunResult, str]:
+    """The executor's training run, in its training slot where runs go side by side (looper.night.slots), and
+    the run's start on the harness's clock: when its slot was given (its wait is not its start-up). A
+    prestarting executor starts the run's box first and waits for the slot itself (``job.gate``); another is
+    started once the slot is given. ``announce`` (the run's phase) is called as its training starts."""
+    slot = current_slot()
+
+    def given() -> bool:
+        return bool(slot is not None and slot.take()) and (announce() or True)
+
+    if slot is None:
+        announce()
+    launched = now_iso()
+    try:
+        if slot is not None and not w.executor.prestarts:
+            tr = w.executor.train(job, on_line, ctx.night.cancel) if given() else RunResult(None, started=False)
+        else:
+            tr = w.executor.train(dataclasses.replace(job, gate=given if slot is not None else None), on_line,
+                                  ctx.night.cancel)
+    except BaseException:
+        if slot is not None:
+            slot.give_back()
+        raise
+    if slot is not None and tr.clean_exit:
+        slot.give_back()  # trained: the slot is the next run's while this one is evaluated; a failure keeps it
+        # until it is judged: the look stops before a run waiting for it starts (looper.night.slots)
+    return tr, (slot.taken_at if slot is not None and slot.taken_at else launched)
 
 
 def limit_hit(tr: RunResult) -> str | None:

@@ -18,8 +18,9 @@ from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.errors import HarnessError, UsageError
 from looper.night.candidate import Candidate, Result
 from looper.night.context import Context
-from looper.night.measure import Measurement, mean_metrics, measure, side_by_side, weights_sha256
+from looper.night.measure import Measurement, mean_metrics, measure, weights_sha256
 from looper.night.runs import best_checkout, record_best_run, record_run
+from looper.night.slots import side_by_side
 from looper.store import ExperimentRecord
 
 GATE_ADVICE = ("The gate cannot judge candidates against this baseline. Change what the baseline depends on "

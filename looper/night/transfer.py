@@ -40,8 +40,9 @@ def _longer(ctx: Context, steps: int) -> Context:
 
 def _side(ctx: Context, exp: Any, seeds: list[int], budget: float) -> tuple[list[float], float, list[str], bool]:
     """(scores, seconds, problems, cut) of ``exp``'s train.py on ``seeds`` at the longer budget."""
-    from looper.night.measure import measure, side_by_side
+    from looper.night.measure import measure
     from looper.night.runs import best_checkout
+    from looper.night.slots import side_by_side
 
     key, worker = ctx.cfg.gate.score, ctx.main_worker()
     scores: list[float] = []

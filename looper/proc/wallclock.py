@@ -33,6 +33,8 @@ class Supervised:
     stopped_by: str = ""  # "budget" | "stall" | "cancel" | "limit" | ""
     limit: str = ""  # stopped_by "limit": the words of Limits.check that stopped it
     log_error: str = ""  # writing the run's log failed (a full disk): the log is cut there, the run went on
+    held_seconds: float = 0.0  # with a gate: how long the started child waited for it (not in ``seconds``)
+    started: bool = True  # False: the gate was not given, the child was told nothing and ended
 
 
 def emit_lines(lines: list[str], log: Any, tail: deque, on_line: Callable[[str], None] | None) -> None:
@@ -159,8 +161,14 @@ def supervise(
     on_line: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
     on_start: Callable[[int], None] | None = None,
+    gate: Callable[[], bool] | None = None,
 ) -> Supervised:
-    """Run a child in its own process group, stream its output, enforce limits from outside."""
+    """Run a child in its own process group, stream its output, enforce limits from outside.
+
+    ``gate`` (a prestarted run, :mod:`looper.executors.prestart`): the child is started at once with a pipe on
+    its standard input, then ``gate()`` is waited for. True: :data:`~looper.executors.prestart.GO` is written,
+    and the budget and stall clocks start then (``seconds`` counts from there, ``held_seconds`` the wait).
+    False: the pipe is closed unwritten and the child is ended: ``started`` False, no run."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     state = _State(tail=deque(maxlen=limits.tail_lines))
@@ -174,7 +182,7 @@ def supervise(
             list(argv),
             cwd=str(cwd),
             env=_merged_env(env, True),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if gate is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -183,12 +191,17 @@ def supervise(
         close_quietly(raw_log)
         raise
     trail = _trail_add(proc.pid, argv)
+    held, started = 0.0, True
     try:
         if on_start:
             on_start(proc.pid)
         reader = threading.Thread(target=_pump, args=(proc, state, log, on_line, limits.line_max_bytes), daemon=True)
         reader.start()
-        stopped_by = _enforce(proc, state, limits, start, cancel)
+        if gate is not None:
+            started = _hold(proc, gate)
+            held, start = time.monotonic() - start, time.monotonic()
+            state.last_output = start
+        stopped_by = _enforce(proc, state, limits, start, cancel) if started else _not_started(proc)
     finally:
         # The leader is gone (or this thread was interrupted); make sure nothing of its group outlives it.
         _kill_group(proc, signal.SIGKILL)
@@ -207,4 +220,34 @@ def supervise(
         stopped_by=stopped_by,
         limit=state.limit if stopped_by == "limit" else "",
         log_error=f"writing {log_path.name} failed: {failed.strerror or failed}" if failed else "",
+        held_seconds=held,
+        started=started,
     )
+
+
+GO = b"go\n"  # looper.executors.prestart.GO: the line that lets a prestarted run's train.py run
+
+
+def _hold(proc: subprocess.Popen, gate: Callable[[], bool]) -> bool:
+    """Wait for ``gate``; given, tell the child :data:`GO` (a child already gone finds out itself); not given,
+    close its standard input unwritten. Whether it was given."""
+    given = bool(gate())
+    stdin = proc.stdin
+    assert stdin is not None
+    try:
+        if given:
+            stdin.write(GO)
+        stdin.close()
+    except (BrokenPipeError, OSError, ValueError):  # it ended while it waited: _enforce sees how
+        pass
+    return given
+
+
+def _not_started(proc: subprocess.Popen, wait: float = 10.0) -> str:
+    """A child whose gate was not given reads end-of-file and leaves; one that does not is ended with its group."""
+    try:
+        proc.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc, signal.SIGKILL)
+        proc.wait()
+    return "not started"

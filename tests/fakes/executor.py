@@ -53,6 +53,7 @@ class FakeExecutor:
     """Executor: preflight, ensure_data, data_hash, train, evaluate, reap; every call is in ``calls``."""
 
     name = "fake"
+    prestarts = False  # a gated run's slot is taken by the caller (looper.night.slots)
 
     def __init__(self, down: bool = False) -> None:
         self.down = down

@@ -14,14 +14,100 @@ import pytest
 from looper.config import config_from_dict
 from looper.errors import ConfigError, HarnessError
 from looper.night.cores import run_threads
-from looper.night.measure import side_by_side
+from looper.night.slots import NotStarted, Slot, Slots, current_slot, prestart_on, side_by_side
 
 CORES = sorted(os.sched_getaffinity(0))
 
 
-def _ctx(jobs: int) -> SimpleNamespace:
-    """side_by_side reads only ``ctx.cfg.loop.seed_jobs``: a real Config under a plain holder."""
-    return SimpleNamespace(cfg=config_from_dict({"loop": {"seed_jobs": jobs}}))
+def _ctx(jobs: int, prestart: str = "off") -> SimpleNamespace:
+    """side_by_side reads ``ctx.cfg`` ([loop] seed_jobs, prestart) and ``ctx.night.cancel``: a real Config and
+    a real Event under plain holders."""
+    return SimpleNamespace(cfg=config_from_dict({"loop": {"seed_jobs": jobs, "prestart": prestart}}),
+                           night=SimpleNamespace(cancel=threading.Event()))
+
+
+class Runs:
+    """Calls shaped as measure() is with a training slot: wait for the slot (a prestarted box would be up),
+    train holding it, give it back, then evaluate; each phase counted as it happens."""
+
+    def __init__(self, train_s: float = 0.05, eval_s: float = 0.05) -> None:
+        self.lock = threading.Lock()
+        self.training = self.busy = self.most_training = self.most_busy = 0
+        self.order: list[int] = []
+        self.train_s, self.eval_s = train_s, eval_s
+
+    def _count(self, training: int, busy: int) -> None:
+        with self.lock:
+            self.training += training
+            self.busy += busy
+            self.most_training = max(self.most_training, self.training)
+            self.most_busy = max(self.most_busy, self.busy)
+
+    def call(self, i: int, fails: bool = False, train_s: float | None = None):
+        def run() -> int:
+            slot = current_slot()
+            assert slot is not None  # side by side: every call measures in a slot
+            if not slot.take():
+                raise NotStarted(str(i))
+            with self.lock:
+                self.order.append(i)
+            self._count(1, 1)
+            time.sleep(self.train_s if train_s is None else train_s)
+            self._count(-1, 0)
+            if not fails:  # trained cleanly: the next run trains while this one is evaluated; a failure keeps
+                slot.give_back()  # its slot until it is judged (side_by_side gives it back after the stop)
+            time.sleep(self.eval_s)
+            self._count(0, -1)
+            return -1 if fails else i
+        return run
+
+
+@pytest.mark.parametrize("prestart", ["off", "on"])
+def test_at_most_seed_jobs_runs_train_at_once_and_with_prestart_evaluation_overlaps_the_next_training(prestart):
+    runs = Runs()
+    got = side_by_side(_ctx(2, prestart), [runs.call(i) for i in range(8)], ok=lambda r: r >= 0)
+    assert got == list(range(8))
+    assert runs.most_training == 2  # never more than seed_jobs in training, prestarted or not
+    assert runs.order == list(range(8))  # slots are given in the calls' order
+    if prestart == "off":
+        assert runs.most_busy == 2  # a run holds its thread through its evaluation: nothing overlaps
+    else:
+        assert runs.most_busy >= 3  # a run evaluated while the next two train
+
+
+def test_a_prestarted_run_still_waiting_when_one_before_it_fails_never_starts_and_is_not_kept():
+    runs = Runs(train_s=0.5, eval_s=0.0)
+    kept: list[int] = []
+    calls = [runs.call(0, fails=True, train_s=0.05), *(runs.call(i) for i in range(1, 6))]  # 0 fails while 1 trains
+    got = side_by_side(_ctx(2, "on"), calls, ok=lambda r: r >= 0, keep=kept.append)
+    assert got == [-1]  # up to and including the one that failed
+    assert runs.order == [0, 1]  # 1 trained beside 0; 2 and 3 waited in their boxes and were told nothing
+    assert kept == [-1, 1]
+
+
+def test_a_stopped_night_gives_no_slot_to_a_waiting_run():
+    ctx = _ctx(1, "on")
+    slots = Slots(1)
+    first = Slot(slots, 0, ctx.night.cancel.is_set)
+    assert first.take() and first.take()  # taken once; asked again, still its own
+    waiting = Slot(slots, 1, ctx.night.cancel.is_set)
+    threading.Timer(0.3, ctx.night.cancel.set).start()
+    t0 = time.monotonic()
+    assert not waiting.take() and waiting.taken_at is None
+    assert 0.25 < time.monotonic() - t0 < 3
+    first.give_back()
+    first.give_back()  # given back once: a second time changes nothing
+    assert Slot(slots, 2, lambda: False).take()
+    assert not Slot(slots, 3, lambda: True).take()  # one slot, already taken, and the night stopped
+
+
+@pytest.mark.parametrize(("mode", "gpu", "on"), [("auto", False, False), ("auto", True, True), ("on", False, True),
+                                                 ("off", True, False)])
+def test_prestart_auto_is_on_where_the_runs_train_on_a_gpu(mode, gpu, on):
+    cfg = config_from_dict({"loop": {"prestart": mode}, "executor": {"require_gpu": gpu}})
+    assert prestart_on(cfg) is on
+    with pytest.raises(ConfigError, match="loop.prestart"):
+        config_from_dict({"loop": {"prestart": "yes"}})
 
 
 def test_side_by_side_runs_up_to_seed_jobs_calls_at_once_and_keeps_their_order():

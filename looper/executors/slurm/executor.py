@@ -81,6 +81,7 @@ class SlurmExecutor(DataFolder):
     """
 
     name = "slurm"
+    prestarts = False  # a gated run takes its slot before anything starts (looper.night.slots)
 
     def __init__(self, workspace: Path, section: Any, *, poll: float = 2.0, kill_after: float = 10.0,
                  unreachable_seconds: float = 120.0, tool_timeout: float = 30.0) -> None:

@@ -57,6 +57,7 @@ class SshExecutor(DataFolder):
     """The :class:`~looper.executors.base.Executor` for ``[executor] kind = "ssh"``."""
 
     name = "ssh"
+    prestarts = False  # a gated run takes its slot before anything starts (looper.night.slots)
 
     def __init__(self, workspace: Path, section: Any, *, kill_after: float = 10.0, retries: int = 3,
                  control_timeout: float = 120.0, package_dir: Path | None = None) -> None:

@@ -1,0 +1,132 @@
+"""A prestarted run (issue 46, looper/executors/prestart.py) through the real local executor and its real
+bubblewrap sandbox: the box comes up and imports while the slot is held, train.py runs only after go and its
+wall clock counts from there, a run whose slot is not given never runs train.py, nothing passes from one
+run's box to the next, and the same seed trains the same weights, bit for bit, prestarted and cold."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from looper.executors.base import TrainJob
+from looper.executors.local import LocalExecutor
+from looper.executors.prestart import NOT_STARTED_EXIT, READY_MARK
+
+pytestmark = [pytest.mark.e2e]
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The candidate: its first line notes the clock, then whatever was left in its interpreter and its /tmp.
+PROBE = '''import builtins, json, os, sys, time
+t = time.time()
+seen = {"t": t, "leak": hasattr(builtins, "LOOPER_LEAK"), "tmp": sorted(os.listdir("/tmp")),
+        "main": __name__, "argv": sys.argv, "path0": sys.path[0], "torch": "torch" in sys.modules}
+builtins.LOOPER_LEAK = 1
+open("/tmp/left-by-the-last-run", "w").write("x")
+out = os.environ["LOOPER_OUT"]
+json.dump(seen, open(os.path.join(out, "seen.json"), "w"))
+'''
+
+
+def _ws(tmp_path: Path, source: str, data: Path | None = None) -> tuple[LocalExecutor, Path]:
+    root = tmp_path / "ws"
+    ck = root / "ck"
+    ck.mkdir(parents=True)
+    (ck / "train.py").write_text(source)
+    shutil.copytree(REPO / "looper" / "pretrained", root / "pretrained")
+    ex = LocalExecutor(root, python=sys.executable)
+    if data is None:
+        data = root / "data"
+        (data / "tiles").mkdir(parents=True)
+        (data / "dataset.yaml").write_text("path: .\n")
+    ex.use_data(str(data))
+    return ex, ck
+
+
+def _job(ck: Path, run: Path, seed: int = 0, steps: int = 0, gate=None) -> TrainJob:
+    (run / "out").mkdir(parents=True)
+    return TrainJob(checkout=ck, out_dir=run / "out", seed=seed, budget_seconds=240, grace_seconds=30,
+                    stall_seconds=120, log_path=run / "train.log", max_steps=steps, gate=gate)
+
+
+def _tensors(path: Path) -> dict[str, str]:
+    """Each tensor's sha256, and the header's metadata less the model yaml's own path (``yaml_file``)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        out = {k: hashlib.sha256(f.get_tensor(k).numpy().tobytes()).hexdigest() for k in f.keys()}  # noqa: SIM118
+        meta = dict(f.metadata() or {})
+    meta["model_yaml"] = "\n".join(ln for ln in meta.get("model_yaml", "").splitlines() if not ln.startswith("yaml_file:"))
+    return {**out, **{f"meta:{k}": v for k, v in meta.items()}}
+
+
+class Gate:
+    """Given once the box said it is ready and ``hold`` seconds more have passed (or refused: ``give`` False)."""
+
+    def __init__(self, log: Path, hold: float = 1.0, give: bool = True) -> None:
+        self.log, self.hold, self.give = log, hold, give
+        self.at: float | None = None
+
+    def __call__(self) -> bool:
+        deadline = time.monotonic() + 120
+        while READY_MARK not in (self.log.read_text() if self.log.exists() else ""):
+            assert time.monotonic() < deadline, "the prestarted box never said it was ready"
+            time.sleep(0.05)
+        time.sleep(self.hold)
+        self.at = time.time()
+        return self.give
+
+
+def test_train_py_runs_only_after_go_in_a_box_of_its_own(tmp_path: Path) -> None:
+    ex, ck = _ws(tmp_path, PROBE)
+    seen = []
+    for n in range(2):  # two runs one after the other: nothing of the first is in the second
+        run = tmp_path / f"run{n}"
+        gate = Gate(run / "train.log")
+        r = ex.train(_job(ck, run, gate=gate), None, threading.Event())
+        assert r.exit_code == 0 and r.started, r.log_tail
+        s = json.loads((run / "out" / "seen.json").read_text())
+        assert gate.at is not None and s["t"] >= gate.at  # the candidate's first line ran after go
+        assert r.held_seconds >= 1.0  # the wait: the box was up before it, and it is not the run's time
+        assert r.seconds < r.held_seconds + 60
+        log = (run / "train.log").read_text()
+        assert "CUDA initialised: False" in log  # the launcher imports; it never initialises CUDA
+        seen.append(s)
+    for s in seen:
+        assert s["torch"]  # the imports were done before go
+        assert s["main"] == "__main__" and s["argv"] == ["train.py"] and s["path0"] == str(ck)  # as python train.py
+        assert not s["leak"]  # a fresh interpreter per run
+        assert "left-by-the-last-run" not in s["tmp"]  # a fresh /tmp per run
+
+
+def test_a_run_whose_slot_is_not_given_never_runs_its_train_py(tmp_path: Path) -> None:
+    ex, ck = _ws(tmp_path, PROBE)
+    run = tmp_path / "run"
+    gate = Gate(run / "train.log", hold=0.0, give=False)
+    r = ex.train(_job(ck, run, gate=gate), None, threading.Event())
+    assert not r.started and r.exit_code == NOT_STARTED_EXIT
+    assert not (run / "out" / "seen.json").exists()  # train.py was never read
+    assert "looper prestart: not started" in (run / "train.log").read_text()
+
+
+def test_the_same_seed_trains_the_same_weights_prestarted_and_cold(tmp_path: Path, tiny_data: Path) -> None:
+    ex, ck = _ws(tmp_path, (REPO / "train.py").read_text(), data=tiny_data)
+    tensors, jsons = [], []
+    for name, gate in (("cold", None), ("prestarted", Gate(tmp_path / "prestarted" / "train.log", hold=0.5))):
+        run = tmp_path / name
+        r = ex.train(_job(ck, run, seed=3, steps=6, gate=gate), None, threading.Event())
+        assert r.exit_code == 0 and r.started, r.log_tail
+        tensors.append(_tensors(run / "out" / "weights.pt"))
+        jsons.append(json.loads((run / "out" / "train.json").read_text()))
+    assert tensors[0] == tensors[1]  # bit for bit (the header names each run's own out/ folder, nothing else differs)
+    assert [j["steps"] for j in jsons] == [6, 6] and jsons[0]["final_losses"] == jsons[1]["final_losses"]
+    assert jsons[1]["startup_phases"]["imports"] < 0.5 <= jsons[0]["startup_phases"]["imports"]  # done before go
+    assert READY_MARK in (tmp_path / "prestarted" / "train.log").read_text()
+    assert READY_MARK not in (tmp_path / "cold" / "train.log").read_text()
