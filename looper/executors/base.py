@@ -58,9 +58,10 @@ class TrainJob:
     device: str = ""
     max_steps: int = 0  # a step budget (LOOPER_MAX_STEPS); 0: the wall clock alone
     threads: int = 0  # its share of the cores ([loop] seed_jobs > 1, local only): LOOPER_THREADS; 0: unset
-    # Its training slot ([loop] prestart, looper.night.slots): blocks until the slot is the run's (True) or will
+    # Its training slot (runs side by side, looper.night.slots): blocks until the slot is the run's (True) or will
     # never be (False). Given only to an executor that ``prestarts``: it starts the run's box first, then waits.
     gate: Callable[[], bool] | None = None
+    prestart: bool = False  # [loop] prestart: run it in a box started ahead (an executor that ``prestarts``)
 
 
 @dataclass
@@ -103,4 +104,8 @@ class Executor(Protocol):
 
     def reap(self) -> list[str]:
         """End runs a previous daemon left behind; returns what it ended, in words."""
+        ...
+
+    def close(self) -> None:
+        """The night is over: end whatever the executor started ahead of runs that will not come."""
         ...

@@ -138,6 +138,9 @@ class DataFolder:
     def use_data(self, data_dir: str) -> None:
         self._data_dir = data_dir
 
+    def close(self) -> None:
+        """The night is over (the local executor ends the boxes it started ahead of runs; the others hold none)."""
+
 
 def sandboxed_eval_argv(python: str, job: EvalJob, data_dir: Path, env: dict[str, str], policy: Any,
                         **node: Any) -> list[str]:

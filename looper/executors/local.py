@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import looper.executors.evaluator as evaluator
 import looper.executors.limits as run_limits
@@ -28,6 +33,7 @@ from looper.executors.common import (
 )
 from looper.executors.gpu import NvmlProbe
 from looper.executors.sandbox import SandboxPolicy
+from looper.workspace import trees
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # a run side by side: its thread pools, its share of the cores
 
@@ -44,6 +50,7 @@ class LocalExecutor(DataFolder):
         self.gpu_index = gpu_index
         self.probe = probe or NvmlProbe(gpu_index)
         self.extra_env = dict(extra_env or {})
+        self.spares = prestart.Spares(self._start_spare, self._end_spare)  # [loop] prestart: boxes ahead of runs
 
     # -- helpers ----------------------------------------------------------------------
     def _data_path(self, data_dir: str) -> Path:
@@ -73,9 +80,8 @@ class LocalExecutor(DataFolder):
         return sandboxed_eval_argv(self.python, job, self._data_path(self._data_dir), env, self.sandbox)
 
     def plain_train_argv(self, job: TrainJob) -> list[str]:
-        """The training command, run in ``job.checkout``: ``python train.py``, or with a gate its prestarted form
-        (looper/executors/prestart.py: the imports done before the slot is the run's, train.py after)."""
-        return prestart.argv(self.python) if job.gate is not None else [self.python, "train.py"]
+        """The training command, run in ``job.checkout``."""
+        return [self.python, "train.py"]
 
     def plain_eval_argv(self, job: EvalJob) -> list[str]:
         """The evaluation command, run in ``job.checkout``."""
@@ -120,12 +126,18 @@ class LocalExecutor(DataFolder):
             index = int(job.device.split(":")[-1]) if job.device.split(":")[-1].isdigit() else self.gpu_index
             sampler = GpuSampler(index).start()
         try:
-            with run_limits.box(job.out_dir) as box:  # memory, processes, the quota of out/ (issue 39)
-                limits.check = box.check
-                s = proc.supervise(box.wrap(self.train_argv(job)), cwd=job.checkout, env=self.train_env(job),
-                                   log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel,
-                                   on_start=box.started, gate=job.gate)
-                seen = box.seen(s.log_error, s.limit)
+            spare = self._spare_for(job) if job.prestart else None
+            if spare is not None:  # a box started ahead of this run (looper/executors/prestart.py)
+                s, seen = self._train_in(spare, job, limits, on_line, cancel)
+            elif job.gate is not None and not job.gate():  # its slot was not given: nothing is started
+                return RunResult(exit_code=None, started=False)
+            else:
+                with run_limits.box(job.out_dir) as box:  # memory, processes, the quota of out/ (issue 39)
+                    limits.check = box.check
+                    s = proc.supervise(box.wrap(self.train_argv(job)), cwd=job.checkout, env=self.train_env(job),
+                                       log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel,
+                                       on_start=box.started)
+                    seen = box.seen(s.log_error, s.limit)
         finally:
             gpu = sampler.stop() if sampler else {}
         result = run_result(s)
@@ -149,5 +161,78 @@ class LocalExecutor(DataFolder):
         return run_result(s)
 
     def reap(self) -> list[str]:
-        """End process groups a killed daemon left running (the pid trail in .looper/pids/)."""
-        return proc.reap_trail(self.workspace / ".looper" / "pids")
+        """End process groups a killed daemon left running (the pid trail in .looper/pids/) and remove the
+        folders of the boxes it had started ahead of their runs (.looper/boxes/)."""
+        ended = proc.reap_trail(self.workspace / ".looper" / "pids")
+        left = [p for p in sorted(self._boxes().glob("box-*")) if p.is_dir()]
+        for folder in left:
+            trees.remove_tree(folder)
+        return ended + ([f"removed {len(left)} box folder(s) a stopped daemon left in .looper/boxes"] if left else [])
+
+    def close(self) -> None:
+        """The night is over: end the boxes started ahead of runs that did not come."""
+        self.spares.close()
+
+    # -- boxes started ahead of their runs ([loop] prestart) -------------------------
+    def _boxes(self) -> Path:
+        return self.workspace / ".looper" / "boxes"
+
+    def _box_env(self, job: TrainJob, out: Path) -> tuple[str, dict[str, str], dict[str, str]]:
+        """(the key of the boxes that can serve ``job``, their variables from the start, the run's go variables)."""
+        start, run = prestart.split_env(self._env(job.threads, **train_vars(
+            job, str(self._data_path(self._data_dir)), str(out), pretrained_dir(self.workspace))))
+        return json.dumps([self.python, start, self.sandbox.mode], sort_keys=True), start, run
+
+    def _spare_for(self, job: TrainJob) -> prestart.Spare | None:
+        """A box for ``job``: one started ahead for the same variables, or one started now; and one more asked
+        for the run after it. None: no box could be started (the run starts as without prestart)."""
+        key = self._box_env(job, job.out_dir)[0]
+        spare = self.spares.take(key) or self._start_spare(key, job)
+        self.spares.request(key, job)
+        return spare
+
+    def _start_spare(self, key: str, job: TrainJob) -> prestart.Spare | None:
+        """Start a box (its run limits, its sandbox, the launcher) and wait for its ready line."""
+        self._boxes().mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="box-", dir=self._boxes()))
+        (folder / "code").mkdir()
+        (folder / "out").mkdir()
+        box = run_limits.box(folder / "out").__enter__()
+        _key, start, _run = self._box_env(job, folder / "out")
+        argv = prestart.argv(self.python)
+        if self.sandbox.enabled:
+            argv = sandbox.train_argv(argv, checkout=folder / "code", out_dir=folder / "out",
+                                      data_dir=self._data_path(self._data_dir), env=start, policy=self.sandbox,
+                                      pretrained=pretrained_dir(self.workspace),
+                                      tmp_bytes=run_limits.current().caps.tmp_max_bytes, code_folder=True)
+        launched = proc.launch(box.wrap(argv), cwd=folder / "code", env=start, hold=True)
+        box.started(launched.proc.pid)
+        spare = prestart.Spare(key, launched, box, folder, prestart.read_ready(launched))
+        if not spare.said or prestart.READY_MARK not in spare.said[-1]:
+            self._end_spare(spare)
+            return None
+        return spare
+
+    def _end_spare(self, spare: prestart.Spare) -> None:
+        proc.end_launched(spare.launched)
+        spare.limits.__exit__(None, None, None)
+        trees.remove_tree(spare.folder)
+
+    def _train_in(self, spare: prestart.Spare, job: TrainJob, limits: proc.Limits, on_line: LineSink | None,
+                  cancel: threading.Event | None) -> tuple[proc.Supervised, Any]:
+        """Run ``job`` in ``spare``: its train.py into the box's code folder, go with the run's variables once
+        its slot is given (``job.gate``), the box's ``$LOOPER_OUT`` moved to ``job.out_dir`` when it ends."""
+        try:
+            shutil.copyfile(job.checkout / "train.py", spare.code / "train.py")
+            with open(job.log_path, "a", encoding="utf-8") as log:
+                log.write("".join(line + "\n" for line in spare.said))
+            limits.check = spare.limits.check
+            s = proc.supervise([], cwd=spare.code, env=None, log_path=job.log_path, limits=limits, on_line=on_line,
+                               cancel=cancel, gate=job.gate or (lambda: True), launched=spare.launched,
+                               go=prestart.go_line(self._box_env(job, spare.out)[2]))
+            seen = spare.limits.seen(s.log_error, s.limit)
+            job.out_dir.rmdir()  # empty until now: the box's out/ takes its place, whole
+            os.replace(spare.out, job.out_dir)
+            return s, seen
+        finally:
+            self._end_spare(spare)

@@ -323,7 +323,8 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
                env: Mapping[str, str], policy: SandboxPolicy = SandboxPolicy(),
                python: str = "", devices: Sequence[str] | None = None,
                home: Path | None = None, bwrap: str | None = None,
-               readable: Sequence[Path] = (), pretrained: Path | None = None, tmp_bytes: int = 0) -> list[str]:
+               readable: Sequence[Path] = (), pretrained: Path | None = None, tmp_bytes: int = 0,
+               code_folder: bool = False) -> list[str]:
     """``command`` (``[python, "train.py"]``) wrapped in the training sandbox (deny by default).
 
     Shown read-only: the system (:func:`_base_args`), the Python runtime, ``checkout/train.py``
@@ -333,7 +334,9 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
     not the workspace. ``devices``: device nodes to bind (default: the NVIDIA nodes present here;
     :data:`NODE_GPU_DEVICES` where the argv runs on another machine). ``bwrap``: the bwrap to call
     (default: the one on this machine's PATH). ``tmp_bytes``: the size of ``/tmp`` and ``/dev/shm``
-    each (0: unbounded). The policy must be enabled: with
+    each (0: unbounded). ``code_folder``: ``checkout`` is a box's own code folder (looper/executors/prestart.py),
+    shown whole and read-only, so that the train.py the harness writes there once the box's run is known
+    appears in it (it holds nothing else). The policy must be enabled: with
     ``sandbox = "none"`` there is no argv to build.
     """
     if not policy.enabled:
@@ -348,8 +351,11 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
             bwrap or shutil.which(policy.bwrap) or policy.bwrap, *_base_args(policy.network, tmp_bytes)]
     m = _Mounts()
     _show_runtime(m, python, keep_out=[home, checkout, data_dir, out_dir], not_inside=checkout)
-    m.empty(checkout)
-    m.ro(checkout / "train.py")
+    if code_folder:
+        m.ro(checkout)
+    else:
+        m.empty(checkout)
+        m.ro(checkout / "train.py")
     for part in TRAIN_DATA_PARTS:
         m.ro(data_dir / part)
     if pretrained is not None:

@@ -98,18 +98,23 @@ def _gpu_slots(ctx: Context, gpu: dict[str, Any] | None) -> Verdict:
     crashes blamed on the candidates."""
     from looper.core.run.slots import gpu_slots, runs_per_gpu
     from looper.night.cores import usable_cores
+    from looper.night.slots import prestart_on
     from looper.store.queries import gpu_run_peak_mb
 
     if not ctx.cfg.executor.require_gpu or not gpu or not gpu.get("ok"):
         return Verdict.passed()
     loop = ctx.cfg.loop
     plan = gpu_slots(float(gpu.get("memory_free_mb") or 0), gpu_run_peak_mb(ctx.store, loop.tag), len(usable_cores()))
-    runs = runs_per_gpu(loop.seed_jobs, loop.workers, ctx.cfg.executor.gpu_index, int(gpu.get("count") or 0))
-    metrics = {"slots": plan.slots, "runs_per_gpu": runs, "plan": plan.line()}
+    overlap = prestart_on(ctx.cfg)
+    runs = runs_per_gpu(loop.seed_jobs, loop.workers, ctx.cfg.executor.gpu_index, int(gpu.get("count") or 0),
+                        prestart=overlap)
+    metrics = {"slots": plan.slots, "runs_per_gpu": runs, "plan": plan.line(), "prestart": overlap}
     if runs > plan.by_memory:
+        both = " (training and, with loop.prestart, as many evaluated beside them)" if overlap and loop.seed_jobs > 1 else ""
         return Verdict.errored(f"loop.seed_jobs {loop.seed_jobs} x loop.workers {loop.workers} put {runs} runs at a "
-                               f"time on one GPU, which has memory for {plan.by_memory} ({plan.line()}): lower "
-                               "loop.seed_jobs or loop.workers", metrics=metrics)
+                               f"time on one GPU{both}, which has memory for {plan.by_memory} ({plan.line()}): lower "
+                               "loop.seed_jobs or loop.workers" + (', or set loop.prestart = "off"' if both else ""),
+                               metrics=metrics)
     return Verdict.passed(metrics)
 
 

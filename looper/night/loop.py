@@ -217,6 +217,7 @@ class Loop:
             traceback.print_exc()
             return self.halt(Halted(HarnessError(f"internal error in looper: {type(exc).__name__}: {exc}")))
         finally:
+            ctx.executor.close()  # boxes started ahead of runs that will not come ([loop] prestart)
             ctx.journal.event("stop", f"daemon stopped after {ctx.night.stats.experiments} experiment(s)")
             ctx.display.close()
 

@@ -119,7 +119,9 @@ class CappedLog:
 
 
 def close_quietly(f: Any) -> OSError | None:
-    """Close a log file whose last buffered bytes may not fit on a full disk: the error, never raised."""
+    """Close a log file whose last buffered bytes may not fit on a full disk: the error, never raised (None: nothing)."""
+    if f is None:
+        return None
     try:
         f.close()
     except OSError as exc:

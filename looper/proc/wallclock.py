@@ -162,13 +162,17 @@ def supervise(
     cancel: threading.Event | None = None,
     on_start: Callable[[int], None] | None = None,
     gate: Callable[[], bool] | None = None,
+    launched: Launched | None = None,
+    go: bytes = b"",
 ) -> Supervised:
     """Run a child in its own process group, stream its output, enforce limits from outside.
 
     ``gate`` (a prestarted run, :mod:`looper.executors.prestart`): the child is started at once with a pipe on
     its standard input, then ``gate()`` is waited for. True: :data:`~looper.executors.prestart.GO` is written,
     and the budget and stall clocks start then (``seconds`` counts from there, ``held_seconds`` the wait).
-    False: the pipe is closed unwritten and the child is ended: ``started`` False, no run."""
+    False: the pipe is closed unwritten and the child is ended: ``started`` False, no run. ``launched``: a child
+    :func:`launch` started earlier (held, a box that waited for its run), supervised from here on; ``go``: the
+    line written for it (default :data:`GO`)."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     state = _State(tail=deque(maxlen=limits.tail_lines))
@@ -177,20 +181,13 @@ def supervise(
     # failure is the run's evidence (Supervised.log_error), never an exception in the daemon.
     raw_log = open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
     log = CappedLog(raw_log, limits.log_max_bytes)
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=str(cwd),
-            env=_merged_env(env, True),
-            stdin=subprocess.PIPE if gate is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except BaseException:
-        close_quietly(raw_log)
-        raise
-    trail = _trail_add(proc.pid, argv)
+    if launched is None:
+        try:
+            launched = launch(argv, cwd=cwd, env=env, hold=gate is not None)
+        except BaseException:
+            close_quietly(raw_log)
+            raise
+    proc, trail = launched.proc, launched.trail
     held, started = 0.0, True
     try:
         if on_start:
@@ -198,7 +195,7 @@ def supervise(
         reader = threading.Thread(target=_pump, args=(proc, state, log, on_line, limits.line_max_bytes), daemon=True)
         reader.start()
         if gate is not None:
-            started = _hold(proc, gate)
+            started = _hold(proc, gate, go)
             held, start = time.monotonic() - start, time.monotonic()
             state.last_output = start
         stopped_by = _enforce(proc, state, limits, start, cancel) if started else _not_started(proc)
@@ -228,15 +225,50 @@ def supervise(
 GO = b"go\n"  # looper.executors.prestart.GO: the line that lets a prestarted run's train.py run
 
 
-def _hold(proc: subprocess.Popen, gate: Callable[[], bool]) -> bool:
-    """Wait for ``gate``; given, tell the child :data:`GO` (a child already gone finds out itself); not given,
-    close its standard input unwritten. Whether it was given."""
+@dataclass(frozen=True)
+class Launched:
+    """A child :func:`launch` started: the process and its note in the pid trail."""
+
+    proc: subprocess.Popen
+    trail: Path | None
+
+
+def launch(argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str] | None, hold: bool = False) -> Launched:
+    """Start ``argv`` in a process group of its own, noted in the pid trail (a killed daemon's children are
+    reaped from it), its output on one pipe; ``hold``: a pipe on its standard input for the go line."""
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=str(cwd),
+        env=_merged_env(env, True),
+        stdin=subprocess.PIPE if hold else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return Launched(proc, _trail_add(proc.pid, argv))
+
+
+def end_launched(launched: Launched) -> None:
+    """End a launched child that never ran (its group killed, reaped, its trail note removed)."""
+    _kill_group(launched.proc, signal.SIGKILL)
+    try:
+        launched.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    for f in (launched.proc.stdin, launched.proc.stdout):
+        close_quietly(f)
+    _trail_remove(launched.trail)
+
+
+def _hold(proc: subprocess.Popen, gate: Callable[[], bool], go: bytes = b"") -> bool:
+    """Wait for ``gate``; given, tell the child ``go`` (:data:`GO` when empty; a child already gone finds out
+    itself); not given, close its standard input unwritten. Whether it was given."""
     given = bool(gate())
     stdin = proc.stdin
     assert stdin is not None
     try:
         if given:
-            stdin.write(GO)
+            stdin.write(go or GO)
         stdin.close()
     except (BrokenPipeError, OSError, ValueError):  # it ended while it waited: _enforce sees how
         pass

@@ -54,3 +54,13 @@ def test_workers_take_the_gpus_in_turn(first, count, expected):
 ])
 def test_runs_per_gpu_is_the_busiest_gpu(seed_jobs, workers, first, count, expected):
     assert runs_per_gpu(seed_jobs, workers, first, count) == expected
+
+
+@pytest.mark.parametrize("seed_jobs, workers, count, expected", [
+    (4, 1, 1, 8),   # 4 training, 4 evaluated beside them
+    (4, 2, 1, 16),
+    (1, 2, 1, 2),   # one seed at a time: nothing overlaps
+    (2, 4, 4, 4),
+])
+def test_with_prestart_a_gpu_holds_the_evaluations_beside_the_trainings(seed_jobs, workers, count, expected):
+    assert runs_per_gpu(seed_jobs, workers, 0, count, prestart=True) == expected

@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE = '''import builtins, json, os, sys, time
 t = time.time()
 seen = {"t": t, "leak": hasattr(builtins, "LOOPER_LEAK"), "tmp": sorted(os.listdir("/tmp")),
-        "main": __name__, "argv": sys.argv, "path0": sys.path[0], "torch": "torch" in sys.modules}
+        "main": __name__, "argv": sys.argv, "path0": sys.path[0], "torch": "torch" in sys.modules,
+        "env": {k: v for k, v in os.environ.items() if k.startswith("LOOPER_")}}
 builtins.LOOPER_LEAK = 1
 open("/tmp/left-by-the-last-run", "w").write("x")
 out = os.environ["LOOPER_OUT"]
@@ -50,10 +51,10 @@ def _ws(tmp_path: Path, source: str, data: Path | None = None) -> tuple[LocalExe
     return ex, ck
 
 
-def _job(ck: Path, run: Path, seed: int = 0, steps: int = 0, gate=None) -> TrainJob:
+def _job(ck: Path, run: Path, seed: int = 0, steps: int = 0, gate=None, prestart: bool = True) -> TrainJob:
     (run / "out").mkdir(parents=True)
     return TrainJob(checkout=ck, out_dir=run / "out", seed=seed, budget_seconds=240, grace_seconds=30,
-                    stall_seconds=120, log_path=run / "train.log", max_steps=steps, gate=gate)
+                    stall_seconds=120, log_path=run / "train.log", max_steps=steps, gate=gate, prestart=prestart)
 
 
 def _tensors(path: Path) -> dict[str, str]:
@@ -84,26 +85,31 @@ class Gate:
         return self.give
 
 
-def test_train_py_runs_only_after_go_in_a_box_of_its_own(tmp_path: Path) -> None:
+def test_train_py_runs_only_after_go_in_a_box_of_its_own_and_the_next_box_waits_ready(tmp_path: Path) -> None:
     ex, ck = _ws(tmp_path, PROBE)
     seen = []
-    for n in range(2):  # two runs one after the other: nothing of the first is in the second
+    for n in range(3):  # runs one after the other: the second and third in boxes started during the one before
         run = tmp_path / f"run{n}"
         gate = Gate(run / "train.log")
-        r = ex.train(_job(ck, run, gate=gate), None, threading.Event())
+        r = ex.train(_job(ck, run, seed=n, gate=gate), None, threading.Event())
         assert r.exit_code == 0 and r.started, r.log_tail
-        s = json.loads((run / "out" / "seen.json").read_text())
+        s = json.loads((run / "out" / "seen.json").read_text())  # the box's $LOOPER_OUT, now the run's out/
         assert gate.at is not None and s["t"] >= gate.at  # the candidate's first line ran after go
         assert r.held_seconds >= 1.0  # the wait: the box was up before it, and it is not the run's time
         assert r.seconds < r.held_seconds + 60
         log = (run / "train.log").read_text()
         assert "CUDA initialised: False" in log  # the launcher imports; it never initialises CUDA
         seen.append(s)
-    for s in seen:
+    for n, s in enumerate(seen):
         assert s["torch"]  # the imports were done before go
-        assert s["main"] == "__main__" and s["argv"] == ["train.py"] and s["path0"] == str(ck)  # as python train.py
+        assert s["main"] == "__main__" and s["argv"] == ["train.py"]  # as python train.py
+        assert s["env"]["LOOPER_SEED"] == str(n) and s["env"]["LOOPER_OUT"] == s["path0"].replace("/code", "/out")
         assert not s["leak"]  # a fresh interpreter per run
         assert "left-by-the-last-run" not in s["tmp"]  # a fresh /tmp per run
+    assert len({s["path0"] for s in seen}) == 3  # three boxes, one a run
+    assert len(list((ex.workspace / ".looper" / "boxes").glob("box-*"))) == 1  # the next run's, waiting
+    ex.close()
+    assert list((ex.workspace / ".looper" / "boxes").glob("box-*")) == []  # the night over: ended and removed
 
 
 def test_a_run_whose_slot_is_not_given_never_runs_its_train_py(tmp_path: Path) -> None:
@@ -114,6 +120,7 @@ def test_a_run_whose_slot_is_not_given_never_runs_its_train_py(tmp_path: Path) -
     assert not r.started and r.exit_code == NOT_STARTED_EXIT
     assert not (run / "out" / "seen.json").exists()  # train.py was never read
     assert "looper prestart: not started" in (run / "train.log").read_text()
+    ex.close()
 
 
 def test_the_same_seed_trains_the_same_weights_prestarted_and_cold(tmp_path: Path, tiny_data: Path) -> None:
@@ -121,7 +128,7 @@ def test_the_same_seed_trains_the_same_weights_prestarted_and_cold(tmp_path: Pat
     tensors, jsons = [], []
     for name, gate in (("cold", None), ("prestarted", Gate(tmp_path / "prestarted" / "train.log", hold=0.5))):
         run = tmp_path / name
-        r = ex.train(_job(ck, run, seed=3, steps=6, gate=gate), None, threading.Event())
+        r = ex.train(_job(ck, run, seed=3, steps=6, gate=gate, prestart=gate is not None), None, threading.Event())
         assert r.exit_code == 0 and r.started, r.log_tail
         tensors.append(_tensors(run / "out" / "weights.pt"))
         jsons.append(json.loads((run / "out" / "train.json").read_text()))
@@ -130,3 +137,4 @@ def test_the_same_seed_trains_the_same_weights_prestarted_and_cold(tmp_path: Pat
     assert jsons[1]["startup_phases"]["imports"] < 0.5 <= jsons[0]["startup_phases"]["imports"]  # done before go
     assert READY_MARK in (tmp_path / "prestarted" / "train.log").read_text()
     assert READY_MARK not in (tmp_path / "cold" / "train.log").read_text()
+    ex.close()

@@ -55,6 +55,9 @@ class FakeExecutor:
     name = "fake"
     prestarts = False  # a gated run's slot is taken by the caller (looper.night.slots)
 
+    def close(self) -> None:
+        self._called("close")
+
     def __init__(self, down: bool = False) -> None:
         self.down = down
         self.calls: list[tuple[str, int | None]] = []

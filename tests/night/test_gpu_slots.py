@@ -48,12 +48,18 @@ def _loop(tmp_path, executor: FakeExecutor, **over: object) -> Loop:
                 ScriptedAgent({}), AppriseNotifier([]), display=Display(), program_md="")
 
 
-def test_more_runs_at_a_time_than_the_gpu_has_memory_for_stops_the_preflight_naming_the_keys(tmp_path):
-    loop = _loop(tmp_path, OneGpuExecutor(free_mb=10_000), loop_seed_jobs=2)  # 8,000 MB usable / 4,096 a run
+@pytest.mark.parametrize("prestart, words", [
+    ("off", "put 2 runs at a time on one GPU, which has memory for 1"),
+    ("auto", "put 4 runs at a time on one GPU (training and, with loop.prestart, as many evaluated beside them), "
+             "which has memory for 1"),  # require_gpu: prestart is on, each run evaluated beside the next training
+])
+def test_more_runs_at_a_time_than_the_gpu_has_memory_for_stops_the_preflight_naming_the_keys(tmp_path, prestart, words):
+    loop = _loop(tmp_path, OneGpuExecutor(free_mb=10_000), loop_seed_jobs=2,  # 8,000 MB usable / 4,096 a run
+                 loop_prestart=prestart)
     with pytest.raises(HarnessError) as caught:
         loop.setup()
-    assert ("gpu_slots: loop.seed_jobs 2 x loop.workers 1 put 2 runs at a time on one GPU, which has memory for 1"
-            in str(caught.value))
+    assert f"gpu_slots: loop.seed_jobs 2 x loop.workers 1 {words}" in str(caught.value)
+    assert ('or set loop.prestart = "off"' in str(caught.value)) is (prestart == "auto")
     assert "limited by memory" in str(caught.value)
     assert [c for c in loop.ctx.executor.calls if c[0] == "train"] == []  # nothing trained
 
@@ -63,7 +69,8 @@ def test_runs_that_fit_pass_and_the_plan_is_in_the_preflight(tmp_path):
     assert loop.setup() is None
     v = preflight(loop.ctx, loop.ctx.main_worker())
     assert not [b for b in v.blocking if b.startswith("gpu_slots:")], v.blocking
-    assert v.metrics["gpu_slots"]["runs_per_gpu"] == 2 and v.metrics["gpu_slots"]["slots"] >= 1
+    assert v.metrics["gpu_slots"]["runs_per_gpu"] == 4 and v.metrics["gpu_slots"]["slots"] >= 1  # 2 + 2 evaluated
+    assert v.metrics["gpu_slots"]["prestart"] is True
 
 
 def test_workers_on_a_one_gpu_machine_all_train_on_that_gpu(tmp_path):

@@ -73,10 +73,12 @@ def worker_gpu(worker: int, first: int, count: int) -> int:
     return first + worker % max(1, count - first)
 
 
-def runs_per_gpu(seed_jobs: int, workers: int, first: int, count: int) -> int:
-    """The most runs at a time on any one GPU: each worker's ``seed_jobs`` seeds, on its :func:`worker_gpu`."""
+def runs_per_gpu(seed_jobs: int, workers: int, first: int, count: int, prestart: bool = False) -> int:
+    """The most processes at a time on any one GPU: each worker's ``seed_jobs`` seeds, on its :func:`worker_gpu`;
+    with ``prestart`` (``[loop] prestart``, looper.night.slots) twice that: a run is evaluated, its own CUDA
+    context on the GPU, while the next run trains in the slot it gave back (a waiting box holds none)."""
     per_gpu: dict[int, int] = {}
     for w in range(workers):
         g = worker_gpu(w, first, count)
-        per_gpu[g] = per_gpu.get(g, 0) + seed_jobs
+        per_gpu[g] = per_gpu.get(g, 0) + seed_jobs * (2 if prestart and seed_jobs > 1 else 1)
     return max(per_gpu.values(), default=0)
