@@ -119,17 +119,23 @@ class LocalExecutor(DataFolder):
         job.out_dir.mkdir(parents=True, exist_ok=True)
         limits = proc.Limits(budget_seconds=job.budget_seconds + job.grace_seconds,
                              stall_seconds=job.stall_seconds)
-        sampler = None
-        if job.device and job.device != "cpu":  # GPU figures and loss detection through NVML
-            from looper.executors.gpu import GpuSampler
+        sampler: list = []
 
-            index = int(job.device.split(":")[-1]) if job.device.split(":")[-1].isdigit() else self.gpu_index
-            sampler = GpuSampler(index).start()
+        def given() -> bool:  # the slot is the run's (no slot: at once); then its GPU is sampled, not before
+            if job.gate is not None and not job.gate():
+                return False
+            if job.device and job.device != "cpu":  # GPU figures and loss detection through NVML
+                from looper.executors.gpu import GpuSampler
+
+                index = int(job.device.split(":")[-1]) if job.device.split(":")[-1].isdigit() else self.gpu_index
+                sampler.append(GpuSampler(index).start())
+            return True
+
         try:
             spare = self._spare_for(job) if job.prestart else None
             if spare is not None:  # a box started ahead of this run (looper/executors/prestart.py)
-                s, seen = self._train_in(spare, job, limits, on_line, cancel)
-            elif job.gate is not None and not job.gate():  # its slot was not given: nothing is started
+                s, seen = self._train_in(spare, dataclasses.replace(job, gate=given), limits, on_line, cancel)
+            elif not given():  # its slot was not given: nothing is started
                 return RunResult(exit_code=None, started=False)
             else:
                 with run_limits.box(job.out_dir) as box:  # memory, processes, the quota of out/ (issue 39)
@@ -139,7 +145,7 @@ class LocalExecutor(DataFolder):
                                        on_start=box.started)
                     seen = box.seen(s.log_error, s.limit)
         finally:
-            gpu = sampler.stop() if sampler else {}
+            gpu = sampler[0].stop() if sampler else {}
         result = run_result(s)
         result.gpu = gpu
         result.seen = dataclasses.asdict(seen)
@@ -228,7 +234,7 @@ class LocalExecutor(DataFolder):
                 log.write("".join(line + "\n" for line in spare.said))
             limits.check = spare.limits.check
             s = proc.supervise([], cwd=spare.code, env=None, log_path=job.log_path, limits=limits, on_line=on_line,
-                               cancel=cancel, gate=job.gate or (lambda: True), launched=spare.launched,
+                               cancel=cancel, gate=job.gate, launched=spare.launched,
                                go=prestart.go_line(self._box_env(job, spare.out)[2]))
             seen = spare.limits.seen(s.log_error, s.limit)
             job.out_dir.rmdir()  # empty until now: the box's out/ takes its place, whole

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from looper.agents.base import Agent
 from looper.config import Config
+from looper.core.run.slots import prestart
 from looper.core.verdicts.untrusted import redact
 from looper.core.verdicts.verdict import Outcome
 from looper.executors import Executor, TrainJob
 from looper.night.cores import run_threads
 from looper.night.display import Display
-from looper.night.slots import prestart_on
 from looper.night.tag import TagState
 from looper.store import Store
 from looper.workspace.gitops import Worktree
@@ -144,4 +144,4 @@ class Context:
         return TrainJob(checkout=checkout, out_dir=run_dir / "out", seed=seed, budget_seconds=budget,
                         grace_seconds=loop.grace_seconds, stall_seconds=loop.stall_seconds,
                         log_path=run_dir / "train.log", device=w.device, max_steps=self.tag.max_steps(),
-                        threads=threads, prestart=prestart_on(self.cfg) and w.executor.prestarts)
+                        threads=threads, prestart=prestart(self.cfg.loop.prestart, self.cfg.executor.require_gpu) and w.executor.prestarts)

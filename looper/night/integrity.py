@@ -96,16 +96,15 @@ def _gpu_slots(ctx: Context, gpu: dict[str, Any] | None) -> Verdict:
     """With ``require_gpu``: the runs at a time on the busiest GPU (``seed_jobs`` x the workers on it) fit its
     free memory at the tag's measured peak a run (looper.core.run.slots); more would fail as out-of-memory
     crashes blamed on the candidates."""
-    from looper.core.run.slots import gpu_slots, runs_per_gpu
+    from looper.core.run.slots import gpu_slots, prestart, runs_per_gpu
     from looper.night.cores import usable_cores
-    from looper.night.slots import prestart_on
     from looper.store.queries import gpu_run_peak_mb
 
     if not ctx.cfg.executor.require_gpu or not gpu or not gpu.get("ok"):
         return Verdict.passed()
     loop = ctx.cfg.loop
     plan = gpu_slots(float(gpu.get("memory_free_mb") or 0), gpu_run_peak_mb(ctx.store, loop.tag), len(usable_cores()))
-    overlap = prestart_on(ctx.cfg)
+    overlap = prestart(loop.prestart, ctx.cfg.executor.require_gpu)
     runs = runs_per_gpu(loop.seed_jobs, loop.workers, ctx.cfg.executor.gpu_index, int(gpu.get("count") or 0),
                         prestart=overlap)
     metrics = {"slots": plan.slots, "runs_per_gpu": runs, "plan": plan.line(), "prestart": overlap}

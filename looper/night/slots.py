@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from looper.core.run.slots import prestart
 from looper.night.clock import now_iso
 
 T = TypeVar("T")
@@ -87,13 +88,6 @@ def current_slot() -> Slot | None:
     return _SLOT.get()
 
 
-def prestart_on(cfg: Any) -> bool:
-    """``[loop] prestart``: "on", "off", or "auto" (on where the runs train on a GPU, ``require_gpu``: there
-    the GPU waits for a box's start-up; on a CPU the boxes would take the cores the runs train on)."""
-    mode = cfg.loop.prestart
-    return mode == "on" or (mode == "auto" and bool(cfg.executor.require_gpu))
-
-
 def side_by_side(ctx: Any, calls: Sequence[Callable[[], T]], ok: Callable[[T], bool],
                  keep: Callable[[T], None] = lambda r: None) -> list[T]:
     """Run ``calls`` (each a :func:`looper.night.measure.measure`) up to ``[loop] seed_jobs`` training at a time
@@ -114,7 +108,7 @@ def side_by_side(ctx: Any, calls: Sequence[Callable[[], T]], ok: Callable[[T], b
     stop = threading.Event()
     cancel = ctx.night.cancel
     slots = Slots(jobs)
-    ahead = min(jobs, len(calls) - jobs) if prestart_on(ctx.cfg) else 0  # boxes started beside the trainers
+    ahead = min(jobs, len(calls) - jobs) if prestart(ctx.cfg.loop.prestart, ctx.cfg.executor.require_gpu) else 0  # boxes started beside the trainers
 
     def one(index: int, call: Callable[[], T]) -> tuple[bool, T | None]:
         if stop.is_set():

@@ -47,7 +47,11 @@ def status_text(store: Store, cfg: Any, lock: Any) -> str:
 def slots_line(cfg: Any) -> str:
     """The runs the night trains at a time and where: each worker's seeds side by side, the workers on their GPUs
     (looper.core.run.slots: one GPU takes them all)."""
+    from looper.core.run.slots import prestart
+
     loop, ex = cfg.loop, cfg.executor
     where = f"GPU from index {ex.gpu_index}" if ex.require_gpu else "the CPU"
+    ahead = ("; each run's box started while the run before it trains"
+             + (", evaluated while the next trains" if loop.seed_jobs > 1 else "") if prestart(loop.prestart, ex.require_gpu) else "")
     return (f"slots: {loop.seed_jobs * loop.workers} runs at a time ({loop.seed_jobs} seed(s) side by side x "
-            f"{loop.workers} worker(s)) on {where}")
+            f"{loop.workers} worker(s)) on {where}{ahead}")

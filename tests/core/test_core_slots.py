@@ -10,6 +10,7 @@ from looper.core.run.slots import (
     DEFAULT_RUN_PEAK_MB,
     MAX_SLOTS,
     gpu_slots,
+    prestart,
     runs_per_gpu,
     worker_gpu,
 )
@@ -64,3 +65,13 @@ def test_runs_per_gpu_is_the_busiest_gpu(seed_jobs, workers, first, count, expec
 ])
 def test_with_prestart_a_gpu_holds_the_evaluations_beside_the_trainings(seed_jobs, workers, count, expected):
     assert runs_per_gpu(seed_jobs, workers, 0, count, prestart=True) == expected
+
+
+@pytest.mark.parametrize("mode, require_gpu, on", [
+    ("auto", False, False),  # a CPU: the waiting boxes would take the cores the runs train on
+    ("auto", True, True),    # a GPU waits for a box's start-up
+    ("on", False, True),
+    ("off", True, False),
+])
+def test_prestart_auto_is_on_where_the_runs_train_on_a_gpu(mode, require_gpu, on):
+    assert prestart(mode, require_gpu) is on

@@ -14,7 +14,7 @@ import pytest
 from looper.config import config_from_dict
 from looper.errors import ConfigError, HarnessError
 from looper.night.cores import run_threads
-from looper.night.slots import NotStarted, Slot, Slots, current_slot, prestart_on, side_by_side
+from looper.night.slots import NotStarted, Slot, Slots, current_slot, side_by_side
 
 CORES = sorted(os.sched_getaffinity(0))
 
@@ -101,11 +101,8 @@ def test_a_stopped_night_gives_no_slot_to_a_waiting_run():
     assert not Slot(slots, 3, lambda: True).take()  # one slot, already taken, and the night stopped
 
 
-@pytest.mark.parametrize(("mode", "gpu", "on"), [("auto", False, False), ("auto", True, True), ("on", False, True),
-                                                 ("off", True, False)])
-def test_prestart_auto_is_on_where_the_runs_train_on_a_gpu(mode, gpu, on):
-    cfg = config_from_dict({"loop": {"prestart": mode}, "executor": {"require_gpu": gpu}})
-    assert prestart_on(cfg) is on
+def test_prestart_is_a_choice_of_on_off_or_auto_named_when_wrong():
+    assert config_from_dict({}).loop.prestart == "auto"
     with pytest.raises(ConfigError, match="loop.prestart"):
         config_from_dict({"loop": {"prestart": "yes"}})
 

@@ -92,3 +92,34 @@ def test_the_best_gains_a_look_s_seeds_two_at_a_time_recorded_in_seed_order_befo
     u = runs_of(ws, cand["id"])
     assert [r["seed"] for r in u] == [0, 1, 2, 3] and overlap(u[0], u[1]) and overlap(u[2], u[3])
     assert max(b[2]["ended"], b[3]["ended"]) <= min(u[2]["started"], u[3]["started"])  # the best ran both first
+
+
+def test_a_night_with_boxes_started_ahead_trains_two_at_a_time_and_settles_as_one_without(ws):
+    """[loop] prestart = "on" (issue 46): the same night as the first test above on the same fixture, each run in
+    a box started while the run before it trained. Two runs train at a time, never three; every run's log shows
+    its box was ready before its run came; the decisions are those of the night without; no box outlives it."""
+    from looper.executors.prestart import READY_MARK
+
+    noisy(ws)
+    p = ws.root / "train.py"
+    p.write_text(p.read_text().replace("SLEEP = 0.0 ", "SLEEP = 2.0 "))
+    ws.git("commit", "-qam", "runs that take 2 s")
+    loop = night(ws, **{"loop.seed_jobs": 2, "loop.baseline_seeds": 4, "loop.noise_reruns": 3,
+                        "loop.confirm_seeds": 2, "loop.max_experiments": 2, "loop.prestart": "on"})
+    ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    assert loop.run() == 0
+    rows = {r["id"]: r for r in ws.rows("baseline") + ws.rows()}
+    (base,) = [r["id"] for r in ws.rows("baseline")]
+    unsure, kept = [r["id"] for r in ws.rows()]
+    assert (rows[base]["status"], rows[unsure]["status"], rows[kept]["status"]) == ("keep", "inconclusive", "keep")
+    assert [r["seed"] for r in runs_of(ws, base)] == [0, 1, 2, 3]  # recorded in seed order
+    assert [r["seed"] for r in runs_of(ws, unsure)] == [0, 1, 2, 3]
+    every = [r for i in rows for r in runs_of(ws, i)]
+    assert len(every) == 4 + 4 + 2 + 2
+    for r in every:  # never three trainings at once (three intervals that overlap pairwise share a moment)
+        assert not any(overlap(r, a) and overlap(r, b) and overlap(a, b)
+                       for a in every for b in every if a is not r and b is not r and a is not b), r
+    logs = sorted((ws.root / "runs").rglob("train.log"))
+    assert len(logs) >= 12 and all(READY_MARK in f.read_text() for f in logs)  # each run in a box started ahead
+    assert list((ws.root / ".looper" / "boxes").glob("box-*")) == []  # the night over: no box waits, none is left

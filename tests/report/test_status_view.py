@@ -12,7 +12,7 @@ from looper.workspace.lock import DaemonLock
 
 
 def _cfg(tag: str, seed_jobs: int = 1, workers: int = 1, require_gpu: bool = False) -> SimpleNamespace:
-    return SimpleNamespace(loop=SimpleNamespace(tag=tag, seed_jobs=seed_jobs, workers=workers),
+    return SimpleNamespace(loop=SimpleNamespace(tag=tag, seed_jobs=seed_jobs, workers=workers, prestart="auto"),
                            executor=SimpleNamespace(require_gpu=require_gpu, gpu_index=0))
 
 
@@ -56,4 +56,5 @@ def test_status_of_an_empty_tag(seeded: Seeded) -> None:
     cfg = _cfg("never-run", seed_jobs=4, workers=2, require_gpu=True)
     text = status_text(seeded.store, cfg, DaemonLock(seeded.root / ".looper" / "daemon.lock"))
     assert text.splitlines()[1:] == ["slots: 8 runs at a time (4 seed(s) side by side x 2 worker(s)) on GPU from "
-                                     "index 0", "best [never-run]: none yet"]
+                                     "index 0; each run's box started while the run before it trains, evaluated "
+                                     "while the next trains", "best [never-run]: none yet"]  # prestart auto: on a GPU

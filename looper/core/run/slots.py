@@ -82,3 +82,15 @@ def runs_per_gpu(seed_jobs: int, workers: int, first: int, count: int, prestart:
         g = worker_gpu(w, first, count)
         per_gpu[g] = per_gpu.get(g, 0) + seed_jobs * (2 if prestart and seed_jobs > 1 else 1)
     return max(per_gpu.values(), default=0)
+
+
+def prestart(mode: str, require_gpu: bool) -> bool:
+    """``[loop] prestart``: each run's box started while the run before it trains, and a run evaluated while the
+    next trains (looper.night.slots). "on", "off", or "auto": on where the runs train on a GPU (``require_gpu``),
+    which waits for a box's start-up; on a CPU the waiting boxes and the evaluations would take the cores the
+    runs train on.
+
+    >>> prestart("auto", True), prestart("auto", False), prestart("on", False), prestart("off", True)
+    (True, False, True, False)
+    """
+    return mode == "on" or (mode == "auto" and require_gpu)
