@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import shutil
 import statistics
 import sys
@@ -67,7 +68,8 @@ def one(ex: LocalExecutor, ck: Path, run: Path, seed: int, steps: int, ahead: bo
     if r.exit_code != 0 or "step" not in marks:
         raise SystemExit(f"run {run.name}: exit {r.exit_code}\n{r.log_tail[-2000:]}")
     ready = [ln for ln in (run / "train.log").read_text().splitlines() if READY_MARK in ln]
-    return {"slot_to_step": marks["step"] - marks.get("slot", t0), "held": r.held_seconds,
+    phases = json.loads((run / "out" / "train.json").read_text()).get("startup_phases") or {}
+    return {"slot_to_step": marks["step"] - marks.get("slot", t0), "held": r.held_seconds, "phases": phases,
             "ready": ready[0].split(" in ")[1].split(" s")[0] if ready else None,
             "tensors": tensors(run / "out" / "weights.pt")}
 
@@ -101,7 +103,8 @@ def main() -> int:
                     rows[ahead].append(r)
                     print(f"pair {i} {'prestarted' if ahead else 'cold':>10}: slot to first step "
                           f"{r['slot_to_step']:.2f} s" + (f" (box ready in {r['ready']} s, held {r['held']:.1f} s)"
-                                                          if ahead else "") + f"; tensors {r['tensors']}", flush=True)
+                                                          if ahead else "") + f"; tensors {r['tensors']}; train.py's "
+                          f"own start-up (s since its first line) {r['phases']}", flush=True)
         finally:
             ex.close()
     cold = [r["slot_to_step"] for r in rows[False]]

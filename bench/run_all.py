@@ -51,6 +51,7 @@ COMMANDS: dict[str, Command] = {
     "bench_noise.py": Command(("--scale", "tiny", "--steps", "200", "--clock-budget", "70"), slow=True),
     "bench_calibration.py": Command(("--scale", "demo", "--aa", "10", "--planted", "3", "--paired"), slow=True),
     "bench_startup.py": Command(("--data", "data", "--pairs", "3"), slow=True),
+    "bench_prestart.py": Command(("--pairs", "3"), slow=True),
 }
 # Run order: listed ones first (bench_eval needs bench_baseline's weights), then the rest by name.
 ORDER = ["bench_overhead.py", "bench_report.py", "bench_fault_to_page.py", "bench_baseline.py", "bench_eval.py"]

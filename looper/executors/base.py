@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 from looper.core.verdicts.verdict import Verdict
 
 FIXED_FILES = ("prepare.py", "evaluate.py")
+STARTUP_MARK = "LOOPER_STARTUP"  # train.py's line at its first optimizer step (its start-up ends there)
 
 
 @dataclass

@@ -18,7 +18,7 @@ import looper.executors.prestart as prestart
 import looper.executors.sandbox as sandbox
 from looper import proc
 from looper.core.verdicts.verdict import Verdict
-from looper.executors.base import EvalJob, LineSink, RunResult, TrainJob
+from looper.executors.base import STARTUP_MARK, EvalJob, LineSink, RunResult, TrainJob
 from looper.executors.common import (
     DataFolder,
     child_env,
@@ -190,12 +190,10 @@ class LocalExecutor(DataFolder):
         return json.dumps([self.python, start, self.sandbox.mode], sort_keys=True), start, run
 
     def _spare_for(self, job: TrainJob) -> prestart.Spare | None:
-        """A box for ``job``: one started ahead for the same variables, or one started now; and one more asked
-        for the run after it. None: no box could be started (the run starts as without prestart)."""
+        """A box for ``job``: one started ahead for the same variables, or one started now. None: no box could
+        be started (the run starts as without prestart)."""
         key = self._box_env(job, job.out_dir)[0]
-        spare = self.spares.take(key) or self._start_spare(key, job)
-        self.spares.request(key, job)
-        return spare
+        return self.spares.take(key) or self._start_spare(key, job)
 
     def _start_spare(self, key: str, job: TrainJob) -> prestart.Spare | None:
         """Start a box (its run limits, its sandbox, the launcher) and wait for its ready line."""
@@ -227,13 +225,28 @@ class LocalExecutor(DataFolder):
     def _train_in(self, spare: prestart.Spare, job: TrainJob, limits: proc.Limits, on_line: LineSink | None,
                   cancel: threading.Event | None) -> tuple[proc.Supervised, Any]:
         """Run ``job`` in ``spare``: its train.py into the box's code folder, go with the run's variables once
-        its slot is given (``job.gate``), the box's ``$LOOPER_OUT`` moved to ``job.out_dir`` when it ends."""
+        its slot is given (``job.gate``), the box's ``$LOOPER_OUT`` moved to ``job.out_dir`` when it ends. The
+        box for the run after it is asked for at this run's first step (its start-up and the next box's
+        imports do not share the cores), or when it ends before one."""
+        asked: list[bool] = []
+
+        def ask() -> None:
+            if not asked:
+                asked.append(True)
+                self.spares.request(spare.key, job)
+
+        def seen(line: str) -> None:
+            if STARTUP_MARK in line:
+                ask()
+            if on_line is not None:
+                on_line(line)
+
         try:
             shutil.copyfile(job.checkout / "train.py", spare.code / "train.py")
             with open(job.log_path, "a", encoding="utf-8") as log:
                 log.write("".join(line + "\n" for line in spare.said))
             limits.check = spare.limits.check
-            s = proc.supervise([], cwd=spare.code, env=None, log_path=job.log_path, limits=limits, on_line=on_line,
+            s = proc.supervise([], cwd=spare.code, env=None, log_path=job.log_path, limits=limits, on_line=seen,
                                cancel=cancel, gate=job.gate, launched=spare.launched,
                                go=prestart.go_line(self._box_env(job, spare.out)[2]))
             seen = spare.limits.seen(s.log_error, s.limit)
@@ -242,3 +255,4 @@ class LocalExecutor(DataFolder):
             return s, seen
         finally:
             self._end_spare(spare)
+            ask()

@@ -22,6 +22,7 @@ from looper.core.run import limits as core_limits
 from looper.core.run import phases as core_phases
 from looper.core.verdicts.verdict import Outcome
 from looper.executors import EvalJob, RunResult, TrainJob
+from looper.executors.base import STARTUP_MARK
 from looper.executors.sandbox import WEIGHTS_REFUSED_EXIT
 from looper.night.canary import (
     EVAL_CANARY,
@@ -126,7 +127,6 @@ def measure(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: 
     return evaluate(ctx, w, exp_id, role, m, budget, ck, threads) if m.measured else m
 
 
-STARTUP_MARK = "LOOPER_STARTUP"  # train.py's line at its first optimizer step (its start-up ends there)
 
 
 def startup_watch(sink: Callable[[str], None]) -> tuple[Callable[[str], None], list[str]]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from looper.night.measure import STARTUP_MARK, Measurement, startup_from_json, startup_watch
+from looper.executors.base import STARTUP_MARK
+from looper.night.measure import Measurement, startup_from_json, startup_watch
 from looper.store import Store
 
 
