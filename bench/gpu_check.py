@@ -328,6 +328,7 @@ def step_night(c: Check, left: float) -> str:
     jobs, workers = (1, 1) if c.dry else (4, 2 if cores >= 16 else 1)
     toml_set(ws / "looper.toml", {
         "loop": {"seed_jobs": jobs, "workers": workers, "baseline_seeds": max(2, jobs), "noise_reruns": max(1, jobs - 1),
+                 "prestart": "on",  # boxes started ahead of their runs (auto would too on the GPU; the dry run as well)
                  "confirm_seeds": 0 if c.dry else jobs, **({"max_steps": 4} if c.dry else {})},
         "executor": {"require_gpu": not c.dry, "sandbox": "bwrap"}, "confirm": {"transfer_steps": 0}})
     limits = (c.figures.get("facts") or {}).get("cuda_under_rlimit_data", "ok")  # type: ignore[union-attr]
@@ -360,9 +361,10 @@ def step_night(c: Check, left: float) -> str:
     ok = night["runs"] > 0 and night["failed_runs"] == 0 and rc in (0, 130, -2)
     return (f"{'ok' if ok else 'FAIL'} exit {rc} in {night['wall_s']} s; {night['experiments']}; {night['runs']} runs "
             f"({night['failed_runs']} failed) on {night['devices']}; seed_jobs {jobs} x workers {workers}; per run: "
-            f"start-up {night['startup_s']} s, training {night['train_s']} s, evaluation {night['eval_s']} s; "
+            f"slot to first step {night['startup_s']} s (prestart on), training {night['train_s']} s, evaluation "
+            f"{night['eval_s']} s; "
             f"{night['decided']} decided, {night['decisions_per_gpu_hour']}/GPU-hour; {gpu_words(night['gpu'])}"
-            + f"; start-up phases (s since launch) {night['startup_phases']}"
+            + f"; train.py's start-up phases (s since its first line) {night['startup_phases']}"
             + ("" if limits in ("ok", "no prlimit") else "; run limits OFF (torch broke under RLIMIT_DATA)")
             + (f"; halt: {night['halt']}" if night.get("halt") else ""))
 

@@ -238,9 +238,13 @@ def verify(as_json: bool = typer.Option(False, "--json", help="Print exactly one
         lock = DaemonLock(root / ".looper" / "daemon.lock")
         lock.acquire()
         try:
-            loop = Loop(root, cfg, _store(root), make_executor(root, cfg.executor), agent=None,
+            executor = make_executor(root, cfg.executor)
+            loop = Loop(root, cfg, _store(root), executor, agent=None,
                         notifier=AppriseNotifier([]), display=Display(sys.stderr), secrets=_secrets(cfg))
-            v = loop.verify()
+            try:
+                v = loop.verify()
+            finally:
+                executor.close()  # boxes started ahead of runs ([loop] prestart)
         finally:
             lock.release()
     except LooperError as exc:
@@ -279,14 +283,18 @@ def confirm(tag: str | None = typer.Option(None, "--tag"),
     lock.acquire()
     try:
         store = _store(root)
-        loop = Loop(root, cfg, store, make_executor(root, cfg.executor), agent=None, notifier=AppriseNotifier([]),
+        executor = make_executor(root, cfg.executor)
+        loop = Loop(root, cfg, store, executor, agent=None, notifier=AppriseNotifier([]),
                     display=Display(sys.stderr), secrets=_secrets(cfg))
         loop.install_signals()  # a signal ends the current run; what was confirmed so far is recorded
         if transfer and cfg.confirm.transfer_steps == 0:
             raise UsageError("--transfer: [confirm] transfer_steps is 0 (off): set it to the longer step budget, "
                              "or -1 for a multiple of the night's")
-        cid = loop.confirm()
-        error = loop.transfer(cid, "command") if transfer else None
+        try:
+            cid = loop.confirm()
+            error = loop.transfer(cid, "command") if transfer else None
+        finally:
+            executor.close()  # boxes started ahead of runs ([loop] prestart)
     finally:
         lock.release()
     record = next(c for c in queries.confirmations(store, cfg.loop.tag) if c.id == cid)
