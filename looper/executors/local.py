@@ -212,7 +212,7 @@ class LocalExecutor(DataFolder):
         launched = proc.launch(box.wrap(argv), cwd=folder / "code", env=start, hold=True)
         box.started(launched.proc.pid)
         spare = prestart.Spare(key, launched, box, folder, prestart.read_ready(launched))
-        if not spare.said or prestart.READY_MARK not in spare.said[-1]:
+        if not any(prestart.READY_MARK in line for line in spare.said):
             self._end_spare(spare)
             return None
         return spare

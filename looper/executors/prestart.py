@@ -23,8 +23,11 @@ seed's weights, bit for bit, prestarted and cold).
 from __future__ import annotations
 
 import json
+import os
 import queue
+import select
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -44,6 +47,7 @@ READY_MARK = "looper prestart: ready"  # the launcher's line once its imports ar
 #: the data, the device: what the interpreter and torch read as they start).
 GO_VARS = ("LOOPER_SEED", "LOOPER_OUT", "LOOPER_BUDGET_SECONDS", "LOOPER_MAX_STEPS")
 READY_LINES = 20  # lines the launcher may print before it is ready (an import it could not do, each one)
+READY_SECONDS = 300.0  # a box not ready by then is ended unused (a night's end waits for no more than this)
 
 LAUNCHER = (
     "import importlib, json, os, sys, time\n"
@@ -112,20 +116,22 @@ class Spare:
         return self.launched.proc.poll() is None
 
 
-def read_ready(launched: proc.Launched) -> list[str]:
-    """The launcher's lines up to its ready line (blocking until it prints it); [] or lines without it: the box
-    ended or said something else first (it is not used)."""
-    out: list[str] = []
+def read_ready(launched: proc.Launched, timeout: float = READY_SECONDS) -> list[str]:
+    """The launcher's lines up to its ready line, waiting at most ``timeout`` seconds for it; [] or lines without
+    it: the box ended, said something else first, or took too long (it is not used). Read from the pipe's
+    descriptor, not its buffer: the launcher says nothing more until go, and the run's log reads the rest."""
     stdout = launched.proc.stdout
     assert stdout is not None
-    for _ in range(READY_LINES):
-        raw = stdout.readline()
-        if not raw:
+    fd, got, deadline = stdout.fileno(), b"", time.monotonic() + timeout
+    while READY_MARK.encode() not in got and got.count(b"\n") < READY_LINES:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
             break
-        out.append(raw.decode("utf-8", "replace").rstrip("\n"))
-        if READY_MARK in out[-1]:
+        chunk = os.read(fd, 4096)
+        if not chunk:
             break
-    return out
+        got += chunk
+    return [ln for ln in got.decode("utf-8", "replace").splitlines() if ln.strip()][:READY_LINES]
 
 
 class Spares:

@@ -142,3 +142,20 @@ def test_the_same_seed_trains_the_same_weights_prestarted_and_cold(tmp_path: Pat
     assert READY_MARK in (tmp_path / "prestarted" / "train.log").read_text()
     assert READY_MARK not in (tmp_path / "cold" / "train.log").read_text()
     ex.close()
+
+
+def test_a_box_that_never_says_ready_is_given_up_after_its_time(tmp_path: Path) -> None:
+    from looper import proc
+    from looper.executors.prestart import read_ready
+
+    quiet = proc.launch([sys.executable, "-c", "import time; print('importing', flush=True); time.sleep(60)"],
+                        cwd=tmp_path, env=None, hold=True)
+    t0 = time.monotonic()
+    said = read_ready(quiet, timeout=1.0)
+    assert said == ["importing"] and 0.9 < time.monotonic() - t0 < 10  # no ready line: not used, not waited on
+    proc.end_launched(quiet)
+    assert quiet.proc.poll() is not None
+    ready = proc.launch([sys.executable, "-c", f"print('x'); print('{READY_MARK} in 0.1 s', flush=True); "
+                         "import time; time.sleep(60)"], cwd=tmp_path, env=None, hold=True)
+    assert read_ready(ready, timeout=30) == ["x", f"{READY_MARK} in 0.1 s"]
+    proc.end_launched(ready)
