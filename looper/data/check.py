@@ -6,22 +6,45 @@ could not look (no folder); pass: no error (warnings ride along in the metrics).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from looper.core.data.check import data_problems, errors, few_in_test
+from looper.core.data.check import DataFacts, data_problems, errors, few_in_test
+from looper.core.data.memory import RunMemory, run_memory
 from looper.core.propose.hyperblock import HyperblockError, read_knobs
 from looper.core.verdicts.verdict import Verdict
 from looper.data.facts import folder_facts
 from looper.data.tiles import TILE
 
 
+def _knob(train_source: str | None, name: str) -> object:
+    try:
+        return read_knobs(train_source).get(name) if train_source else None
+    except HyperblockError:
+        return None
+
+
 def input_size(train_source: str | None) -> int:
     """train.py's IMGSZ (the tile side it trains at); the tiler's TILE when train.py does not say."""
-    try:
-        size = read_knobs(train_source).get("IMGSZ") if train_source else None
-    except HyperblockError:
-        size = None
+    size = _knob(train_source, "IMGSZ")
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else TILE
+
+
+def machine_mb() -> float:
+    """This machine's memory, MB (0 when it cannot be read)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (ValueError, OSError):
+        return 0.0
+
+
+def memory(facts: DataFacts, train_source: str | None, total_mb: float | None = None) -> RunMemory:
+    """A training run's expected memory on this data with train.py's CACHE (its baseline value "ram" when it
+    does not say), and the runs at a time that fit this machine (looper.core.data.memory)."""
+    cache = _knob(train_source, "CACHE")
+    tiles = sum(1 for i in facts.images if i.tile and i.split == "train")
+    return run_memory(tiles, facts.input_size or TILE, cache if isinstance(cache, str) else "ram",
+                      machine_mb() if total_mb is None else total_mb)
 
 
 def folder_problem(path: Path, label: str) -> str | None:
@@ -42,5 +65,8 @@ def check_data(path: Path, label: str, train_source: str | None = None) -> Verdi
     problems = data_problems(facts) + few_in_test(facts)
     warnings = [str(p) for p in problems if not p.blocking]
     bad = [f"data {label}: {p}" for p in errors(problems)]
-    metrics = {"data_warnings": warnings} if warnings else {}
+    mem = memory(facts, train_source)
+    metrics: dict = {"memory": mem.line(), "memory_per_run_mb": round(mem.per_run_mb), "memory_runs_fit": mem.fit}
+    if warnings:
+        metrics["data_warnings"] = warnings
     return Verdict.failed(*bad, metrics=metrics) if bad else Verdict.passed(metrics)

@@ -59,6 +59,8 @@ def check_cmd(directory: Path | None = typer.Argument(None, help="A data folder 
     v = check_data(directory, str(directory), train.read_text() if train.is_file() else None)
     for w in v.metrics.get("data_warnings", []):
         typer.echo(f"warning: {w}")
+    if v.metrics.get("memory"):
+        typer.echo(v.metrics["memory"])
     for b in v.blocking:
         typer.echo(b, err=True)
     typer.echo(f"{v.status.value}: {directory}" + (f" ({len(v.blocking)} problem(s))" if v.blocking else ""))

@@ -37,6 +37,7 @@ def check_data(ctx: Context) -> Halted | None:
     """The data checks (looper.data.check) before anything trains: a data error halts naming the data,
     never as a baseline that could not produce a result. Data on this machine only (an ssh or slurm
     executor's data folder is checked where it lives by its manifest hash)."""
+    from looper.core.data.memory import too_many
     from looper.data.check import check_data
 
     path = Path(ctx.cfg.data.dir)
@@ -47,6 +48,11 @@ def check_data(ctx: Context) -> Halted | None:
     v = check_data(path, ctx.cfg.data.dir, train.read_text() if train.is_file() else None)
     for w in v.metrics.get("data_warnings", []):
         ctx.display.note(f"data warning: {w}")
+    crowded = too_many(ctx.cfg.loop.seed_jobs * ctx.cfg.loop.workers, v.metrics.get("memory_runs_fit", 1 << 30),
+                       v.metrics.get("memory", ""))
+    if crowded:  # said before anything trains (issue 47: two 8.5 GB runs on a 24 GB machine, no word before)
+        ctx.display.note(f"memory warning: {crowded}")
+        ctx.journal.event("note", f"memory warning: {crowded}")
     if v.ok:
         return None
     return Halted(HarnessError(f"data {ctx.cfg.data.dir} is not usable ({len(v.blocking)} problem(s)): "

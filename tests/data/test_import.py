@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from looper.cli import app
+from looper.core.data.memory import CACHE_BYTES_PER_PIXEL, PROCESS_MB
 from looper.data.check import check_data
 from looper.data.formats import FormatError, guess_format
 from looper.data.importer import DataError, import_data
@@ -140,6 +141,14 @@ def test_data_check_and_import_on_the_command_line(coco, tmp_path, monkeypatch):
     assert got.exit_code == 0 and "imported coco export: 4 classes" in got.output, got.output
     got = runner.invoke(app, ["data", "check"])  # the workspace's [data] dir: data
     assert got.exit_code == 0 and got.output.strip().endswith("pass: " + str(tmp_path / "data")), got.output
+    tiles = len(list((tmp_path / "data" / "tiles" / "train" / "images").glob("*.png")))
+    per_run = PROCESS_MB + tiles * 256 * 256 * CACHE_BYTES_PER_PIXEL / 2**20
+    assert f'memory: about {per_run:.0f} MB a training run' in got.output  # no train.py
+    assert f'CACHE = "ram" ({tiles} tiles decoded in memory' in got.output  # here: its baseline's CACHE, "ram"
+    (tmp_path / "train.py").write_text('CACHE = "none"  # read from disk\n')
+    got = runner.invoke(app, ["data", "check"])
+    assert f'train.py\'s CACHE = "none": the {tiles} tiles are read from disk, not held' in got.output, got.output
+    (tmp_path / "train.py").unlink()
     (tmp_path / "data" / "pages" / "test").joinpath("page_000.png").unlink()
     got = runner.invoke(app, ["data", "check", "data"])
     assert got.exit_code == 1 and "page_000.png: image missing" in got.output, got.output

@@ -1,0 +1,47 @@
+"""A training run's memory said before a night (looper.core.data.memory, issue 47): the process part does not
+grow with the data; train.py's CACHE = "ram" adds every tile decoded; the runs that fit the machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from looper.core.data.memory import CACHE_BYTES_PER_PIXEL, PROCESS_MB, RESERVE_MB, run_memory, too_many
+
+
+@pytest.mark.parametrize("tiles, cache, cache_mb", [
+    (744, "none", 0.0),
+    (13_735, "none", 0.0),      # a firm's 40 A1 pages: no more than the demo's 744 tiles
+    (13_735, "disk", 0.0),      # Ultralytics' .npy files: on disk, not held
+    (744, "ram", 744 * 256 * 256 * CACHE_BYTES_PER_PIXEL / 2**20),
+    (13_735, "ram", 13_735 * 256 * 256 * CACHE_BYTES_PER_PIXEL / 2**20),
+])
+def test_only_a_ram_cache_grows_with_the_tiles(tiles, cache, cache_mb):
+    m = run_memory(tiles, 256, cache, total_mb=24_576)
+    assert m.cache_mb == pytest.approx(cache_mb) and m.per_run_mb == pytest.approx(PROCESS_MB + cache_mb)
+
+
+@pytest.mark.parametrize("total_mb, per_tiles, fit", [
+    (24_576, 0, int((24_576 - RESERVE_MB) // PROCESS_MB)),
+    (RESERVE_MB + PROCESS_MB - 1, 0, 0),  # not one run: said as 0, never rounded up
+    (0, 0, 0),                            # memory not read
+])
+def test_the_runs_that_fit_are_the_machine_less_its_reserve_over_a_run(total_mb, per_tiles, fit):
+    assert run_memory(per_tiles, 256, "none", total_mb).fit == fit
+
+
+def test_the_line_names_the_cache_and_what_to_do():
+    ram = run_memory(13_735, 256, "ram", 24_576).line()
+    assert 'CACHE = "ram" (13735 tiles decoded in memory; CACHE = "none" reads them from disk' in ram
+    assert ram.startswith("memory: about ") and "run(s) at a time fit this machine's 24.0 GB" in ram
+    none = run_memory(744, 256, "none", 24_576).line()
+    assert 'CACHE = "none": the 744 tiles are read from disk, not held' in none
+
+
+@pytest.mark.parametrize("runs, fit, warned", [(2, 2, False), (1, 20, False), (2, 1, True), (8, 0, True)])
+def test_a_night_with_more_runs_at_a_time_than_fit_is_warned_before_it_trains(runs, fit, warned):
+    line = run_memory(14_520, 256, "ram", 24_576).line()
+    said = too_many(runs, fit, line)
+    assert (said is not None) is warned
+    if said:
+        assert said.startswith(f"{runs} run(s) at a time ([loop] seed_jobs x workers), but about ")
+        assert 'set CACHE = "none" in train.py' in said and "memory: " not in said
