@@ -86,6 +86,9 @@ class LoopConfig(_Section):
     # seed_jobs > 1: start each waiting run's box (its imports done, its code not yet run) while the slot it
     # waits for trains, and evaluate a run while the next trains (looper.night.slots); "auto": with require_gpu
     prestart: Literal["auto", "on", "off"] = "auto"
+    # LOOPER_SEED is the seed's value under the workspace's secret (looper.core.run.seedvalue), not its number:
+    # a confirmation seed cannot be told from a search seed
+    secret_seeds: bool = True
     # fresh seeds the night's final best is re-run on when the night ends (and by `looper confirm`); 0: off
     confirm_seeds: int = Field(default=3, ge=0)
 

@@ -26,6 +26,7 @@ workers = 2
 confirm_seeds = 5
 seed_jobs = 1
 prestart = "off"
+secret_seeds = false
 
 [data]
 dir = "/srv/hvac-data"
@@ -86,7 +87,7 @@ def test_missing_file_and_none_give_the_contract_defaults(tmp_path: Path) -> Non
         assert (cfg.loop.budget_seconds, cfg.loop.grace_seconds, cfg.loop.stall_seconds) == (300, 60, 180)
         assert (cfg.loop.max_experiments, cfg.loop.until, cfg.loop.until_time) == (0, "", None)
         assert (cfg.loop.stuck_after, cfg.loop.noise_reruns, cfg.loop.workers) == (3, 7, 1)
-        assert (cfg.loop.seed_jobs, cfg.loop.prestart) == (1, "auto")
+        assert (cfg.loop.seed_jobs, cfg.loop.prestart, cfg.loop.secret_seeds) == (1, "auto", True)
         assert (cfg.data.dir, cfg.data.scale, cfg.data.seed) == ("data", "demo", 0)
         assert (cfg.gate.score, cfg.gate.max_class_drop) == ("weighted_f1", 0.05)
         assert cfg.gate.alpha == 0.05 and cfg.gate.score_test == "auto"
@@ -106,7 +107,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         "max_experiments": 40, "until": "07:00", "stuck_after": 4, "noise_reruns": 3, "workers": 2,
         "baseline_seeds": 4, "max_steps": 150, "confirm_seeds": 5,
         "seed_jobs": 1,  # > 1 only with the local executor; read as 2 in tests/test_side_by_side.py
-        "prestart": "off",
+        "prestart": "off", "secret_seeds": False,
     }
     assert cfg.loop.until_time is not None and (cfg.loop.until_time.hour, cfg.loop.until_time.minute) == (7, 0)
     assert cfg.data.model_dump() == {"dir": "/srv/hvac-data", "scale": "tiny", "seed": 7}

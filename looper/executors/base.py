@@ -63,6 +63,7 @@ class TrainJob:
     # never be (False). Given only to an executor that ``prestarts``: it starts the run's box first, then waits.
     gate: Callable[[], bool] | None = None
     prestart: bool = False  # [loop] prestart: run it in a box started ahead (an executor that ``prestarts``)
+    seed_value: int | None = None  # LOOPER_SEED ([loop] secret_seeds: the seed's value under the secret); None: seed
 
 
 @dataclass

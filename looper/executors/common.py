@@ -57,7 +57,7 @@ def train_vars(job: TrainJob, data: str, out: str, pretrained: Path | str | None
         "LOOPER_BUDGET_SECONDS": str(int(job.budget_seconds)),
         "LOOPER_DATA": data,
         "LOOPER_OUT": out,
-        "LOOPER_SEED": str(job.seed),
+        "LOOPER_SEED": str(job.seed if job.seed_value is None else job.seed_value),
         "LOOPER_DEVICE": job.device or "cpu",
     }
     if job.max_steps > 0:  # a step budget: a busy machine cannot silently shrink a run

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from looper.core.run.seedvalue import seed_value
 from looper.core.verdicts.verdict import Outcome
 from looper.errors import HarnessError
 from looper.store import ExperimentRecord, Store, TagRecord
 from looper.workspace import trees
 from looper.workspace.gitops import Workspace, Worktree
+from looper.workspace.hashes import run_seed_key
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class TagState:
         self._store = store
         self._cfg_max_steps = cfg_max_steps
         self._pinned: TagRecord | None = None
+        self._seed_key: bytes | None = None
 
     # ------------------------------------------------------------------ the checkout and the record
     def open(self) -> Worktree:
@@ -140,6 +143,12 @@ class TagState:
     def branch_tip(self) -> str:
         assert self.wt is not None
         return self.ws.repo.git.rev_parse(f"refs/heads/{self.wt.branch}").strip()
+
+    def seed_value(self, seed: int) -> int:
+        """The tag's seed number ``seed`` as train.py sees it (looper.core.run.seedvalue; the key read once)."""
+        if self._seed_key is None:
+            self._seed_key = run_seed_key(self.root)
+        return seed_value(self._seed_key, self.name, seed)
 
     def runs_dir(self, exp_id: int, role: str, seed: int) -> Path:
         """A new, empty run folder ``runs/<tag>/<exp>/<role>-s<seed>`` (an old one is removed)."""

@@ -13,8 +13,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import os
+import secrets
 import threading
 from pathlib import Path
+
+from looper.errors import HarnessError
 
 _CHUNK = 1 << 20
 
@@ -27,6 +31,26 @@ def secret_seed_file(root: Path) -> Path:
     """Where a workspace (or an ssh host's remote folder) keeps the test pages' secret seed: its
     ``.looper/`` folder, which no sandbox shows; mode 600; never in the manifest, the database or a log."""
     return Path(root) / ".looper" / "test_seed"
+
+
+def run_seed_key(root: Path) -> bytes:
+    """The workspace's key for the values of its runs' seeds (looper.core.run.seedvalue): 32 random bytes in
+    ``.looper/run_seed_key`` (mode 600, made once, never shown to a sandbox or an agent, never logged)."""
+    path = Path(root) / ".looper" / "run_seed_key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # made by another process in the meantime: that one is the key
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+    text = path.read_text().strip()
+    if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+        raise HarnessError(f"{path}: not a run seed key (64 hex digits); remove it to draw a new one (the tag's "
+                         "runs then get other seed values: start a new tag)")
+    return bytes.fromhex(text)
 
 
 def file_sha256(path: Path) -> str:
