@@ -202,14 +202,19 @@ class LocalExecutor(DataFolder):
         (folder / "code").mkdir()
         (folder / "out").mkdir()
         box = run_limits.box(folder / "out").__enter__()
-        _key, start, _run = self._box_env(job, folder / "out")
-        argv = prestart.argv(self.python)
-        if self.sandbox.enabled:
-            argv = sandbox.train_argv(argv, checkout=folder / "code", out_dir=folder / "out",
-                                      data_dir=self._data_path(self._data_dir), env=start, policy=self.sandbox,
-                                      pretrained=pretrained_dir(self.workspace),
-                                      tmp_bytes=run_limits.current().caps.tmp_max_bytes, code_folder=True)
-        launched = proc.launch(box.wrap(argv), cwd=folder / "code", env=start, hold=True)
+        try:
+            _key, start, _run = self._box_env(job, folder / "out")
+            argv = prestart.argv(self.python)
+            if self.sandbox.enabled:
+                argv = sandbox.train_argv(argv, checkout=folder / "code", out_dir=folder / "out",
+                                          data_dir=self._data_path(self._data_dir), env=start, policy=self.sandbox,
+                                          pretrained=pretrained_dir(self.workspace),
+                                          tmp_bytes=run_limits.current().caps.tmp_max_bytes, code_folder=True)
+            launched = proc.launch(box.wrap(argv), cwd=folder / "code", env=start, hold=True)
+        except BaseException:  # no box: nothing of it is left behind
+            box.__exit__(None, None, None)
+            trees.remove_tree(folder)
+            raise
         box.started(launched.proc.pid)
         spare = prestart.Spare(key, launched, box, folder, prestart.read_ready(launched))
         if not any(prestart.READY_MARK in line for line in spare.said):
@@ -235,7 +240,7 @@ class LocalExecutor(DataFolder):
                 asked.append(True)
                 self.spares.request(spare.key, job)
 
-        def seen(line: str) -> None:
+        def each_line(line: str) -> None:
             if STARTUP_MARK in line:
                 ask()
             if on_line is not None:
@@ -246,8 +251,8 @@ class LocalExecutor(DataFolder):
             with open(job.log_path, "a", encoding="utf-8") as log:
                 log.write("".join(line + "\n" for line in spare.said))
             limits.check = spare.limits.check
-            s = proc.supervise([], cwd=spare.code, env=None, log_path=job.log_path, limits=limits, on_line=seen,
-                               cancel=cancel, gate=job.gate, launched=spare.launched,
+            s = proc.supervise([], cwd=spare.code, env=None, log_path=job.log_path, limits=limits, on_line=each_line,
+                               cancel=cancel, gate=job.gate or (lambda: True), launched=spare.launched,
                                go=prestart.go_line(self._box_env(job, spare.out)[2]))
             seen = spare.limits.seen(s.log_error, s.limit)
             job.out_dir.rmdir()  # empty until now: the box's out/ takes its place, whole
