@@ -127,8 +127,6 @@ def measure(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: 
     return evaluate(ctx, w, exp_id, role, m, budget, ck, threads) if m.measured else m
 
 
-
-
 def startup_watch(sink: Callable[[str], None]) -> tuple[Callable[[str], None], list[str]]:
     """A line sink that passes every line on to ``sink`` and notes the harness's clock (ISO) when the
     first :data:`STARTUP_MARK` line arrives: the run's training started then."""
