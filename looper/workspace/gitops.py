@@ -6,6 +6,8 @@ discarded one is reset away, its commit kept reachable under ``refs/looper/disca
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,14 @@ def no_hooks_dir() -> Path:
     global _NO_HOOKS
     if _NO_HOOKS is None or not _NO_HOOKS.is_dir() or any(_NO_HOOKS.iterdir()):
         _NO_HOOKS = Path(tempfile.mkdtemp(prefix="looper-nohooks-"))
+        atexit.register(_remove_empty, _NO_HOOKS)
     return _NO_HOOKS
+
+
+def _remove_empty(folder: Path) -> None:
+    """At the process's exit: its hooks folder goes (rmdir: only while still empty)."""
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 def safe_options() -> list[str]:

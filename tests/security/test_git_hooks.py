@@ -61,3 +61,17 @@ def test_planted_hooks_never_run_in_daemon_git(tmp_path: Path) -> None:
     w1.commit("experiment 2")
     assert not marker.exists(), f"a planted hook ran: {marker.read_text()}"
     assert list(no_hooks_dir().iterdir()) == []
+
+
+def test_the_hooks_folder_goes_with_the_process(tmp_path: Path) -> None:
+    """Each looper process made one empty folder in /tmp for its hooks and left it there (687 after a
+    day of tests): it is removed when the process exits."""
+    import sys
+
+    code = ("from looper.workspace.gitops import no_hooks_dir, safe_options; "
+            "safe_options(); print(no_hooks_dir())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    folder = Path(out.stdout.strip())
+    assert folder.name.startswith("looper-nohooks-"), out.stdout
+    assert not folder.exists(), f"{folder} left behind"
+    assert no_hooks_dir().is_dir()  # this process's own folder stays while it runs
