@@ -90,6 +90,21 @@ def _fast_tier_tmp_in_memory(config: pytest.Config) -> None:
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(RAM_DISK)  # read when the first tmp_path is made
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported (the package, scipy, hypothesis, the test modules: about 250,000 objects the
+    collector tracks) lives to the end of the run: moved out of the garbage collector's sight once
+    (``gc.freeze``), so that the run's full collections scan only what the tests made since; and the
+    youngest generation is collected every 7,000 new objects instead of 700, so full collections come about
+    four times less often (the fast tier: about 3,500 collections, 25 of them full -> about 870, 6 full).
+    The fast tier's time in the collector: 2.3-2.6 s -> 1.3-1.6 s. Reference counting frees every object
+    as before; only garbage in reference cycles waits longer (a frozen one, to the end of the run)."""
+    import gc
+
+    gc.collect()  # the garbage collection itself made, freed first (never frozen)
+    gc.freeze()
+    gc.set_threshold(7000, 10, 10)  # Python's default: 700, 10, 10
+
+
 def _register_clock(config: pytest.Config) -> None:
     """scripts/pytest_clock.py: every run ends with its duration, the fast tier with its 30 s budget
     and, over it, its slowest tests (issue 26). verify_json.py loads it itself with ``-p``."""

@@ -16,7 +16,11 @@ Two speed tiers cut across these (issue 26):
   tests, and over the budget its ten slowest tests. What collection imports counts too:
   ``python -X importtime -m pytest --collect-only -q -s -m "not e2e" 2>imp.txt`` shows it;
   a test file imports heavy libraries (torch, ultralytics) inside its tests, not at the top.
-  Its ``tmp_path`` folders are on /dev/shm when that has room (tests/conftest.py);
+  It runs in one process: two pytest-xdist workers cost 7-8 s more CPU and, under the load of other
+  work, were slower (docs/CONTRIBUTING.md has the figures).
+  Its ``tmp_path`` folders are on /dev/shm when that has room (tests/conftest.py), and what
+  collection imported is frozen out of the garbage collector's sight (``gc.freeze``) and the
+  youngest generation is collected every 7,000 new objects, not 700 (conftest.py);
   ``make test-fast`` and ``make verify-json`` write bytecode caches (git-ignored __pycache__)
   even where PYTHONDONTWRITEBYTECODE is set: recompiling every file costs about 3 s a run.
 - the end-to-end tier, ``@pytest.mark.e2e`` (a module's ``pytestmark``, or the tests/e2e
@@ -24,7 +28,10 @@ Two speed tiers cut across these (issue 26):
   both tiers, every test once.
 
 A test that imports torch or trains goes to the end-to-end tier; a fixture that builds a
-seeded store is built once per session and copied per test (tests/report/seed_copies.py).
+seeded store is built once per session and copied per test (tests/report/seed_copies.py); a night
+on the fake executor takes the runtime's fingerprint once per session (``runtime_taken_once``,
+tests/night/conftest.py: a walk of site-packages, 0.3 s each time); a test waits for what it
+asserts (a thread's sample, an event) rather than sleeping a fixed time.
 """
 
 from __future__ import annotations

@@ -79,7 +79,10 @@ def run_bounded(argv: Sequence[str], *, cwd: str | Path | None, env: dict[str, s
                     term_at = now
             elif now - term_at > 5:
                 _kill_group(proc, signal.SIGKILL)
-            time.sleep(0.05)
+            try:  # the next look in 50 ms, or at once when the command ends (a fixed sleep cost each command
+                proc.wait(timeout=0.05)  # up to 50 ms after its end)
+            except subprocess.TimeoutExpired:
+                pass
     finally:
         _kill_group(proc, signal.SIGKILL)  # nothing of its group outlives it
         _trail_remove(trail)

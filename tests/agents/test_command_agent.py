@@ -90,7 +90,7 @@ print("ok")
 
 
 def test_timeout_counts_as_a_failure(tmp_path: Path, ctx: AgentContext) -> None:
-    agent = CommandAgent(str(script(tmp_path, "agent.py", "import time\ntime.sleep(30)")), timeout_seconds=0.2)
+    agent = CommandAgent(str(script(tmp_path, "agent.py", "import time\ntime.sleep(30)")), timeout_seconds=0.1)
     with pytest.raises(ProposalRejected, match="timed out"):
         agent.propose(ctx)
     with pytest.raises(HarnessError, match="timed out"):

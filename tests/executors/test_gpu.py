@@ -275,7 +275,9 @@ def test_sampler_fatal_xid_marks_lost_and_benign_xid_does_not() -> None:
     s2.start()
     import time
 
-    time.sleep(0.1)
+    deadline = time.monotonic() + 5  # until the sampler's thread has taken the event
+    while not s2.xids and time.monotonic() < deadline:
+        time.sleep(0.005)
     summary2 = s2.stop()
     assert summary2["xid"] == [13] and summary2["lost"] is False
 
@@ -312,7 +314,9 @@ def test_nvml_calls_of_every_sampler_in_the_process_never_overlap() -> None:
             return types.SimpleNamespace(total=81920 * MB, used=1024 * MB, free=80896 * MB)
 
     samplers = [GpuSampler(0, nvml=Slow(), interval=0.001).start() for _ in range(6)]
-    _time.sleep(0.3)
+    deadline = _time.monotonic() + 5  # all six sampling at once until each has taken more than 3 samples
+    while any(s.samples <= 3 for s in samplers) and _time.monotonic() < deadline:
+        _time.sleep(0.005)
     summaries = [s.stop() for s in samplers]
     assert all(s["samples"] > 3 and not s["lost"] for s in summaries), summaries
     assert overlaps[0] == 0

@@ -1,7 +1,9 @@
 """The night's orchestration in the fast tier: the real Loop, real git, a real SQLite store, on the fake
 executor (tests/fakes/executor.py: no subprocess, no sandbox) with a scripted agent. Each test drives one
 whole candidate through run_candidate and asserts what settle() did: the one outcome row, the branch,
-the checkout, the halt. The same outcomes through real sandboxed runs: tests/night/test_experiment_inprocess.py."""
+the checkout, the halt. The same outcomes through real sandboxed runs: tests/night/test_experiment_inprocess.py.
+The runtime is pinned and checked before each evaluation as always, its fingerprint taken once per session
+(``runtime_taken_once``, tests/night/conftest.py: the fake executor runs nothing that could change it)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from looper.night.experiment import run_candidate
 from looper.night.loop import Loop
 from looper.night.notify import AppriseNotifier
 from looper.store import Store
+
+pytestmark = pytest.mark.usefixtures("runtime_taken_once")
 
 
 def night(ws, agent: ScriptedAgent, executor: FakeExecutor | None = None) -> Loop:

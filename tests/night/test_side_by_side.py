@@ -43,7 +43,8 @@ class Runs:
             self.most_training = max(self.most_training, self.training)
             self.most_busy = max(self.most_busy, self.busy)
 
-    def call(self, i: int, fails: bool = False, train_s: float | None = None):
+    def call(self, i: int, fails: bool = False, train_s: float | None = None, until_stopped: bool = False):
+        """``until_stopped``: train until the look is stopped (a run before this one was not ok), not for a time."""
         def run() -> int:
             slot = current_slot()
             assert slot is not None  # side by side: every call measures in a slot
@@ -52,7 +53,13 @@ class Runs:
             with self.lock:
                 self.order.append(i)
             self._count(1, 1)
-            time.sleep(self.train_s if train_s is None else train_s)
+            if until_stopped:
+                deadline = time.monotonic() + 5
+                while not slot.stopped() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                assert slot.stopped(), f"run {i}: the look was never stopped"
+            else:
+                time.sleep(self.train_s if train_s is None else train_s)
             self._count(-1, 0)
             if not fails:  # trained cleanly: the next run trains while this one is evaluated; a failure keeps
                 slot.give_back()  # its slot until it is judged (side_by_side gives it back after the stop)
@@ -78,7 +85,8 @@ def test_at_most_seed_jobs_runs_train_at_once_and_with_prestart_evaluation_overl
 def test_a_prestarted_run_still_waiting_when_one_before_it_fails_never_starts_and_is_not_kept():
     runs = Runs(train_s=0.5, eval_s=0.0)
     kept: list[int] = []
-    calls = [runs.call(0, fails=True, train_s=0.05), *(runs.call(i) for i in range(1, 6))]  # 0 fails while 1 trains
+    calls = [runs.call(0, fails=True, train_s=0.05), runs.call(1, until_stopped=True),  # 0 fails while 1 trains
+             *(runs.call(i) for i in range(2, 6))]
     got = side_by_side(_ctx(2, "on"), calls, ok=lambda r: r >= 0, keep=kept.append)
     assert got == [-1]  # up to and including the one that failed
     assert runs.order == [0, 1]  # 1 trained beside 0; 2 and 3 waited in their boxes and were told nothing
@@ -91,10 +99,10 @@ def test_a_stopped_night_gives_no_slot_to_a_waiting_run():
     first = Slot(slots, 0, ctx.night.cancel.is_set)
     assert first.take() and first.take()  # taken once; asked again, still its own
     waiting = Slot(slots, 1, ctx.night.cancel.is_set)
-    threading.Timer(0.3, ctx.night.cancel.set).start()
+    threading.Timer(0.1, ctx.night.cancel.set).start()
     t0 = time.monotonic()
-    assert not waiting.take() and waiting.taken_at is None
-    assert 0.25 < time.monotonic() - t0 < 3
+    assert not waiting.take() and waiting.taken_at is None  # it waited for the stop (seen within 0.25 s)
+    assert 0.09 < time.monotonic() - t0 < 3
     first.give_back()
     first.give_back()  # given back once: a second time changes nothing
     assert Slot(slots, 2, lambda: False).take()
@@ -121,7 +129,7 @@ def test_side_by_side_runs_up_to_seed_jobs_calls_at_once_and_keeps_their_order()
     kept: list[int] = []
     assert side_by_side(_ctx(2), [call(i) for i in range(4)], ok=lambda r: True, keep=kept.append) == [0, 1, 2, 3]
     assert kept == [0, 1, 2, 3]  # recorded in the calls' order, though 1 finished before 0
-    barrier = threading.Barrier(2, timeout=0.5)
+    barrier = threading.Barrier(2, timeout=0.1)  # the second call starts only after the first has returned
     with pytest.raises(threading.BrokenBarrierError):  # one job: the first call waits alone, and times out
         side_by_side(_ctx(1), [call(0), call(1)], ok=lambda r: True)
 
