@@ -300,6 +300,7 @@ class ConfirmConfig(_Section):
 
     transfer_steps: int = Field(default=0, ge=-1)  # 0 off; -1 a multiple of the night's steps per preset; N steps
     transfer_seeds: int = Field(default=3, ge=2)  # fresh seeds a side (the best and the baseline each)
+    tuned_thresholds: bool = True  # at the night's end: the best's per-class F1 at val-tuned thresholds (report only)
 
 
 class TrackingConfig(_Section):

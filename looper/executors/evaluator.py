@@ -5,7 +5,9 @@ After training's sandbox is gone: the candidate's weights are refused unless the
 the verified evaluate.py is copied fresh into a folder training never could write
 (:func:`prepare_evaluator`), and after the sandboxed evaluator ran, its METRICS.json (and
 MATCHES.json) are moved to where the loop reads them (:func:`collect_metrics`). :func:`stage` and
-:func:`collect` are those steps for one :class:`EvalJob`.
+:func:`collect` are those steps for one :class:`EvalJob`; :func:`stage_stream` and :func:`collect_stream`
+the same for the threshold evaluation, evaluate.py run through looper/executors/streameval.py (STREAM.json
+too), which only the report reads.
 """
 
 from __future__ import annotations
@@ -34,6 +36,31 @@ def stage(job: EvalJob) -> RunResult | None:
 def collect(job: EvalJob) -> bool:
     """After a sandboxed evaluation: its METRICS.json moved to ``job.metrics_path`` (False: none written)."""
     return collect_metrics(job.metrics_path.parent / "eval" / "out", job.metrics_path)
+
+
+STREAM_SCRIPT = Path(__file__).with_name("streameval.py")
+STREAM_COPY = "stream_eval.py"  # its name beside the copy of evaluate.py it loads
+STREAM_NAME = "STREAM.json"
+
+
+def stage_stream(job: EvalJob) -> RunResult | None:
+    """Like :func:`stage`, whether or not a sandbox runs it, and the stream script copied beside evaluate.py."""
+    refused = plain_file(job.weights)
+    if refused:
+        return RunResult(exit_code=WEIGHTS_REFUSED_EXIT, log_tail=f"evaluate.py: weights refused: {refused}")
+    copy, _ = prepare_evaluator(job.checkout / "evaluate.py", job.metrics_path.parent / "eval")
+    script = copy.with_name(STREAM_COPY)
+    shutil.copyfile(STREAM_SCRIPT, script)
+    script.chmod(0o444)
+    return None
+
+
+def collect_stream(job: EvalJob) -> bool:
+    """:func:`collect` plus STREAM.json, moved beside ``job.metrics_path``."""
+    out = job.metrics_path.parent / "eval" / "out"
+    if plain_file(out / STREAM_NAME) is None:
+        os.replace(out / STREAM_NAME, job.metrics_path.with_name(STREAM_NAME))
+    return collect_metrics(out, job.metrics_path)
 
 
 def prepare_evaluator(evaluate_py: Path, eval_dir: Path) -> tuple[Path, Path]:

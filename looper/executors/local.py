@@ -166,6 +166,32 @@ class LocalExecutor(DataFolder):
             evaluator.collect(job)
         return run_result(s)
 
+    def evaluate_stream(self, job: EvalJob, split: str, on_line: LineSink | None = None,
+                        cancel: threading.Event | None = None) -> RunResult:
+        """The threshold evaluation: evaluate.py on ``split`` through looper/executors/streameval.py, in the
+        evaluation sandbox unless it is off; METRICS.json, MATCHES.json and STREAM.json end beside
+        ``job.metrics_path``. Only the report reads them (looper/night/tuned.py)."""
+        for name in (job.metrics_path.name, "MATCHES.json", evaluator.STREAM_NAME):  # none left from an earlier one
+            job.metrics_path.with_name(name).unlink(missing_ok=True)
+        refused = evaluator.stage_stream(job)
+        if refused is not None:
+            return refused
+        eval_dir = job.metrics_path.parent / "eval"
+        env = self._env(job.threads, LOOPER_DEVICE=job.device or "cpu")
+        if self.sandbox.enabled:
+            argv = sandboxed_eval_argv(self.python, job, self._data_path(self._data_dir), env, self.sandbox,
+                                       script=evaluator.STREAM_COPY)
+        else:
+            argv = eval_command(self.python, str(eval_dir / evaluator.STREAM_COPY), str(job.weights),
+                                str(self._data_path(self._data_dir)), str(eval_dir / "out" / "METRICS.json"),
+                                job.device)
+        limits = proc.Limits(budget_seconds=job.timeout_seconds, stall_seconds=job.stall_seconds)
+        with run_limits.box() as box:
+            s = proc.supervise(box.wrap([*argv, "--split", split]), cwd=job.checkout, env=env,
+                               log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
+        evaluator.collect_stream(job)
+        return run_result(s)
+
     def reap(self) -> list[str]:
         """End process groups a killed daemon left running (the pid trail in .looper/pids/) and remove the
         folders of the boxes it had started ahead of their runs (.looper/boxes/)."""

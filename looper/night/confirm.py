@@ -151,4 +151,8 @@ def run_confirm(ctx: Context) -> int:
     if error is not None:
         raise error
     assert cid is not None
+    if ctx.cfg.confirm.tuned_thresholds and not ctx.night.cancel.is_set():
+        from looper.night.tuned import measure_thresholds
+
+        measure_thresholds(ctx)  # report only: never raises (looper/night/tuned.py)
     return cid

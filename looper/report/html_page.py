@@ -31,6 +31,7 @@ from looper.report.svg import (
     score_svg,
     time_svg,
 )
+from looper.report.thresholds import Tuned, tuned, tuned_html
 from looper.store import TIME_PARTS, Store
 
 __all__ = ["CSS", "render_html", "write_html"]
@@ -90,7 +91,8 @@ def write_html(store: Store, root: Path, out: Path, since: str | None = None) ->
     from looper.report.confirm import morning
 
     n = gather(store, root, since)
-    page = untrusted_clean(render_html(n, morning(store, n.tag, n.since), pictures(n, root)))  # no control character in the page
+    page = untrusted_clean(render_html(n, morning(store, n.tag, n.since), pictures(n, root),
+                                             tuned(n, root)))  # no control character in the page
     out = Path(out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -347,9 +349,10 @@ def _earlier_html(n: Night, body: str) -> str:
             f'{"".join(rows)}</table></section>')
 
 
-def render_html(n: Night, confirmed: Any = None, pics: Pictures | None = None) -> str:
+def render_html(n: Night, confirmed: Any = None, pics: Pictures | None = None, thresholds: Tuned | None = None) -> str:
     """The whole page as one string (``confirmed``: looper.report.confirm.Morning, the headline;
-    ``pics`` (:func:`looper.report.pictures.pictures`) adds the drawings and the confusion matrices)."""
+    ``pics`` (:func:`looper.report.pictures.pictures`) adds the drawings and the confusion matrices;
+    ``thresholds`` (:func:`looper.report.thresholds.tuned`) the val-tuned confidence per class)."""
     from looper.report.confirm import morning_html
 
     window = f"since {html.escape(n.since[:19])}" if n.since else "all history"
@@ -363,6 +366,7 @@ def render_html(n: Night, confirmed: Any = None, pics: Pictures | None = None) -
         f'<section id="score"><h2>Score over experiments</h2>{score_svg(n)}</section>',
         _classes_html(n),
         pictures_html(pics),
+        tuned_html(thresholds) if thresholds is not None else "",
         _kept_html(n),
         _near_html(n),
         _verdicts_html(n),

@@ -8,6 +8,7 @@ from typing import Any
 
 from looper.report.facts import gather
 from looper.report.pictures import pictures
+from looper.report.thresholds import tuned
 from looper.store import Store
 
 __all__ = ["report_json"]
@@ -15,7 +16,8 @@ __all__ = ["report_json"]
 
 def report_json(store: Store, root: Path, since: str | None = None) -> dict[str, Any]:
     """The window's tag, counts, best and baseline scores, and ``pictures``: the page-level
-    confusion matrices of the best and the baseline (``looper.core.scoring.matches.Confusion.as_json``)."""
+    confusion matrices of the best and the baseline (``looper.core.scoring.matches.Confusion.as_json``);
+    ``thresholds``: per class, the test F1 at the pinned confidence and at its val-tuned one (report only)."""
     n = gather(store, root, since)
     pics = pictures(n, root, limit=0)  # numbers only: no crop is drawn
     return {
@@ -23,4 +25,5 @@ def report_json(store: Store, root: Path, since: str | None = None) -> dict[str,
         "best": {"experiment": n.best.id, "score": n.best.score} if n.best is not None else None,
         "baseline": {"experiment": n.baseline_id, "score": n.baseline_score, "source": n.baseline_source},
         "pictures": pics.as_json(),
+        "thresholds": tuned(n, root).as_json(),  # report only: per class, the test F1 at a val-tuned confidence
     }

@@ -25,6 +25,7 @@ from looper.report.lines import gpu_line, step_budget_line, worker_lines
 from looper.report.night import Night
 from looper.report.noise import nothing_kept
 from looper.report.pictures import glance_lines, pictures
+from looper.report.thresholds import tuned, tuned_lines
 from looper.store import TIME_PARTS, Store
 
 __all__ = ["render_text", "report_text"]
@@ -41,6 +42,7 @@ def report_text(store: Store, root: Path, since: str | None = None, console_widt
     if lines:
         text += "On the test pages (matched boxes at the pinned confidence; drawn in --html):\n"
         text += "".join(f"  {line}\n" for line in lines)
+    text += "".join(f"{line}\n" for line in tuned_lines(tuned(n, root)))  # the val-tuned confidence (issue 47)
     return untrusted_clean(text)  # no escape code reaches a terminal
 
 

@@ -289,3 +289,25 @@ def test_the_night_keeps_the_matched_boxes_and_the_report_draws_them(installed: 
     _ok(installed.run(looper, "report", "--html", html_path, cwd=night.ws))
     page = html_path.read_text()
     assert 'id="pictures"' in page and 'id="confusion-best"' in page
+
+
+def test_the_night_measures_the_val_tuned_confidence_of_its_best(installed: Installed, night: Night) -> None:
+    """At the night's end ([confirm] tuned_thresholds) the best's weights (and the baseline's) went through the
+    installed threshold evaluation, evaluate.py run by the harness's copy of streameval.py in the evaluation
+    sandbox, on the val and the test split; each stream bore out its METRICS.json, and `looper report --json`
+    shows per class the test F1 at 0.25 beside the F1 at the val-tuned threshold (issue 47)."""
+    looper = installed.venv / "bin" / "looper"
+    done = sorted((night.ws / "runs" / "tiny").glob("*/threshold/THRESHOLD.json"))
+    assert done and done[0].parent.parent.name == "00001", night.said  # the baseline's at least
+    for path in done:
+        got = json.loads(path.read_text())
+        assert got["status"] == "measured", got
+        assert len(got["classes"]) == 26 and got["weighted_f1_fixed"] is not None, got
+        for split in ("val", "test"):
+            assert (path.parent / split / "eval" / "stream_eval.py").is_file()
+            assert (path.parent / split / "STREAM.json").is_file()
+        tuned = [r for r in got["classes"] if r["threshold"] is not None]
+        assert all(r["why"] for r in got["classes"] if r["threshold"] is None)
+        assert tuned and all(0 < r["threshold"] <= 1 for r in tuned), got
+    report = json.loads(_ok(installed.run(looper, "report", "--json", cwd=night.ws)))["thresholds"]
+    assert report["best"]["status"] == "measured", report
