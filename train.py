@@ -52,7 +52,8 @@ VALIDATE = False  # run Ultralytics' validation on the val tiles after each epoc
 WORKERS = 1  # data loader worker processes
 THREADS = 0  # torch CPU threads (0: LOOPER_THREADS when looper runs seeds side by side, else every core this process may use)
 AMP = True  # mixed precision (float16) on a GPU, after a local check on this run's own model (amp_check: never a download); off on a CPU
-CACHE = "ram"  # keep decoded training tiles in memory: ram | disk | none (saves the PNG decode per step)
+CACHE = "auto"  # decoded training tiles held in memory: auto (ram while they fit CACHE_LIMIT_MB) | ram | none
+CACHE_LIMIT_MB = 200  # CACHE = "auto": the distinct training tiles' decoded size up to which they are held, MB
 REPEAT_THRESHOLD = 0.1  # repeat-factor sampling: tiles holding a class seen in fewer than this fraction of tiles repeat (0: off)
 REPEAT_POWER = 1.0  # repeat factor r(c) = (REPEAT_THRESHOLD / f(c)) ** REPEAT_POWER (0.5: LVIS; 1.0: full balance)
 OVERHEAD_SECONDS = 8.0  # budget kept back for model build, final validation and saving, s
@@ -63,7 +64,6 @@ import math  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import resource  # noqa: E402
-import shutil  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -183,60 +183,96 @@ def split_images(split: str) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
 
 
-def repeat_factors(label_files: list[Path]) -> list[float]:
+def tile_classes(images: list[Path], label_files: list[Path]) -> list[set[int]]:
+    """The classes on each tile: from the data set's label index (labels.cache, made once per data set by looper)
+    when it holds every tile, else read from each label file (the index saves reading them all, each run)."""
+    index = label_files[0].parent.with_suffix(".cache") if label_files else None
+    if index is not None and index.is_file():
+        try:
+            import numpy as np
+
+            found = {lb["im_file"]: {int(c) for c in lb["cls"].ravel()}
+                     for lb in np.load(index, allow_pickle=True).item()["labels"]}
+            if all(str(p) in found for p in images):
+                return [found[str(p)] for p in images]
+        except Exception as exc:  # noqa: BLE001 - an unreadable index: the label files say the same
+            print(f"LOOPER_DATA_INDEX unread ({type(exc).__name__}): reading the label files", flush=True)
+    return [{int(line.split()[0]) for line in (lf.read_text() if lf.is_file() else "").splitlines() if line.strip()}
+            for lf in label_files]
+
+
+def repeat_factors(classes: list[set[int]]) -> list[float]:
     """Repeat factor per tile (LVIS repeat-factor sampling): max over its classes of
     max(1, (REPEAT_THRESHOLD / f(c)) ** REPEAT_POWER), f(c) = fraction of tiles holding class c."""
-    classes = []
-    for lf in label_files:
-        text = lf.read_text() if lf.is_file() else ""
-        classes.append({int(line.split()[0]) for line in text.splitlines() if line.strip()})
     counts: dict[int, int] = {}
     for cs in classes:
         for c in cs:
             counts[c] = counts.get(c, 0) + 1
-    n = max(1, len(label_files))
+    n = max(1, len(classes))
     return [max([1.0] + [(REPEAT_THRESHOLD * n / counts[c]) ** REPEAT_POWER for c in cs]) for cs in classes]
 
 
-LINKED: dict[str, int] = {}  # tiles linked per split (the train loader's length follows from it)
+LISTED: dict[str, int] = {}  # tiles listed per split, repeats included (the train loader's length follows from it)
 
 
-def link_split(split: str, repeat: bool) -> Path:
-    """A folder OUT/data/<split>/images of links to the split's tiles (labels alongside), each
-    tile linked once per repeat. LOOPER_DATA is never written (Ultralytics' label cache lands here)."""
+def list_split(split: str, repeat: bool) -> Path:
+    """A list file OUT/data/<split>.txt naming the split's tiles in LOOPER_DATA, each once per repeat. The tiles
+    and their labels are read where they are (read-only in the sandbox): nothing is linked or copied per run."""
     import random
 
     images = split_images(split)
     labels = [Path(str(p.parent.parent / "labels" / p.stem) + ".txt") for p in images]
     if repeat and REPEAT_THRESHOLD > 0:
         rng = random.Random(SEED)  # stochastic rounding of fractional repeat factors, reproducible per seed
-        reps = [int(r) + (rng.random() < r - int(r)) for r in repeat_factors(labels)]
+        reps = [int(r) + (rng.random() < r - int(r)) for r in repeat_factors(tile_classes(images, labels))]
     else:
         reps = [1] * len(images)
-    root = OUT / "data" / split
-    shutil.rmtree(root, ignore_errors=True)  # a rerun into the same LOOPER_OUT starts clean
-    (root / "images").mkdir(parents=True, exist_ok=True)
-    (root / "labels").mkdir(parents=True, exist_ok=True)
-    for img, lab, k in zip(images, labels, reps, strict=True):
-        for i in range(k):
-            name = f"{img.stem}_r{i}"
-            (root / "images" / f"{name}{img.suffix}").symlink_to(img)
-            if lab.is_file():
-                (root / "labels" / f"{name}.txt").symlink_to(lab)
-    LINKED[split] = sum(reps)
-    print(f"LOOPER_DATA_LIST split={split} tiles={len(images)} linked={sum(reps)}", flush=True)
-    return root / "images"
+    path = OUT / "data" / f"{split}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{img}\n" * k for img, k in zip(images, reps, strict=True)))
+    LISTED[split] = sum(reps)
+    print(f"LOOPER_DATA_LIST split={split} tiles={len(images)} listed={sum(reps)}", flush=True)
+    return path
 
 
 def data_yaml() -> Path:
-    """A dataset yaml in LOOPER_OUT over linked (and, for train, class-balanced) tiles."""
+    """A dataset yaml in LOOPER_OUT over the listed (and, for train, class-balanced) tiles."""
     cfg = YAML.load(DATA / "dataset.yaml")
     cfg.pop("path", None)
-    cfg["train"] = str(link_split("train", repeat=True))
-    cfg["val"] = str(link_split("val", repeat=False))
+    cfg["train"] = str(list_split("train", repeat=True))
+    cfg["val"] = str(list_split("val", repeat=False))
     path = OUT / "dataset.yaml"
     YAML.save(path, cfg)
     return path
+
+
+def cache_mode() -> str | bool:
+    """Ultralytics' cache argument for CACHE: "auto" holds the decoded tiles in memory only while the data set's
+    distinct training tiles take at most CACHE_LIMIT_MB (3 bytes a pixel at IMGSZ), else reads them from disk."""
+    mode = CACHE
+    if mode == "auto":
+        mode = "ram" if len(split_images("train")) * IMGSZ * IMGSZ * 3 <= CACHE_LIMIT_MB * 2**20 else "none"
+    print(f"LOOPER_CACHE mode={mode}", flush=True)
+    return False if mode == "none" else mode
+
+
+def tile_dataset() -> type:
+    """Ultralytics' YOLODataset over a list with repeats whose label index is the data set's own: its labels.cache
+    beside the labels, made once per data set by looper and read-only here, covers each distinct tile once, so
+    the labels are read from it (not scanned again each run) and then repeated as the list repeats the tile."""
+    from ultralytics.data.dataset import YOLODataset
+    from ultralytics.data.utils import img2label_paths
+
+    class TileDataset(YOLODataset):
+        def get_labels(self):  # noqa: ANN202
+            listed = self.im_files
+            self.im_files = sorted(set(listed))
+            labels = {lb["im_file"]: lb for lb in super().get_labels()}
+            self.im_files = [f for f in listed if f in labels]
+            self.label_files = img2label_paths(self.im_files)
+            return [dict(labels[f]) for f in self.im_files]
+
+    return TileDataset
 
 
 def save_weights(checkpoint: Path, dst: Path) -> None:
@@ -318,6 +354,15 @@ def start_trainer(start: dict[str, torch.Tensor] | None) -> type:
     from ultralytics.models.yolo.detect import DetectionTrainer
 
     class StartTrainer(DetectionTrainer):
+        def build_dataset(self, img_path, mode="train", batch=None):  # noqa: ANN001, ANN202
+            import ultralytics.data.build as build
+
+            plain, build.YOLODataset = build.YOLODataset, tile_dataset()  # the one class Ultralytics builds
+            try:
+                return super().build_dataset(img_path, mode=mode, batch=batch)
+            finally:
+                build.YOLODataset = plain
+
         def get_model(self, cfg=None, weights=None, verbose=True):  # noqa: ANN001, ANN202
             net = super().get_model(cfg=cfg, weights=weights, verbose=verbose)
             if start is not None and TRANSFER:
@@ -398,9 +443,9 @@ def main() -> int:
     model.add_callback("on_train_epoch_end", on_epoch_end)
     train_seconds = max(5.0, BUDGET - OVERHEAD_SECONDS - (time.time() - T_START))
     data = str(data_yaml())
-    PHASES["data_links"] = round(time.time() - T_START, 2)
+    PHASES["data_listed"] = round(time.time() - T_START, 2)
     if MAX_STEPS:  # a step budget: epochs and the LR schedule follow from the steps, not the clock
-        per_epoch = max(1, math.ceil(LINKED["train"] / BATCH))  # the loader keeps the last short batch
+        per_epoch = max(1, math.ceil(LISTED["train"] / BATCH))  # the loader keeps the last short batch
         # Ultralytics plans its LR per whole epoch; on_batch_start lays it over exactly MAX_STEPS instead
         # (its own warm-up is off here: WARMUP_EPOCHS becomes that many epochs' worth of steps)
         schedule = {"epochs": math.ceil(MAX_STEPS / per_epoch), "time": None, "warmup_epochs": 0.0}
@@ -415,7 +460,7 @@ def main() -> int:
         hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, box=BOX_GAIN, cls=CLS_GAIN, dfl=DFL_GAIN,
         device=DEVICE if DEVICE != "cuda" else 0, workers=WORKERS, seed=SEED, deterministic=True,
         amp=AMP, plots=False, val=False, project=str(OUT), name="ultralytics", exist_ok=True,
-        verbose=False, pretrained=False, cache=False if CACHE == "none" else CACHE, trainer=start_trainer(start),
+        verbose=False, pretrained=False, cache=cache_mode(), trainer=start_trainer(start),
     )
     weights_dir = OUT / "ultralytics" / "weights"
     src = weights_dir / "last.pt"

@@ -5,7 +5,11 @@ value, and samples the proportional resident memory (PSS) of the run's whole pro
 worker) every 0.1 s; prints the peak, the time to the first step, and each folder's training tiles. The
 figures behind looper.core.data.memory (PROCESS_MB, CACHE_BYTES_PER_PIXEL). No sandbox, no run limits.
 
-    .venv/bin/python bench/bench_memory.py --data DIR [DIR ...] [--cache none ram] [--steps 6]
+``--index made|none`` first makes the data set's label index as a night does (looper/data/labelindex.py), or
+removes it so that each run scans, as in a box whose data is read-only (a run here, outside the box, writes one
+where the box could not: it is removed again after each run).
+
+    .venv/bin/python bench/bench_memory.py --data DIR [DIR ...] [--cache auto none ram] [--steps 6] [--index made]
 """
 
 from __future__ import annotations
@@ -45,7 +49,17 @@ def tree_rss_mb(pid: int) -> float:
     return total / 1024
 
 
-def one(data: Path, cache: str, steps: int) -> dict:
+def index(data: Path, how: str) -> None:
+    """The label index as a night leaves it (``made``), or none, each run scanning (``none``)."""
+    for cache in data.glob("tiles/*/labels.cache"):
+        cache.unlink()
+    if how == "made":
+        subprocess.run([sys.executable, str(ROOT / "looper" / "data" / "labelindex.py"), str(data)], check=True,
+                       capture_output=True, env={**os.environ, "YOLO_OFFLINE": "1"})
+
+
+def one(data: Path, cache: str, steps: int, how: str = "made") -> dict:
+    index(data, how)
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as d:
         ck = Path(d)
         src = (ROOT / "train.py").read_text()
@@ -73,6 +87,7 @@ def one(data: Path, cache: str, steps: int) -> dict:
             raise SystemExit(f"{data} CACHE={cache}: exit {proc.returncode}\n{log[-2000:]}")
         info = json.loads((out / "train.json").read_text())
         shutil.rmtree(out, ignore_errors=True)
+    index(data, how)  # a run that scanned wrote one here (in the box it could not): the next run scans too
     tiles = len(list((data / "tiles" / "train" / "images").glob("*")))
     return {"data": str(data), "tiles": tiles, "cache": cache, "peak_tree_mb": round(peak[0]),
             "first_step_s": (info.get("startup_phases") or {}).get("first_step"), "steps": info.get("steps")}
@@ -81,13 +96,14 @@ def one(data: Path, cache: str, steps: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, nargs="+", required=True)
-    ap.add_argument("--cache", nargs="+", default=["none", "ram"])
+    ap.add_argument("--cache", nargs="+", default=["auto", "none", "ram"])
+    ap.add_argument("--index", choices=["made", "none"], default="made")
     ap.add_argument("--steps", type=int, default=6)
     a = ap.parse_args()
     for data in a.data:
         for cache in a.cache:
-            r = one(data.resolve(), cache, a.steps)
-            print(f"{r['tiles']:>6} tiles, CACHE={cache:<4}: peak {r['peak_tree_mb']} MB (train.py and its loader "
+            r = one(data.resolve(), cache, a.steps, a.index)
+            print(f"{r['tiles']:>6} tiles, index {a.index}, CACHE={cache:<4}: peak {r['peak_tree_mb']} MB (train.py and its loader "
                   f"worker), first step at {r['first_step_s']} s, {r['steps']} steps  [{r['data']}]", flush=True)
     return 0
 

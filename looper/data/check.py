@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from looper.core.data.check import DataFacts, data_problems, errors, few_in_test
-from looper.core.data.memory import RunMemory, run_memory
+from looper.core.data.memory import CACHE_LIMIT_MB, RunMemory, run_memory
 from looper.core.propose.hyperblock import HyperblockError, read_knobs
 from looper.core.verdicts.verdict import Verdict
 from looper.data.facts import folder_facts
@@ -39,12 +39,13 @@ def machine_mb() -> float:
 
 
 def memory(facts: DataFacts, train_source: str | None, total_mb: float | None = None) -> RunMemory:
-    """A training run's expected memory on this data with train.py's CACHE (its baseline value "ram" when it
+    """A training run's expected memory on this data with train.py's CACHE (its shipped value "auto" when it
     does not say), and the runs at a time that fit this machine (looper.core.data.memory)."""
-    cache = _knob(train_source, "CACHE")
+    cache, limit = _knob(train_source, "CACHE"), _knob(train_source, "CACHE_LIMIT_MB")
     tiles = sum(1 for i in facts.images if i.tile and i.split == "train")
-    return run_memory(tiles, facts.input_size or TILE, cache if isinstance(cache, str) else "ram",
-                      machine_mb() if total_mb is None else total_mb)
+    limit = limit if isinstance(limit, int | float) and not isinstance(limit, bool) else CACHE_LIMIT_MB
+    return run_memory(tiles, facts.input_size or TILE, cache if isinstance(cache, str) else "auto",
+                      machine_mb() if total_mb is None else total_mb, limit_mb=limit)
 
 
 def folder_problem(path: Path, label: str) -> str | None:

@@ -119,7 +119,25 @@ def prepare_local_data(python: str, prepare_py: Path, path: Path, label: str, sc
         if not done.ok or not (path / "manifest.json").is_file():
             return Verdict.errored(f"prepare.py failed (exit {done.exit_code}): "
                                    + last_lines(done.stderr or done.stdout, 5))
-    return hash_local_data(path, label)
+    hashed = hash_local_data(path, label)
+    return hashed.with_metrics(label_index=label_index(python, path, cwd, env)) if hashed.ok else hashed
+
+
+LABEL_INDEX = Path(__file__).resolve().parents[1] / "data" / "labelindex.py"
+
+
+def label_index(python: str, path: Path, cwd: Path, env: dict[str, str]) -> str:
+    """The data set's label index (Ultralytics' labels.cache over each distinct tile, looper/data/labelindex.py),
+    made by the runs' own interpreter where missing or stale, kept where it matches: one line a split, or why it
+    could not be made. Never an error: without it each run scans the labels itself, as it did before."""
+    try:
+        done = proc.run([python, str(LABEL_INDEX), str(path)], cwd=cwd, env=env, timeout=600)
+    except OSError as exc:  # no such interpreter: the preflight names it; the index is only not made
+        return f"not made (exit None): {exc}"
+    lines = [ln for ln in (done.stdout or "").splitlines() if ln.startswith("labelindex ")]
+    if done.ok and lines:
+        return "; ".join(ln.removeprefix("labelindex ") for ln in lines)
+    return f"not made (exit {done.exit_code}): " + last_lines(done.stderr or done.stdout, 2)
 
 
 def hash_local_data(path: Path, label: str) -> Verdict:
@@ -143,12 +161,13 @@ class DataFolder:
 
 
 def sandboxed_eval_argv(python: str, job: EvalJob, data_dir: Path, env: dict[str, str], policy: Any,
-                        **node: Any) -> list[str]:
+                        script: str = "evaluate.py", **node: Any) -> list[str]:
     """``python -I`` on the harness's copy of evaluate.py (``eval/`` next to METRICS.json) in the
-    evaluation sandbox, writing ``eval/out/METRICS.json``; ``node``: a compute node's device list and bwrap."""
+    evaluation sandbox, writing ``eval/out/METRICS.json``; ``node``: a compute node's device list and bwrap;
+    ``script``: another file of ``eval/`` to run (the threshold evaluation's stream_eval.py)."""
     import looper.executors.limits as limits
     import looper.executors.sandbox as sandbox
     eval_dir = job.metrics_path.parent / "eval"
     node.setdefault("tmp_bytes", limits.current().caps.tmp_max_bytes)  # [limits] tmp_max_bytes (issue 39)
-    return sandbox.eval_argv(python, eval_dir / "evaluate.py", weights=job.weights, data_dir=data_dir,
+    return sandbox.eval_argv(python, eval_dir / script, weights=job.weights, data_dir=data_dir,
                              out_dir=eval_dir / "out", env=env, device=job.device, policy=policy, **node)

@@ -35,6 +35,7 @@ from looper.night.experiment import run_candidate
 from looper.night.integrity import preflight
 from looper.night.notify import Notifier
 from looper.night.tagstart import check_data, pin_tag, recover, restore_last_kept
+from looper.night.tuned import measure_thresholds
 from looper.store import Store
 
 ADVICE = {
@@ -89,6 +90,8 @@ class Loop:
         v = ctx.executor.ensure_data(ctx.root / "prepare.py", ctx.cfg.data.dir, ctx.cfg.data.scale, ctx.cfg.data.seed)
         if not v.ok:
             raise HarnessError("data: " + "; ".join(v.blocking))
+        if v.metrics.get("label_index"):  # made once per data set: the runs read it, not scan again (issue 47)
+            ctx.journal.event("note", f"label index: {v.metrics['label_index']}")
         bad = check_data(ctx)
         if bad is not None:
             return bad
@@ -208,6 +211,8 @@ class Loop:
                 error = self.transfer(cid, "night_end")  # [confirm] transfer_steps: does it hold trained longer?
             if error is not None:
                 return self.halt(Halted(error))
+            if ctx.cfg.confirm.tuned_thresholds and not ctx.night.cancel.is_set():
+                measure_thresholds(ctx)  # report only: never raises, never halts (looper/night/tuned.py)
             if ctx.night.cancel.is_set():
                 restore_last_kept(self.ctx)
             return 0

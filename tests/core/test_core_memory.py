@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from looper.core.data.memory import CACHE_BYTES_PER_PIXEL, PROCESS_MB, RESERVE_MB, run_memory, too_many
+from looper.core.data.memory import (
+    CACHE_BYTES_PER_PIXEL,
+    CACHE_LIMIT_MB,
+    PROCESS_MB,
+    RESERVE_MB,
+    held,
+    run_memory,
+    too_many,
+)
 
 
 @pytest.mark.parametrize("tiles, cache, cache_mb", [
@@ -45,3 +53,29 @@ def test_a_night_with_more_runs_at_a_time_than_fit_is_warned_before_it_trains(ru
     if said:
         assert said.startswith(f"{runs} run(s) at a time ([loop] seed_jobs x workers), but about ")
         assert 'set CACHE = "none" in train.py' in said and "memory: " not in said
+
+
+@pytest.mark.parametrize("tiles, limit_mb, cache", [
+    (400, CACHE_LIMIT_MB, "ram"),        # the demo's 400 tiles: 75 MB decoded, held
+    (1_066, CACHE_LIMIT_MB, "ram"),      # 199.9 MB: the last size held at 200 MB
+    (1_067, CACHE_LIMIT_MB, "none"),     # 200.06 MB: read from disk
+    (14_520, CACHE_LIMIT_MB, "none"),    # a firm's drawings: never held, whatever the page count
+    (14_520, 4_096, "ram"),              # a person who raised CACHE_LIMIT_MB gets what they asked
+    (0, 0, "ram"),                       # nothing to hold fits any limit
+])
+def test_auto_holds_the_tiles_only_while_they_fit_the_limit(tiles, limit_mb, cache):
+    assert held(tiles, 256, "auto", limit_mb) == cache
+    m = run_memory(tiles, 256, "auto", 24_576, limit_mb=limit_mb)
+    assert m.cache == cache and m.asked == "auto" and (m.cache_mb > 0) is (cache == "ram" and tiles > 0)
+
+
+def test_auto_bounds_a_run_whatever_the_data_set():
+    small, large = (run_memory(n, 256, "auto", 24_576) for n in (1_066, 1_000_000))
+    assert large.per_run_mb == PROCESS_MB and small.per_run_mb < 2048  # issue 47: <= 2 GB a run
+    assert 'CACHE = "auto" holds none: the 1000000 tiles are read from disk' in large.line()
+    assert 'CACHE = "auto" holds ram (1066 tiles decoded in memory' in small.line()
+
+
+@pytest.mark.parametrize("cache", ["ram", "none", "disk"])
+def test_any_other_cache_is_what_it_says(cache):
+    assert held(1_000_000, 256, cache) == cache and held(1, 256, cache) == cache

@@ -144,7 +144,10 @@ def test_data_check_and_import_on_the_command_line(coco, tmp_path, monkeypatch):
     tiles = len(list((tmp_path / "data" / "tiles" / "train" / "images").glob("*.png")))
     per_run = PROCESS_MB + tiles * 256 * 256 * CACHE_BYTES_PER_PIXEL / 2**20
     assert f'memory: about {per_run:.0f} MB a training run' in got.output  # no train.py
-    assert f'CACHE = "ram" ({tiles} tiles decoded in memory' in got.output  # here: its baseline's CACHE, "ram"
+    assert f'CACHE = "auto" holds ram ({tiles} tiles decoded in memory' in got.output  # its shipped CACHE, "auto"
+    (tmp_path / "train.py").write_text('CACHE = "auto"\nCACHE_LIMIT_MB = 0  # held by none\n')
+    got = runner.invoke(app, ["data", "check"])
+    assert f'train.py\'s CACHE = "auto" holds none: the {tiles} tiles are read from disk' in got.output, got.output
     (tmp_path / "train.py").write_text('CACHE = "none"  # read from disk\n')
     got = runner.invoke(app, ["data", "check"])
     assert f'train.py\'s CACHE = "none": the {tiles} tiles are read from disk, not held' in got.output, got.output
