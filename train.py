@@ -477,7 +477,7 @@ def main() -> int:
     info = {
         "steps": state["steps"], "epochs": state["epochs"], "seconds": round(seconds, 2),
         "peak_memory_mb": round(peak, 1), "final_losses": state["losses"],
-        "device": "cuda" if CUDA else DEVICE, "seed": SEED, "budget_seconds": BUDGET,
+        "device": "cuda" if CUDA else DEVICE, "seed": SEED, "budget_seconds": BUDGET, "overhead_seconds": OVERHEAD_SECONDS,
         "max_steps": MAX_STEPS or None, "startup_seconds": state.get("startup"), "startup_phases": PHASES,
         "lr_first": state.get("lr_first"), "lr_last": state.get("lr_last"),  # LR at the first and last step (step budget: as trained; wall clock: before Ultralytics' own warm-up sets it)
         "stopped_by": state["stopped_by"],  # steps | time | epochs

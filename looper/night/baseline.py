@@ -44,8 +44,8 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
     ctx.store.update_experiment(exp_id, commit=ctx.tag.wt.head(), started_at=now_iso())
     cand = Candidate("baseline", exp_id, w, None, source, source, description)
     budget: dict[str, Any] = {}
-    if ctx.cfg.loop.max_steps == "auto":
-        warm = warm_up(ctx, cand)
+    if ctx.cfg.loop.max_steps == "auto" or ctx.cfg.loop.max_steps > 0:
+        warm = warm_up(ctx, cand) if ctx.cfg.loop.max_steps == "auto" else fit_run(ctx, cand)
         if isinstance(warm, Result):
             return settle(ctx, cand, warm)
         budget = warm
@@ -59,8 +59,8 @@ def measure_baseline(ctx: Context, w: Worker) -> Result:
                                                      f"could not produce a result (seed {seed}, {m.outcome.value})"))
         if m.cut_short:  # the tag's reference did not train the tag's budget: nothing may be judged against it
             why = f"baseline seed {seed}: {m.cut_short}"
-            advice = CUT_SHORT_ADVICE + " " + core_budget.budget_advice(m.train_json, ctx.tag.max_steps(),
-                                                                          float(ctx.cfg.loop.budget_seconds))
+            advice = CUT_SHORT_ADVICE + " " + core_budget.budget_advice(
+                m.train_json, ctx.tag.max_steps(), ctx.tag.wall_seconds(ctx.cfg.loop.budget_seconds))
             return settle(ctx, cand, Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=advice))
         results.append(m)
     seeded = core_seeds.check([(r.seed, weights_sha256(r)) for r in results])
@@ -122,6 +122,41 @@ def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
     ctx.journal.event("baseline", f"warm-up #{cand.exp_id}: {steps} steps in {ctx.cfg.loop.budget_seconds} s; "
                           f"the tag's runs train {pinned['max_steps']} steps ({HEADROOM:.0%})", cand.exp_id, pinned)
     return pinned
+
+
+def fit_run(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
+    """A fixed ``[loop] max_steps``: train the baseline once for a fifth of its steps under 3 x the wall clock
+    (core.run.budget.fit_steps, MAX_RAISE), and from its start-up and step rate keep, raise or refuse the tag's
+    wall clock (core.run.budget.fit_wall_clock), so that no baseline seed is cut short on this machine. Returns
+    what the baseline records, or the Result that ends the baseline (the fit run could not train, or the steps
+    need more than 3 x the wall clock: halted before any seed, with the numbers to change)."""
+    import dataclasses
+
+    from looper.night.measure import train
+
+    ctx.tag.set_budget(TagBudget())  # a new baseline forgets what an earlier fit run raised
+    steps, seed = ctx.cfg.loop.max_steps, ctx.cfg.data.seed
+    assert isinstance(steps, int)
+    probe = core_budget.fit_steps(steps)
+    ctx.display.note(f"fit run: {probe} of the {steps} steps measure whether the step budget fits the wall clock")
+    rd = ctx.tag.runs_dir(cand.exp_id, "warmup", seed)
+    (rd / "out").mkdir()
+    m = train(dataclasses.replace(ctx, tag=ctx.tag.with_max_steps(probe)), cand.worker, cand.exp_id, "warmup",
+              seed, core_budget.MAX_RAISE * ctx.cfg.loop.budget_seconds, cand.checkout or cand.worker.wt.path, rd,
+              ctx.night.run_threads())
+    cand.spent += m.train_seconds
+    cand.timing["train_seconds"] = cand.timing.get("train_seconds", 0.0) + m.train_seconds  # the baseline's cost
+    if not m.measured:
+        return baseline_failed(m, "during the fit run", "fit run", f"could not train its fit run ({m.outcome.value})")
+    fit = core_budget.fit_wall_clock(m.train_json, steps, float(ctx.cfg.loop.budget_seconds))
+    ctx.journal.event("baseline", f"fit run #{cand.exp_id}: {fit.why}", cand.exp_id, fit.as_dict())
+    if fit.status == "too slow":
+        why = f"the step budget does not fit this machine: {probe}-step fit run: {fit.why.split('. Raise')[0]}"
+        return Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=fit.why[fit.why.index("Raise"):])
+    ctx.tag.set_budget(TagBudget(wall_seconds=fit.seconds if fit.status == "raised" else 0, fit=fit.as_dict()))
+    if fit.status == "raised":
+        ctx.display.note(f"fit run: {fit.why}")
+    return {"max_steps": steps, "fit": fit.as_dict()}
 
 
 def verify(ctx: Context) -> Verdict:

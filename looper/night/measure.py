@@ -119,7 +119,7 @@ def measure(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: 
             checkout: Path | None = None) -> Measurement:
     """Train and evaluate the checkout's train.py once."""
     ck = checkout or w.wt.path
-    budget = float(budget or ctx.cfg.loop.budget_seconds)
+    budget = float(budget or ctx.tag.wall_seconds(ctx.cfg.loop.budget_seconds))
     rd = ctx.tag.runs_dir(exp_id, role, seed)
     (rd / "out").mkdir()
     threads = ctx.night.run_threads()  # [loop] seed_jobs > 1: training and its evaluation on the run's share of cores

@@ -44,18 +44,23 @@ class TagNoise:
 @dataclass(frozen=True)
 class TagBudget:
     """The step budget the tag's warm-up fitted (``[loop] max_steps = "auto"``; 0: none pinned) and the
-    warm-up run it came from."""
+    warm-up run it came from; with a fixed step budget, what its fit run said (``fit``: core.run.budget's
+    WallClockFit) and the wall clock its runs get (``wall_seconds``; 0: ``[loop] budget_seconds``)."""
 
     max_steps: int = 0
     warmup: dict[str, Any] | None = None
+    wall_seconds: int = 0
+    fit: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, stored: dict[str, Any] | None) -> TagBudget:
         s = stored or {}
-        return cls(max_steps=int(s.get("max_steps") or 0), warmup=s.get("warmup"))
+        return cls(max_steps=int(s.get("max_steps") or 0), warmup=s.get("warmup"),
+                   wall_seconds=int(s.get("wall_seconds") or 0), fit=s.get("fit"))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"max_steps": self.max_steps, "warmup": self.warmup} if self.max_steps or self.warmup else {}
+        out = {"max_steps": self.max_steps, "warmup": self.warmup} if self.max_steps or self.warmup else {}
+        return {**out, "wall_seconds": self.wall_seconds, "fit": self.fit} if self.fit else out
 
 
 class TagState:
@@ -118,6 +123,11 @@ class TagState:
         if self._cfg_max_steps != "auto":
             return int(self._cfg_max_steps)
         return self.budget().max_steps
+
+    def wall_seconds(self, budget_seconds: float) -> float:
+        """The wall clock every run of the tag trains under: ``[loop] budget_seconds`` (given), or what the tag's
+        fit run raised it to (a fixed step budget that needs more on this machine: core.run.budget)."""
+        return float(self.budget().wall_seconds or budget_seconds)
 
     def with_max_steps(self, steps: int) -> TagState:
         """The same tag whose runs train ``steps`` steps (the transfer check's longer budget); the checkout,

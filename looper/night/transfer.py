@@ -80,7 +80,7 @@ def check(ctx: Context, trigger: str, confirmation_id: int | None) -> tuple[Any,
     key, started, n = ctx.cfg.gate.score, now_iso(), ctx.cfg.confirm.transfer_seeds
     seeds = fresh_seeds(queries.used_seeds(ctx.store, ctx.tag.name), n, ctx.cfg.data.seed)
     factor = steps / night if night else 1.0
-    budget = ctx.cfg.loop.budget_seconds * max(1.0, factor)
+    budget = ctx.tag.wall_seconds(ctx.cfg.loop.budget_seconds) * max(1.0, factor)
     ctx.journal.event("note", f"transfer check: #{best.id} and baseline #{base.id} at {steps} steps on seeds {seeds}", best.id)
     ctx.display.note(f"transfer check: #{best.id} and the baseline at {steps} steps on {n} fresh seed(s) each")
     longer, error = _longer(ctx, steps), None

@@ -58,6 +58,12 @@ def step_budget_line(n: Night) -> str | None:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0:
         return None
     warm = metrics.get("warmup") if isinstance(metrics.get("warmup"), dict) else None
+    fit = metrics.get("fit") if isinstance(metrics.get("fit"), dict) else None
     how = (f"80 % of the {warm.get('steps')} steps its warm-up run fitted into the wall clock" if warm
            else "set in looper.toml")
-    return f"step budget: every run trains {steps} optimizer steps ({how})"
+    said = f"step budget: every run trains {steps} optimizer steps ({how})"
+    if fit and fit.get("status") == "raised":
+        return f"{said}; its fit run on this machine: {fit.get('why')}"
+    if fit and fit.get("status") in ("fits", "unknown"):
+        return f"{said}; its fit run: {fit.get('why')}"
+    return said

@@ -119,3 +119,64 @@ def test_without_the_runs_figures_the_advice_names_both_keys_and_no_number(train
 
     assert budget_advice(train_json, 169, 180) == ("Raise [loop] budget_seconds (now 180) or lower [loop] max_steps "
                                                    "(now 169): the run's train.json does not say where its time went.")
+
+
+# ---------------------------------------------------------------- a fixed step budget's fit run
+@pytest.mark.parametrize("max_steps, expected", [(1, 1), (9, 9), (10, 10), (26, 10), (50, 10), (55, 11), (169, 33),
+                                                 (1000, 200)])
+def test_a_fit_run_trains_a_fifth_of_the_step_budget_at_least_10_at_most_all(max_steps, expected):
+    assert budget.fit_steps(max_steps) == expected
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "169"])
+def test_a_fit_run_needs_a_step_budget(bad):
+    with pytest.raises(ValueError, match="at least one step"):
+        budget.fit_steps(bad)
+
+
+# fit run figures -> (status, the tag's wall clock, need); rate = steps / (seconds - startup)
+@pytest.mark.parametrize("tj, max_steps, wall, expected", [
+    # 10 steps in 5 s after 1 s: 2 steps/s; 14 steps need 1 + 7 = 8 s, x 1.25 = 10
+    ({"steps": 10, "seconds": 6.0, "startup_seconds": 1.0}, 14, 10, ("fits", 10, 10)),
+    ({"steps": 10, "seconds": 6.0, "startup_seconds": 1.0}, 14, 6, ("raised", 10, 10)),
+    ({"steps": 10, "seconds": 6.0, "startup_seconds": 1.0}, 14, 4, ("raised", 10, 10)),  # 10 <= 3 x 4
+    ({"steps": 10, "seconds": 6.0, "startup_seconds": 1.0}, 14, 3, ("too slow", 3, 10)),  # 10 > 3 x 3
+    ({"steps": 10, "seconds": 6.0, "startup_seconds": 1.0}, 50, 6, ("too slow", 6, 33)),  # 1.25 x 26 = 32.5
+    # the time a run keeps back for saving is added whole, not scaled
+    ({"steps": 10, "seconds": 6.0, "startup_seconds": 1.0, "overhead_seconds": 8}, 14, 10, ("raised", 18, 18)),
+    # the firm's drawings before the label index: 94 s of start-up, 145 steps in 172 s
+    ({"steps": 33, "seconds": 112.7, "startup_seconds": 94.0, "overhead_seconds": 8}, 169, 180, ("raised", 246, 246)),
+    # ... and after it: 12 s of start-up
+    ({"steps": 33, "seconds": 31.0, "startup_seconds": 12.0, "overhead_seconds": 8}, 169, 180, ("fits", 180, 145)),
+    ({"steps": 33, "seconds": 31.0, "startup_seconds": 12.0}, 169, 179.5, ("fits", 180, 137)),  # a wall clock rounded up
+])
+def test_a_fit_run_keeps_raises_or_refuses_the_wall_clock(tj, max_steps, wall, expected):
+    got = budget.fit_wall_clock(tj, max_steps, wall)
+    assert (got.status, got.seconds, got.need) == expected, got.why
+    assert got.as_dict() == {"status": got.status, "seconds": got.seconds, "need": got.need, "why": got.why}
+
+
+def test_a_fit_run_says_where_its_time_went_and_what_to_change():
+    tj = {"steps": 10, "seconds": 6.0, "startup_seconds": 1.0}
+    assert budget.fit_wall_clock(tj, 14, 6).why == ("10 steps after 1 s of start-up, 2.00 steps/s: 14 steps need "
+                                                    "about 8 s; the wall clock raised from 6 s to 10 s (25 % to spare)")
+    assert budget.fit_wall_clock(tj, 14, 10).why.endswith("; 10 s with 25 % to spare fit the 10 s wall clock")
+    slow = budget.fit_wall_clock(tj, 50, 6).why
+    assert "33 s with 25 % to spare is more than 3 x the 6 s wall clock" in slow
+    # to fit 6 s: 80 % of (6 - 1) s at 2 steps/s = 8 steps
+    assert slow.endswith("Raise [loop] budget_seconds to at least 33, or lower [loop] max_steps to 8 to fit 6 s, "
+                         "and start `looper run` again.")
+
+
+@pytest.mark.parametrize("tj", [
+    None, {}, {"steps": 10, "seconds": 0.1},  # no start-up figure (a train.py of one's own)
+    {"steps": 10, "seconds": 1.0, "startup_seconds": 1.0},  # no time after start-up
+    {"steps": 0, "seconds": 6.0, "startup_seconds": 1.0}, {"steps": True, "seconds": 6.0, "startup_seconds": 1.0},
+    {"steps": 10, "seconds": "6", "startup_seconds": 1.0}, {"steps": 10, "seconds": 6.0, "startup_seconds": -1.0},
+    {"steps": 10, "seconds": float("nan"), "startup_seconds": 1.0},
+    {"steps": 10, "seconds": 6.0, "startup_seconds": 1.0, "overhead_seconds": None},
+])
+def test_a_fit_run_that_does_not_say_where_its_time_went_leaves_the_wall_clock(tj):
+    got = budget.fit_wall_clock(tj, 14, 6)
+    assert (got.status, got.seconds, got.need) == ("unknown", 6, None)
+    assert got.why.startswith("the fit run's train.json does not say")

@@ -342,6 +342,68 @@ def test_a_baseline_cut_short_by_the_wall_clock_halts_with_advice(ws):
     assert row["status"] == "error" and row["score"] is None
 
 
+def timed_baseline(ws, rate: float) -> None:
+    """The fixture train.py on a simulated clock: 1 s of start-up, then ``rate`` steps a second (train.json says so)."""
+    src = (ws.root / "train.py").read_text().replace("RATE = 0.0", f"RATE = {rate}")
+    (ws.root / "train.py").write_text(src)
+    ws.git("commit", "-qam", f"a baseline at {rate} steps a second")
+
+
+def test_a_step_budget_the_wall_clock_cannot_fit_is_measured_by_a_fit_run_and_the_wall_clock_raised(ws):
+    """14 fixed steps at 2 steps/s after 1 s need 8 s (10 s with 25 % to spare) where the wall clock is 6 s, which
+    fits 10: the fit run trains 10 of the 14 steps under 3 x 6 s, raises the tag's wall clock to 10 s, and every
+    baseline seed and candidate run trains all 14 steps under it: no halt, nothing cut short."""
+    timed_baseline(ws, 2.0)
+    loop = ready(ws, **{"loop.max_steps": 14})
+    (base,) = baselines(ws)
+    fit_json = ws.root / "runs" / "t" / f"{base['id']:05d}" / "warmup-s0" / "out" / "train.json"
+    fitted = json.loads(fit_json.read_text())
+    assert (fitted["max_steps"], fitted["steps"], fitted["stopped_by"]) == (10, 10, "steps")
+    budget = loop.ctx.store.tag_record("t").noise
+    assert budget["wall_seconds"] == 10 and budget["fit"]["status"] == "raised" and budget["fit"]["need"] == 10
+    assert loop.ctx.tag.wall_seconds(6) == 10.0
+    seen = [(r.train["max_steps"], r.train["steps"], r.train["stopped_by"], r.train["wall_clock"])
+            for r in loop.ctx.store.run_records(base["id"])]
+    assert seen == [(14, 14, "steps", "10")] * loop.ctx.cfg.loop.baseline_seeds  # the fit run is not a scored seed
+    assert fitted["wall_clock"] == "18"  # the fit run's own wall clock: 3 x 6 s
+    (said,) = [e["message"] for e in ws.events("baseline") if e["message"].startswith("fit run")]
+    assert said.endswith("14 steps need about 8 s; the wall clock raised from 6 s to 10 s (25 % to spare)")
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
+    assert r.outcome is Outcome.KEEP and "cut_short" not in r.verdict.metrics
+    assert [(x.train["steps"], x.train["wall_clock"]) for x in loop.ctx.store.run_records(r.exp_id)] == [(14, "10")]
+    text = report_text(loop.ctx.store, ws.root, console_width=400)
+    assert ("step budget: every run trains 14 optimizer steps (set in looper.toml); its fit run on this machine: "
+            "10 steps after 1 s of start-up, 2.00 steps/s") in text
+    ready(ws, **{"loop.max_steps": 14})  # a restart keeps the tag's wall clock: no new fit run, no new baseline
+    assert len(baselines(ws)) == 1 and loop.ctx.store.tag_record("t").noise["wall_seconds"] == 10
+
+
+def test_a_step_budget_past_3_x_the_wall_clock_halts_after_the_fit_run_before_any_seed(ws):
+    """50 steps at 2 steps/s need 33 s with 25 % to spare, more than 3 x 6 s: halted after one short fit run, not
+    after a baseline seed the wall clock cut short, with the budget to raise and the steps that would fit."""
+    timed_baseline(ws, 2.0)
+    halted = night(ws, **{"loop.max_steps": 50}).setup()
+    assert halted is not None and isinstance(halted.error, HarnessError)
+    assert str(halted.error) == ("the step budget does not fit this machine: 10-step fit run: 10 steps after 1 s of "
+                                 "start-up, 2.00 steps/s: 50 steps need about 26 s; 33 s with 25 % to spare is more "
+                                 "than 3 x the 6 s wall clock")
+    assert halted.advice == ("Raise [loop] budget_seconds to at least 33, or lower [loop] max_steps to 8 to fit 6 s, "
+                             "and start `looper run` again.")
+    (row,) = ws.rows("baseline")
+    assert row["status"] == "error" and Store(ws.root / "experiments.db").run_records(row["id"]) == []
+
+
+def test_a_step_budget_that_fits_keeps_the_wall_clock(ws):
+    """7 steps at 2 steps/s: 1 + 3.5 s, 6 s with 25 % to spare: the wall clock stays 6 s."""
+    timed_baseline(ws, 2.0)
+    loop = ready(ws, **{"loop.max_steps": 7})
+    budget = loop.ctx.store.tag_record("t").noise
+    assert budget["fit"]["status"] == "fits" and budget["wall_seconds"] == 0 and loop.ctx.tag.wall_seconds(6) == 6.0
+    (base,) = baselines(ws)
+    assert [r.train["wall_clock"] for r in loop.ctx.store.run_records(base["id"])] == ["6", "6"]
+
+
 def base_metrics_classes(loop: Loop, exp_id: int) -> list[str]:
     (first, *_) = [r.metrics for r in loop.ctx.store.run_records(exp_id)]
     return sorted(first["classes"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 #: The share of the warm-up's steps the tag's runs get: room for a machine up to 25 % slower (or a
@@ -84,6 +85,79 @@ def budget_advice(train_json: dict[str, Any] | None, max_steps: int, budget_seco
     return (f"Raise [loop] budget_seconds to at least {need} (this run: {startup:g} s of start-up before step 1, then "
             f"{rate:.2f} steps/s; {max_steps} steps need about {startup + max_steps / rate:.0f} s), or lower [loop] "
             f"max_steps to {fits} to fit {budget_seconds:g} s, and start `looper run` again.{cache}")
+
+
+#: A fixed step budget (``[loop] max_steps = N``) is checked on this machine before a tag's baseline by a fit
+#: run: the baseline train.py trains :func:`fit_steps` of the N steps (a fifth, at least 10), under a wall clock
+#: of MAX_RAISE x ``budget_seconds``, and its start-up and step rate say whether N steps fit the wall clock.
+FIT_SHARE = 5
+FIT_MIN_STEPS = 10
+#: The most a fit run may raise a tag's wall clock: to 3 x ``[loop] budget_seconds``. With a fixed step budget
+#: the wall clock is the runs' ceiling, not the regime (the steps are); past 3 x the budget does not fit.
+MAX_RAISE = 3.0
+
+
+def fit_steps(max_steps: int) -> int:
+    """The steps a fit run trains of a fixed step budget: a fifth of it, at least 10, at most all of it.
+
+    >>> fit_steps(169), fit_steps(26), fit_steps(4)
+    (33, 10, 4)
+    """
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"a fit run needs a step budget of at least one step, got {max_steps!r}")
+    return min(max_steps, max(FIT_MIN_STEPS, max_steps // FIT_SHARE))
+
+
+@dataclass(frozen=True)
+class WallClockFit:
+    """What a fit run says of a fixed step budget on this machine. ``status``: ``fits`` (the tag keeps
+    ``budget_seconds``), ``raised`` (its runs get ``seconds``, more than ``budget_seconds``), ``too slow`` (past
+    MAX_RAISE: the night halts before any baseline seed) or ``unknown`` (train.json does not say where the
+    fit run's time went: the wall clock stays and a baseline seed it cuts short halts, as without a fit run)."""
+
+    status: str
+    seconds: int  # the tag's wall clock: budget_seconds unless raised
+    need: int | None  # the wall clock the step budget needs, 25 % to spare
+    why: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "seconds": self.seconds, "need": self.need, "why": self.why}
+
+
+def fit_wall_clock(train_json: dict[str, Any] | None, max_steps: int, budget_seconds: float,
+                   max_raise: float = MAX_RAISE) -> WallClockFit:
+    """The tag's wall clock from its fit run's train.json: the run's start-up before step 1 (``startup_seconds``)
+    and its step rate after it give the seconds ``max_steps`` steps take; with 25 % to spare, plus the time the
+    run keeps back for saving (``overhead_seconds``, 0 when not said), that is the wall clock the steps need.
+
+    >>> fit_wall_clock({"steps": 33, "seconds": 31.0, "startup_seconds": 9.0}, 169, 180).status
+    'fits'
+    >>> fit_wall_clock({"steps": 33, "seconds": 60.0, "startup_seconds": 9.0, "overhead_seconds": 8}, 169, 180).seconds
+    346
+    """
+    budget = int(math.ceil(budget_seconds))
+    j = train_json if isinstance(train_json, dict) else {}
+    steps, seconds, startup, reserve = _steps(j), j.get("seconds"), j.get("startup_seconds"), j.get("overhead_seconds", 0)
+    numbers = [x for x in (seconds, startup, reserve) if isinstance(x, (int, float)) and not isinstance(x, bool)
+               and math.isfinite(x) and x >= 0]
+    if steps is None or steps <= 0 or len(numbers) < 3 or seconds <= startup:
+        return WallClockFit("unknown", budget, None, "the fit run's train.json does not say its steps, seconds and "
+                                                     "startup_seconds: the wall clock stays")
+    rate = steps / (seconds - startup)  # steps a second once training began
+    train_s = startup + max_steps / rate
+    need = int(math.ceil(1.25 * train_s + reserve))
+    said = (f"{steps:g} steps after {startup:g} s of start-up, {rate:.2f} steps/s: {max_steps} steps need about "
+            f"{train_s:.0f} s")
+    if need <= budget:
+        return WallClockFit("fits", budget, need, f"{said}; {need} s with 25 % to spare fit the {budget} s wall clock")
+    if need <= max_raise * budget_seconds:
+        return WallClockFit("raised", need, need, f"{said}; the wall clock raised from {budget} s to {need} s "
+                                                  "(25 % to spare)")
+    fits = max(1, math.floor(0.8 * rate * max(0.0, budget_seconds - startup - reserve)))
+    return WallClockFit("too slow", budget, need,
+                        f"{said}; {need} s with 25 % to spare is more than {max_raise:g} x the {budget} s wall clock. "
+                        f"Raise [loop] budget_seconds to at least {need}, or lower [loop] max_steps to {fits} to fit "
+                        f"{budget} s, and start `looper run` again.")
 
 
 def overran(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
