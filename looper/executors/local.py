@@ -76,7 +76,7 @@ class LocalExecutor(DataFolder):
         evaluation sandbox, writing ``eval/out/METRICS.json``; the plain command when opted out."""
         if not self.sandbox.enabled:
             return self.plain_eval_argv(job)
-        env = self._env(job.threads, LOOPER_DEVICE=job.device or "cpu")  # no secrets in an argv: the rest is inherited
+        env = self._eval_env(job)  # no secrets in an argv: the rest is inherited
         return sandboxed_eval_argv(self.python, job, self._data_path(self._data_dir), env, self.sandbox)
 
     def plain_train_argv(self, job: TrainJob) -> list[str]:
@@ -153,15 +153,11 @@ class LocalExecutor(DataFolder):
 
     def evaluate(self, job: EvalJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
         job.metrics_path.unlink(missing_ok=True)  # a result not written by this run does not exist
-        limits = proc.Limits(budget_seconds=job.timeout_seconds, stall_seconds=job.stall_seconds)
         if self.sandbox.enabled:  # training's sandbox is gone: a fresh copy of the verified evaluate.py
             refused = evaluator.stage(job)
             if refused is not None:
                 return refused
-        with run_limits.box() as box:  # memory, processes (the evaluator reads the candidate's weights)
-            s = proc.supervise(box.wrap(self.eval_argv(job)), cwd=job.checkout,
-                               env=self._env(job.threads, LOOPER_DEVICE=job.device or "cpu"),
-                               log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
+        s = self._supervise_eval(job, self.eval_argv(job), on_line, cancel)
         if self.sandbox.enabled:
             evaluator.collect(job)
         return run_result(s)
@@ -177,20 +173,28 @@ class LocalExecutor(DataFolder):
         if refused is not None:
             return refused
         eval_dir = job.metrics_path.parent / "eval"
-        env = self._env(job.threads, LOOPER_DEVICE=job.device or "cpu")
         if self.sandbox.enabled:
-            argv = sandboxed_eval_argv(self.python, job, self._data_path(self._data_dir), env, self.sandbox,
-                                       script=evaluator.STREAM_COPY)
+            argv = sandboxed_eval_argv(self.python, job, self._data_path(self._data_dir), self._eval_env(job),
+                                       self.sandbox, script=evaluator.STREAM_COPY)
         else:
             argv = eval_command(self.python, str(eval_dir / evaluator.STREAM_COPY), str(job.weights),
                                 str(self._data_path(self._data_dir)), str(eval_dir / "out" / "METRICS.json"),
                                 job.device)
-        limits = proc.Limits(budget_seconds=job.timeout_seconds, stall_seconds=job.stall_seconds)
-        with run_limits.box() as box:
-            s = proc.supervise(box.wrap([*argv, "--split", split]), cwd=job.checkout, env=env,
-                               log_path=job.log_path, limits=limits, on_line=on_line, cancel=cancel)
+        s = self._supervise_eval(job, [*argv, "--split", split], on_line, cancel)
         evaluator.collect_stream(job)
         return run_result(s)
+
+    def _eval_env(self, job: EvalJob) -> dict[str, str]:
+        return self._env(job.threads, LOOPER_DEVICE=job.device or "cpu")
+
+    def _supervise_eval(self, job: EvalJob, argv: list[str], on_line: LineSink | None,
+                        cancel: threading.Event | None) -> proc.Supervised:
+        """An evaluation under the job's wall clock and stall limit, in the run limits' box (memory, processes:
+        the evaluator reads the candidate's weights)."""
+        limits = proc.Limits(budget_seconds=job.timeout_seconds, stall_seconds=job.stall_seconds)
+        with run_limits.box() as box:
+            return proc.supervise(box.wrap(argv), cwd=job.checkout, env=self._eval_env(job), log_path=job.log_path,
+                                  limits=limits, on_line=on_line, cancel=cancel)
 
     def reap(self) -> list[str]:
         """End process groups a killed daemon left running (the pid trail in .looper/pids/) and remove the
