@@ -20,9 +20,10 @@ Commands:
 - ``check FILE... [--run DIR --keep N]``: sha256 of checkout files; optionally create a run
   folder and prune old ones (never one whose run.pid is still there) in the same round trip.
 - ``run-dir DIR [--keep N] [--cached PATH]``: create and prune as above; whether PATH exists.
-- ``data DIR [--prepare prepare.py --scale S --seed N]``: the data set's manifest hash
+- ``data DIR [--prepare prepare.py --scale S --seed N] [--index]``: the data set's manifest hash
   (:func:`looper.workspace.hashes.tree_hash`), after building it with prepare.py when asked and missing
-  (the test pages' secret seed kept in ``remote_dir/.looper/test_seed``, which no sandbox shows).
+  (the test pages' secret seed kept in ``remote_dir/.looper/test_seed``, which no sandbox shows);
+  ``--index``: and its label index (looper/data/labelindex.py), made once, kept while it matches.
 - ``run DIR [--env K=V]... [--gpu-index N] [--budget S] -- ARGV...``: run ARGV in a process
   group of its own, its id written to ``DIR/run.pid`` before it starts, its output streamed
   to stdout (the ssh client) and ``DIR/run.log``; the exit status goes to ``DIR/status`` and
@@ -54,6 +55,7 @@ import looper.executors.evaluator as evaluator
 import looper.executors.limits as limits
 import looper.executors.sandbox as sandbox
 from looper import proc
+from looper.executors.common import label_index
 from looper.workspace.hashes import TEST_SEED_ENV, file_sha256, secret_seed_file, tree_hash
 
 
@@ -144,20 +146,23 @@ def cmd_run_dir(args: argparse.Namespace) -> int:
 
 def cmd_data(args: argparse.Namespace) -> int:
     data = Path(args.dir)
+    given = dict(kv.split("=", 1) for kv in args.env)
     if not (data / "manifest.json").is_file():
         if data.is_dir() and any(data.iterdir()):
             return _say({"state": "dirty"})
         if not args.prepare:
             return _say({"state": "missing"})
-        env = dict(kv.split("=", 1) for kv in args.env)
-        env[TEST_SEED_ENV] = str(secret_seed_file(Path.cwd().parent))  # this host's secret, beside runs/
+        env = {**given, TEST_SEED_ENV: str(secret_seed_file(Path.cwd().parent))}  # this host's secret, beside runs/
         done = proc.run([sys.executable, args.prepare, "--out", str(data), "--scale", args.scale,
                          "--seed", str(args.seed)], env=env, timeout=3600)
         if not done.ok or not (data / "manifest.json").is_file():
             lines = [ln.strip() for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
             return _say({"state": "prepare failed", "exit": done.exit_code, "tail": " | ".join(lines[-5:])})
     digest, files = tree_hash(data)
-    return _say({"state": "present", "hash": digest, "files": files})
+    found: dict[str, Any] = {"state": "present", "hash": digest, "files": files}
+    if args.index:  # made once per data set on this host, by the runs' own interpreter (this one)
+        found["label_index"] = label_index(sys.executable, data, Path.cwd(), given)
+    return _say(found)
 
 
 def _print_line(line: str) -> None:
@@ -326,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", default="")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--env", action="append", default=[])
+    p.add_argument("--index", action="store_true", help="make or keep the data set's label index")
     p.set_defaults(fn=cmd_data)
     p = sub.add_parser("run")
     p.add_argument("run")

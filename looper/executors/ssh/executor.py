@@ -197,13 +197,13 @@ class SshExecutor(DataFolder):
         prepare_py = Path(prepare_py)
         try:
             data = self.remote.data_path(data_dir)
-            found = self.remote.data(data)
+            env = [f"--env={k}={v}" for k, v in self._env().items()]  # offline, settings under remote_dir
+            found = self.remote.data(data, "--index", *env)
             if found.get("state") == "missing":
                 self.remote.push([prepare_py])
-                env = [f"--env={k}={v}" for k, v in self._env().items()]
                 # a half-built folder must not be built over: not retried
                 found = self.remote.data(data, "--prepare", prepare_py.name, "--scale", scale,
-                                         "--seed", str(int(seed)), *env, retries=1)
+                                         "--seed", str(int(seed)), "--index", *env, retries=1)
         except TransportFault as fault:
             return Verdict.errored(str(fault), metrics={"host": self.host})
         return data_verdict(found, data, self.host)

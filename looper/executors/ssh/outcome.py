@@ -72,4 +72,6 @@ def data_verdict(found: dict[str, Any], data: str, host: str) -> Verdict:
         return Verdict.errored(f"data missing on {host}: {data}/manifest.json does not exist")
     if state == "prepare failed":
         return Verdict.errored(f"prepare.py failed on {host} (exit {found.get('exit')}): {found.get('tail', '')}")
-    return Verdict.passed({"hash": str(found["hash"]), "files": int(found["files"]), "host": host, "path": data})
+    index = {"label_index": str(found["label_index"])} if found.get("label_index") else {}
+    return Verdict.passed({"hash": str(found["hash"]), "files": int(found["files"]), "host": host, "path": data,
+                           **index})

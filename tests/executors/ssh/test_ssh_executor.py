@@ -455,6 +455,26 @@ def test_data_prepared_once_remotely_and_hash_matches_local(make_executor: Make,
     assert ex.data_hash("data").metrics["hash"] != digest
 
 
+def test_the_host_makes_the_label_index_once_and_keeps_it(make_executor: Make, checkout: Path, tmp_path: Path,
+                                                          tiny_data: Path) -> None:
+    """The data step on the host makes the data set's label index there (looper/data/labelindex.py, by the
+    runs' own interpreter, as the local and SLURM executors do), a second night keeps it, the hash is unchanged."""
+    remote = (tmp_path / "remote").resolve()
+    remote.mkdir()
+    shutil.copytree(tiny_data, remote / "data", ignore=shutil.ignore_patterns("*.cache"))
+    ex = make_executor()
+    v1 = ex.ensure_data(checkout / "prepare.py", "data", "tiny", 0)
+    assert v1.ok, v1.blocking
+    first = v1.metrics["label_index"]
+    assert "split=train tiles=" in first and "index=made" in first and "split=val" in first, first
+    assert (remote / "data" / "tiles" / "train" / "labels.cache").is_file()
+    v2 = ex.ensure_data(checkout / "prepare.py", "data", "tiny", 0)
+    assert v2.metrics["hash"] == v1.metrics["hash"] and "index=kept" in v2.metrics["label_index"]
+    assert "index=made" not in v2.metrics["label_index"]
+    assert not (remote / "prepare_calls.log").exists()  # present: not prepared again
+    assert "label_index" not in ex.data_hash("data").metrics  # the hash alone does not touch the index
+
+
 def test_data_hash_missing_and_dirty_folder_are_errors(make_executor: Make, checkout: Path, tmp_path: Path) -> None:
     ex = make_executor()
     v = ex.data_hash("nodata")
