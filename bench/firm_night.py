@@ -13,10 +13,12 @@ Then, as a user would, with no step by hand::
     looper run --max-experiments 3
     looper report
 
-and one summary line ``firm_night: ...``: sheets, symbols, each command's exit and seconds, and every
-run's train.json figures (peak RAM in MB, seconds to the first step, steps, stopped by). The goals
-(issue 47): no halt (``looper run`` exits 0 with 3 experiments), peak RAM <= 2048 MB a run, first step
-<= 15 s at 40 and at 160 sheets.
+then ``looper predict`` on one whole test sheet with a scored run's weights, timed and compared with the boxes
+that run's MATCHES.json lists for the sheet; and one summary line ``firm_night: ...``: sheets, symbols, each
+command's exit and seconds, every run's train.json figures (peak RAM in MB, seconds to the first step, steps,
+stopped by; all in ``firm_night.json``) and the predict check. The goals (issue 47): no halt (``looper run``
+exits 0 with 3 experiments), peak RAM <= 2048 MB a run, first step <= 15 s at 40 and at 160 sheets,
+``looper predict`` on a whole A1 sheet the evaluator's boxes in <= 10 s.
 
     .venv/bin/python bench/firm_night.py --out /tmp/firm40 --sheets 40
     .venv/bin/python bench/firm_night.py --out /tmp/firm160 --sheets 160 --experiments 1
@@ -237,6 +239,40 @@ def run_figures(ws: Path) -> list[dict[str, object]]:
     return rows
 
 
+def predict_check(ws: Path, looper: str) -> dict[str, object]:
+    """``looper predict`` on one whole test sheet with a run's weights, timed, against the boxes evaluate.py's
+    MATCHES.json of that run lists for the sheet (class, box to 0.1 px, score to 1e-4)."""
+    for matches in sorted(ws.glob("runs/*/*/*/MATCHES.json")):
+        weights = matches.parent / "out" / "weights.pt"
+        pages = json.loads(matches.read_text()).get("pages") or []
+        if not weights.is_file() or not pages:
+            continue
+        page = pages[0]
+        image = next(iter(sorted(ws.glob(f"data/pages/test/{Path(page['page']).stem}.png"))), None)
+        if image is None:
+            return {"predict": f"no image for {page['page']}"}
+        out = ws / "pred"
+        t = time.time()
+        done = subprocess.run([looper, "predict", str(image), "--out", str(out), "--weights", str(weights)], cwd=ws,
+                              capture_output=True, text=True)
+        seconds = round(time.time() - t, 1)
+        if done.returncode:
+            return {"predict": f"exit {done.returncode}", "predict_tail": done.stderr[-400:]}
+        res = json.loads((out / "predictions.json").read_text())
+        names = {c["id"]: c["name"] for c in res["categories"]}
+        ours = sorted((names[a["category_id"]], tuple(round(v, 1) for v in (a["bbox"][0], a["bbox"][1],
+                       a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3])), round(a["score"], 4))
+                      for a in res["annotations"])
+        theirs = sorted((d["class"], tuple(round(float(v), 1) for v in d["box"]), round(d["score"], 4))
+                        for d in page["predictions"])
+        with Image.open(image) as im:
+            size = f"{im.width}x{im.height}"
+        return {"predict_page": f"{image.name} {size}", "predict_s": seconds, "predict_boxes": len(ours),
+                "matches_boxes": len(theirs), "fp_dropped": page.get("fp_dropped", 0),
+                "same_boxes": ours == theirs if not page.get("fp_dropped") else set(theirs) <= set(ours)}
+    return {"predict": "no run with MATCHES.json and weights"}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -245,8 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experiments", type=int, default=3)
     ap.add_argument("--seed", type=int, default=47)
     ap.add_argument("--export-only", action="store_true", help="write the export and stop")
+    ap.add_argument("--predict-only", action="store_true", help="only the predict step, on --out's workspace")
     args = ap.parse_args(argv)
     out = args.out.resolve()
+    looper = str(Path(sys.executable).with_name("looper"))
+    if args.predict_only:
+        print("firm_night: " + json.dumps(predict_check(out / "ws", looper)), flush=True)
+        return 0
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     t = time.time()
@@ -255,7 +296,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.export_only:
         print("firm_night: " + json.dumps(summary), flush=True)
         return 0
-    looper = str(Path(sys.executable).with_name("looper"))
     ws = out / "ws"
     log: list[dict[str, object]] = []
     code = run([looper, "init", str(ws), "--preset", "demo", "--data", str(export)], out, log)
@@ -268,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     firsts = [r["first_step_s"] for r in runs if isinstance(r["first_step_s"], (int, float))]
     summary.update({"commands": log, "runs": len(runs), "peak_mb_max": max(peaks, default=None),
                     "first_step_s_max": max(firsts, default=None),
-                    "cut_short": sum(1 for r in runs if r["stopped_by"] == "time")})
+                    "cut_short": sum(1 for r in runs if r["stopped_by"] == "time"), **predict_check(ws, looper)})
     (out / "firm_night.json").write_text(json.dumps({**summary, "per_run": runs}, indent=1) + "\n")
     print("firm_night: " + json.dumps(summary), flush=True)
     return code
