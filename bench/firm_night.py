@@ -234,7 +234,7 @@ def run_figures(ws: Path) -> list[dict[str, object]]:
             j = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
-        rows.append({"run": p.parent.name, "peak_mb": j.get("peak_memory_mb"), "first_step_s": j.get("startup_seconds"),
+        rows.append({"run": str(p.parent.parent.relative_to(ws)), "peak_mb": j.get("peak_memory_mb"), "first_step_s": j.get("startup_seconds"),
                      "steps": j.get("steps"), "stopped_by": j.get("stopped_by")})
     return rows
 
