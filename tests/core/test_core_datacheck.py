@@ -72,6 +72,19 @@ def test_an_empty_split_is_an_error_and_a_missing_class_warns_outside_training()
     assert p.blocking and p.where == "DATA (train split)"
 
 
+@pytest.mark.parametrize(("split", "blocking", "why"), [
+    ("train", True, "label training pages holding them, or drop the classes from the export"),
+    ("val", False, "the val split tunes each class's confidence for the report: a class it lacks gets no tuned"),
+    ("test", False, "the class gate cannot judge a class the test split lacks"),
+])
+def test_a_class_missing_from_a_split_says_what_that_split_loses(split: str, blocking: bool, why: str):
+    only_duct = (BoxFact("x", "duct", (1, 1, 5, 5)),)
+    facts = DataFacts("DATA", CLASSES, tuple(page(s, boxes=only_duct if s == split else None)
+                                             for s in ("train", "val", "test")))
+    (p,) = data_problems(facts)
+    assert (p.where, p.blocking) == (f"DATA ({split} split)", blocking) and why in p.fix, p
+
+
 def test_many_missing_classes_are_cut_short_and_an_id_counts_for_its_class():
     many = tuple(f"c{i}" for i in range(12))
     ids = (BoxFact("l", 0, (1, 1, 2, 2)), BoxFact("l", 1, (1, 1, 2, 2)), BoxFact("l", 40, (1, 1, 2, 2)))

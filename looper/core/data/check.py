@@ -162,11 +162,18 @@ def _split_problems(facts: DataFacts) -> list[DataProblem]:
             out.append(DataProblem(f"{facts.where} ({split} split)",
                                    f"no instance of {len(missing)} class(es): {', '.join(missing[:8])}"
                                    + (" ..." if len(missing) > 8 else ""),
-                                   "label pages holding them in that split (the class gate cannot judge a class "
-                                   "the test split lacks)" if split != "train" else
-                                   "label training pages holding them, or drop the classes from the export",
+                                   MISSING_IN_SPLIT.get(split, MISSING_IN_SPLIT["test"]),
                                    blocking=split == "train"))
     return out
+
+
+#: What to do about a split without a class, and why it matters there.
+MISSING_IN_SPLIT = {
+    "train": "label training pages holding them, or drop the classes from the export",
+    "val": "label pages holding them in that split (the val split tunes each class's confidence for the report: "
+           "a class it lacks gets no tuned threshold)",
+    "test": "label pages holding them in that split (the class gate cannot judge a class the test split lacks)",
+}
 
 
 def few_in_test(facts: DataFacts) -> list[DataProblem]:
