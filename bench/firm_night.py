@@ -23,6 +23,10 @@ exits 0 with 3 experiments), peak RAM <= 2048 MB a run, first step <= 15 s at 40
     .venv/bin/python bench/firm_night.py --out /tmp/firm40 --sheets 40
     .venv/bin/python bench/firm_night.py --out /tmp/firm160 --sheets 160 --experiments 1
     .venv/bin/python bench/firm_night.py --out /tmp/firm5 --sheets 5 --export-only
+    python bench/firm_night.py --out /tmp/firm40g --sheets 40 --set executor.require_gpu=true \
+        --set loop.max_steps=1000 --set loop.seed_jobs=4          # issue 47's GPU goal, on a GPU host
+
+``--set`` changes looper.toml after init, before anything runs (the GPU night: its step budget and slots).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_parts import toml_set  # noqa: E402  (bench/: keeps the rest of looper.toml as it is)
 
 WIDTH, HEIGHT = 4967, 3508  # A1 landscape at 150 dpi, px
 CLASSES = ["firm_diffuser", "firm_return_grille", "firm_sensor", "firm_valve",
@@ -278,6 +285,22 @@ def predict_check(ws: Path, looper: str) -> dict[str, object]:
     return {"predict": "no run with weights and a sheet with boxes in its MATCHES.json"}
 
 
+def settings(given: list[str]) -> dict[str, dict[str, object]]:
+    """``SECTION.KEY=VALUE`` items as looper.toml sections; VALUE read as JSON (true, 1000, 0.5), else a string."""
+    out: dict[str, dict[str, object]] = {}
+    for item in given:
+        name, sep, text = item.partition("=")
+        section, dot, key = name.strip().partition(".")
+        if not (sep and dot and section and key):
+            raise SystemExit(f"--set {item!r}: give SECTION.KEY=VALUE, e.g. loop.max_steps=1000")
+        try:
+            value: object = json.loads(text)
+        except ValueError:
+            value = text
+        out.setdefault(section, {})[key] = value
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -287,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=47)
     ap.add_argument("--export-only", action="store_true", help="write the export and stop")
     ap.add_argument("--predict-only", action="store_true", help="only the predict step, on --out's workspace")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="a looper.toml key set after init (VALUE as JSON, else a string); e.g. on a GPU "
+                    "--set executor.require_gpu=true --set loop.max_steps=1000 --set loop.seed_jobs=4")
     args = ap.parse_args(argv)
     out = args.out.resolve()
     looper = str(Path(sys.executable).with_name("looper"))
@@ -304,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     ws = out / "ws"
     log: list[dict[str, object]] = []
     code = run([looper, "init", str(ws), "--preset", "demo", "--data", str(export)], out, log)
+    if not code and args.set:
+        toml_set(ws / "looper.toml", settings(args.set))
+        summary["set"] = args.set
     if not code:
         code = run([looper, "data", "check"], ws, log) or run([looper, "run", "--max-experiments",
                                                                str(args.experiments)], ws, log)

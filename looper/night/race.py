@@ -24,7 +24,8 @@ from looper.night.slots import side_by_side
 from looper.store import ExperimentRecord
 
 GATE_ADVICE = ("The gate cannot judge candidates against this baseline. Change what the baseline depends on "
-               "(a longer loop.budget_seconds, another data.scale or data.seed, another executor kind) and "
+               "(more training: a larger loop.max_steps, or a longer loop.budget_seconds where max_steps is "
+               "\"auto\" or 0; another data.scale or data.seed; another executor kind) and "
                "start `looper run` again: it measures a new baseline under the new settings. Starting again "
                "with the same settings halts the same way.")
 
