@@ -3,6 +3,7 @@ that measure the noise; and :func:`verify`, the pipeline on the workspace's trai
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import statistics
 import tempfile
@@ -130,8 +131,6 @@ def fit_run(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
     wall clock (core.run.budget.fit_wall_clock), so that no baseline seed is cut short on this machine. Returns
     what the baseline records, or the Result that ends the baseline (the fit run could not train, or the steps
     need more than 3 x the wall clock: halted before any seed, with the numbers to change)."""
-    import dataclasses
-
     from looper.night.measure import train
 
     ctx.tag.set_budget(TagBudget())  # a new baseline forgets what an earlier fit run raised
@@ -151,8 +150,8 @@ def fit_run(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
     fit = core_budget.fit_wall_clock(m.train_json, steps, float(ctx.cfg.loop.budget_seconds))
     ctx.journal.event("baseline", f"fit run #{cand.exp_id}: {fit.why}", cand.exp_id, fit.as_dict())
     if fit.status == "too slow":
-        why = f"the step budget does not fit this machine: {probe}-step fit run: {fit.why.split('. Raise')[0]}"
-        return Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=fit.why[fit.why.index("Raise"):])
+        why = f"the step budget does not fit this machine: {probe}-step fit run: {fit.finding}"
+        return Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=fit.advice)
     ctx.tag.set_budget(TagBudget(wall_seconds=fit.seconds if fit.status == "raised" else 0, fit=fit.as_dict()))
     if fit.status == "raised":
         ctx.display.note(f"fit run: {fit.why}")

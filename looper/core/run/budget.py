@@ -61,6 +61,17 @@ def cut_short(train_json: dict[str, Any] | None, max_steps: int) -> str | None:
     return f"stopped by the {'wall clock' if by == 'time' else by} at {steps:g} of {max_steps} steps"
 
 
+def _need(startup: float, rate: float, max_steps: int, reserve: float) -> int:
+    """The wall clock ``max_steps`` steps need at ``rate`` after ``startup`` s, with 25 % to spare, plus the
+    seconds the run keeps back for saving (``reserve``)."""
+    return int(math.ceil(1.25 * (startup + max_steps / rate) + reserve))
+
+
+def _steps_that_fit(rate: float, budget_seconds: float, startup: float, reserve: float = 0.0) -> int:
+    """The step budget that fits ``budget_seconds`` at ``rate`` after ``startup`` s and ``reserve``, 20 % to spare."""
+    return max(1, math.floor(0.8 * rate * max(0.0, budget_seconds - startup - reserve)))
+
+
 def budget_advice(train_json: dict[str, Any] | None, max_steps: int, budget_seconds: float) -> str:
     """What to change when the wall clock cut a baseline run short, from the run's own figures: the seconds its
     start-up took before step 1 (``startup_seconds``: imports, data, model) and its step rate after it, so
@@ -77,8 +88,8 @@ def budget_advice(train_json: dict[str, Any] | None, max_steps: int, budget_seco
         return (f"Raise [loop] budget_seconds (now {budget_seconds:g}) or lower [loop] max_steps (now {max_steps}): "
                 "the run's train.json does not say where its time went.")
     rate = steps / (seconds - startup)  # steps a second once training began
-    need = math.ceil(1.25 * (startup + max_steps / rate) + (budget_seconds - seconds if seconds < budget_seconds else 0))
-    fits = max(1, math.floor(0.8 * rate * max(0.0, budget_seconds - startup)))
+    need = _need(startup, rate, max_steps, budget_seconds - seconds if seconds < budget_seconds else 0)
+    fits = _steps_that_fit(rate, budget_seconds, startup)
     cache = (f" Start-up took {startup / budget_seconds:.0%} of the budget: a data set of many tiles is loaded before "
              "step 1 (train.py's CACHE); a smaller data set or CACHE = \"none\" starts sooner."
              if startup > 0.25 * budget_seconds else "")
@@ -118,7 +129,13 @@ class WallClockFit:
     status: str
     seconds: int  # the tag's wall clock: budget_seconds unless raised
     need: int | None  # the wall clock the step budget needs, 25 % to spare
-    why: str
+    finding: str  # what the fit run found
+    advice: str = ""  # "too slow": what to change, and to what
+
+    @property
+    def why(self) -> str:
+        """The finding and, when the steps do not fit, the advice: the journal's and the report's words."""
+        return f"{self.finding}. {self.advice}" if self.advice else self.finding
 
     def as_dict(self) -> dict[str, Any]:
         return {"status": self.status, "seconds": self.seconds, "need": self.need, "why": self.why}
@@ -145,7 +162,7 @@ def fit_wall_clock(train_json: dict[str, Any] | None, max_steps: int, budget_sec
                                                      "startup_seconds: the wall clock stays")
     rate = steps / (seconds - startup)  # steps a second once training began
     train_s = startup + max_steps / rate
-    need = int(math.ceil(1.25 * train_s + reserve))
+    need = _need(startup, rate, max_steps, reserve)
     said = (f"{steps:g} steps after {startup:g} s of start-up, {rate:.2f} steps/s: {max_steps} steps need about "
             f"{train_s:.0f} s")
     if need <= budget:
@@ -153,9 +170,9 @@ def fit_wall_clock(train_json: dict[str, Any] | None, max_steps: int, budget_sec
     if need <= max_raise * budget_seconds:
         return WallClockFit("raised", need, need, f"{said}; the wall clock raised from {budget} s to {need} s "
                                                   "(25 % to spare)")
-    fits = max(1, math.floor(0.8 * rate * max(0.0, budget_seconds - startup - reserve)))
+    fits = _steps_that_fit(rate, budget_seconds, startup, reserve)
     return WallClockFit("too slow", budget, need,
-                        f"{said}; {need} s with 25 % to spare is more than {max_raise:g} x the {budget} s wall clock. "
+                        f"{said}; {need} s with 25 % to spare is more than {max_raise:g} x the {budget} s wall clock",
                         f"Raise [loop] budget_seconds to at least {need}, or lower [loop] max_steps to {fits} to fit "
                         f"{budget} s, and start `looper run` again.")
 
