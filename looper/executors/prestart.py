@@ -38,9 +38,15 @@ from typing import Any
 from looper import proc
 from looper.proc.wallclock import GO
 
-#: What the launcher imports before go: what train.py imports first (torch, then Ultralytics' YOLO and
-#: its trainer), the bulk of a run's start-up that does not depend on the candidate's code.
-IMPORTS = ("numpy", "torch", "ultralytics")
+#: What the launcher imports before go: what train.py imports first (torch, then Ultralytics' YOLO), then
+#: what Ultralytics' trainer imports lazily before a run's first step (the optimizer's ``torch._dynamo`` and
+#: sympy, torchvision's ops, the detection trainer, its data and plotting libraries): library code only,
+#: never the candidate's, and modules the run imports anyway. Without the second part a prestarted run
+#: still imported 1,400 modules after go: 1.2 of its 1.9 s to the first step on a 2-core CPU
+#: (bench/RESULTS.md, "Start-up out of the way"). A name that cannot be imported is said and skipped.
+IMPORTS = ("numpy", "torch", "ultralytics",
+           "torch._dynamo", "torchvision", "ultralytics.models.yolo.detect.train", "polars", "requests",
+           "matplotlib.font_manager", "thop", "psutil", "safetensors.torch")
 NOT_STARTED_EXIT = 75  # the launcher was not told go: train.py never ran (EX_TEMPFAIL)
 READY_MARK = "looper prestart: ready"  # the launcher's line once its imports are done
 #: The variables of one run, sent with go; every other variable is the box's from its start (the threads,
