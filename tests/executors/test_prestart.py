@@ -172,6 +172,32 @@ def test_a_prestarted_run_imports_little_after_go(tmp_path: Path, tiny_data: Pat
     ex.close()
 
 
+def test_the_launchers_imports_never_initialise_cuda_where_a_gpu_is_there(tmp_path: Path) -> None:
+    """On a GPU an import that starts CUDA (a module-level ``torch.cuda`` query behind ``is_available()``)
+    would make every prestarted box fail ``make gpu-check``; on a CPU that branch is never taken. Here
+    torch says a GPU is there and its CUDA start raises: the launcher imports all of :data:`IMPORTS`
+    without once starting CUDA, says so, and ends unstarted when told nothing."""
+    import subprocess
+
+    from looper.executors.prestart import IMPORTS, LAUNCHER
+
+    gpu_here = (
+        "import sys, torch\n"
+        "def start(*a, **k):\n"
+        "    print('CUDA STARTED', flush=True)\n"
+        "    raise RuntimeError('CUDA started at import')\n"
+        "torch.cuda.is_available = lambda: True\n"
+        "torch.cuda.device_count = lambda: 1\n"
+        "torch.cuda._lazy_init = torch.cuda.init = start\n"
+    )
+    p = subprocess.run([sys.executable, "-c", gpu_here + LAUNCHER, "train.py"], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert p.returncode == NOT_STARTED_EXIT, p.stdout + p.stderr
+    assert "CUDA STARTED" not in p.stdout and "not imported" not in p.stdout, p.stdout
+    assert f"{READY_MARK} in " in p.stdout and "(CUDA initialised: False)" in p.stdout
+    assert len(IMPORTS) >= 10  # the trainer's lazy imports are in the list this checks
+
+
 def test_a_box_that_never_says_ready_is_given_up_after_its_time(tmp_path: Path) -> None:
     from looper import proc
     from looper.executors.prestart import read_ready
