@@ -5,7 +5,10 @@ executor and its sandbox (bubblewrap, run limits), alternately cold (the box sta
 prestarted (``[loop] prestart``: the box started ahead, its imports done, told go when the run comes). For each
 run: the seconds from the moment the slot is the run's (cold: the executor is called; prestarted: go) to the
 arrival of train.py's ``LOOPER_STARTUP`` line at its first optimizer step, the box's own time to be ready, and
-whether the two kinds trained the same tensors bit for bit. Nothing else runs beside it: on a GPU the waiting
+whether the two kinds trained the same tensors bit for bit. Then the first run's weights are evaluated
+alternately cold (evaluate.py's sandbox started when the evaluation comes) and in a box started ahead (the one
+the evaluation before it asked for as it ended, ready by then): the seconds from the call to its return, and
+whether both wrote the same METRICS.json and MATCHES.json. Nothing else runs beside it: on a GPU the waiting
 box would import while another run trains; here it imports first and the figure is the wait it hides.
 
     .venv/bin/python bench/bench_prestart.py [--data DIR] [--pairs 3] [--steps 3]
@@ -29,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from looper.executors.base import TrainJob  # noqa: E402
+from looper.executors.base import EvalJob, TrainJob  # noqa: E402
 from looper.executors.local import LocalExecutor  # noqa: E402
 from looper.executors.prestart import READY_MARK  # noqa: E402
 
@@ -74,6 +77,26 @@ def one(ex: LocalExecutor, ck: Path, run: Path, seed: int, steps: int, ahead: bo
             "tensors": tensors(run / "out" / "weights.pt")}
 
 
+def evaluation(ex: LocalExecutor, ck: Path, weights: Path, rd: Path, ahead: bool) -> tuple[float, str]:
+    """(seconds from the call to its return, a digest of METRICS.json and MATCHES.json) of one evaluation."""
+    rd.mkdir(parents=True)
+    if ahead:  # the box the evaluation before asked for: ready, as it is after a run's training
+        deadline = time.monotonic() + 120
+        while not any((b / "code").is_dir() for b in (ex.workspace / ".looper" / "boxes").glob("box-*")):
+            assert time.monotonic() < deadline, "no box was started ahead of the evaluation"
+            time.sleep(0.05)
+        time.sleep(5.0)
+    job = EvalJob(checkout=ck, weights=weights, metrics_path=rd / "METRICS.json", log_path=rd / "eval.log",
+                  timeout_seconds=600, stall_seconds=300, device="cpu", prestart=ahead)
+    t0 = time.monotonic()
+    r = ex.evaluate(job, None, threading.Event())
+    took = time.monotonic() - t0
+    if r.exit_code != 0:
+        raise SystemExit(f"evaluation {rd.name}: exit {r.exit_code}\n{r.log_tail[-2000:]}")
+    digest = hashlib.sha256(b"".join((rd / f).read_bytes() for f in ("METRICS.json", "MATCHES.json"))).hexdigest()
+    return took, digest[:16]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, help="a prepared data folder (default: a tiny prepare.py build)")
@@ -92,10 +115,12 @@ def main() -> int:
         ck = ws / "ck"
         ck.mkdir(parents=True)
         shutil.copy(ROOT / "train.py", ck / "train.py")
+        shutil.copy(ROOT / "evaluate.py", ck / "evaluate.py")
         shutil.copytree(ROOT / "looper" / "pretrained", ws / "pretrained")
         ex = LocalExecutor(ws, python=sys.executable)
         ex.use_data(str(data.resolve()))
         rows: dict[bool, list[dict]] = {False: [], True: []}
+        evals: dict[bool, list[tuple[float, str]]] = {False: [], True: []}
         try:
             for i in range(a.pairs):
                 for ahead in (False, True):
@@ -105,6 +130,14 @@ def main() -> int:
                           f"{r['slot_to_step']:.2f} s" + (f" (box ready in {r['ready']} s, held {r['held']:.1f} s)"
                                                           if ahead else "") + f"; tensors {r['tensors']}; train.py's "
                           f"own start-up (s since its first line) {r['phases']}", flush=True)
+            weights = tmp / "run0-cold" / "out" / "weights.pt"
+            evaluation(ex, ck, weights, tmp / "eval-first", True)  # its box started now; it asks for the next
+            for i in range(a.pairs):
+                for ahead in (False, True):
+                    took, digest = evaluation(ex, ck, weights, tmp / f"eval{i}-{'ahead' if ahead else 'cold'}", ahead)
+                    evals[ahead].append((took, digest))
+                    print(f"pair {i} {'prestarted' if ahead else 'cold':>10}: evaluation {took:.2f} s; "
+                          f"METRICS.json and MATCHES.json {digest}", flush=True)
         finally:
             ex.close()
     cold = [r["slot_to_step"] for r in rows[False]]
@@ -113,7 +146,12 @@ def main() -> int:
     print(f"slot to first step, median of {a.pairs}: cold {statistics.median(cold):.2f} s "
           f"({min(cold):.2f}-{max(cold):.2f}), prestarted {statistics.median(ahead):.2f} s "
           f"({min(ahead):.2f}-{max(ahead):.2f}); the same tensors every run: {same}")
-    return 0 if same else 1
+    e_cold, e_ahead = ([t for t, _ in evals[k]] for k in (False, True))
+    same_scores = len({d for k in (False, True) for _, d in evals[k]}) == 1
+    print(f"evaluation, call to return, median of {a.pairs}: cold {statistics.median(e_cold):.2f} s "
+          f"({min(e_cold):.2f}-{max(e_cold):.2f}), in a box started ahead {statistics.median(e_ahead):.2f} s "
+          f"({min(e_ahead):.2f}-{max(e_ahead):.2f}); the same METRICS.json and MATCHES.json every time: {same_scores}")
+    return 0 if same and same_scores else 1
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ class EvalJob:
     stall_seconds: float
     device: str = ""
     threads: int = 0  # as TrainJob.threads: a run's evaluation on its training's share of the cores
+    prestart: bool = False  # [loop] prestart: evaluated in a box started ahead (an executor that ``prestarts``)
 
 
 LineSink = Callable[[str], None]

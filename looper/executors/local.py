@@ -157,6 +157,10 @@ class LocalExecutor(DataFolder):
             refused = evaluator.stage(job)
             if refused is not None:
                 return refused
+            if job.prestart and os.path.lexists(job.weights):  # in a box started ahead ([loop] prestart)
+                boxed = self._evaluate_in_box(job, on_line, cancel)
+                if boxed is not None:
+                    return run_result(boxed)
         s = self._supervise_eval(job, self.eval_argv(job), on_line, cancel)
         if self.sandbox.enabled:
             evaluator.collect(job)
@@ -225,21 +229,60 @@ class LocalExecutor(DataFolder):
         key = self._box_env(job, job.out_dir)[0]
         return self.spares.take(key) or self._start_spare(key, job)
 
-    def _start_spare(self, key: str, job: TrainJob) -> prestart.Spare | None:
+    def _eval_key(self, job: EvalJob) -> str:
+        """The key of the boxes that can serve the evaluation ``job``."""
+        return json.dumps(["evaluate", self.python, self._eval_env(job), self.sandbox.mode], sort_keys=True)
+
+    def _evaluate_in_box(self, job: EvalJob, on_line: LineSink | None,
+                         cancel: threading.Event | None) -> proc.Supervised | None:
+        """Evaluate ``job`` in a box started ahead (or now): the harness's copy of evaluate.py into its code
+        folder and the run's weights (a plain file: :func:`evaluator.stage` checked) into its ``w/``, both
+        read-only inside, then go; its METRICS.json moved to ``job.metrics_path``. The box for the next
+        evaluation is asked for as this one ends: it imports while the next run trains. None: no box started."""
+        key = self._eval_key(job)
+        spare = self.spares.take(key) or self._start_spare(key, job)
+        if spare is None:
+            return None
+        try:
+            shutil.copyfile(job.weights, spare.folder / "w" / "weights.pt")
+            shutil.copyfile(job.metrics_path.parent / "eval" / "evaluate.py", spare.code / "evaluate.py")
+            (spare.code / "evaluate.py").chmod(0o444)
+            with open(job.log_path, "a", encoding="utf-8") as log:
+                log.write("".join(line + "\n" for line in spare.said))
+            limits = proc.Limits(budget_seconds=job.timeout_seconds, stall_seconds=job.stall_seconds)
+            limits.check = spare.limits.check
+            s = proc.supervise([], cwd=spare.code, env=None, log_path=job.log_path, limits=limits, on_line=on_line,
+                               cancel=cancel, gate=lambda: True, launched=spare.launched, go=prestart.go_line({}))
+            evaluator.collect_metrics(spare.out, job.metrics_path)
+            return s
+        finally:
+            self._end_spare(spare)
+            self.spares.request(key, job)
+
+    def _start_spare(self, key: str, job: TrainJob | EvalJob) -> prestart.Spare | None:
         """Start a box (its run limits, its sandbox, the launcher) and wait for its ready line."""
         self._boxes().mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix="box-", dir=self._boxes()))
-        (folder / "code").mkdir()
-        (folder / "out").mkdir()
-        box = run_limits.box(folder / "out").__enter__()
+        evaluation = isinstance(job, EvalJob)
+        for part in ("code", "out", "w") if evaluation else ("code", "out"):
+            (folder / part).mkdir()
+        box = run_limits.box(None if evaluation else folder / "out").__enter__()  # an evaluation: no out/ quota
         try:
-            _key, start, _run = self._box_env(job, folder / "out")
-            argv = prestart.argv(self.python)
-            if self.sandbox.enabled:
-                argv = sandbox.train_argv(argv, checkout=folder / "code", out_dir=folder / "out",
-                                          data_dir=self._data_path(self._data_dir), env=start, policy=self.sandbox,
-                                          pretrained=pretrained_dir(self.workspace),
-                                          tmp_bytes=run_limits.current().caps.tmp_max_bytes, code_folder=True)
+            tmp_bytes = run_limits.current().caps.tmp_max_bytes
+            if isinstance(job, EvalJob):  # the evaluator's sandbox (always on here), its files written at go
+                start = self._eval_env(job)
+                argv = sandbox.eval_argv(self.python, folder / "code" / "evaluate.py", weights=folder / "w" / "weights.pt",
+                                         data_dir=self._data_path(self._data_dir), out_dir=folder / "out", env=start,
+                                         device=job.device, policy=self.sandbox, boot=prestart.EVAL_LAUNCHER,
+                                         tmp_bytes=tmp_bytes, weights_folder=True)
+            else:
+                _key, start, _run = self._box_env(job, folder / "out")
+                argv = prestart.argv(self.python)
+                if self.sandbox.enabled:
+                    argv = sandbox.train_argv(argv, checkout=folder / "code", out_dir=folder / "out",
+                                              data_dir=self._data_path(self._data_dir), env=start, policy=self.sandbox,
+                                              pretrained=pretrained_dir(self.workspace), tmp_bytes=tmp_bytes,
+                                              code_folder=True)
             launched = proc.launch(box.wrap(argv), cwd=folder / "code", env=start, hold=True)
         except BaseException:  # no box: nothing of it is left behind
             box.__exit__(None, None, None)

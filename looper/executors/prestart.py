@@ -18,6 +18,11 @@ told anything but go ends with :data:`NOT_STARTED_EXIT` without reading train.py
 What the run computes does not change: the same modules are imported either way, train.py seeds its own
 random streams after go, and the step budget fixes its work (tests/executors/test_prestart.py: the same
 seed's weights, bit for bit, prestarted and cold).
+
+An evaluation's box is started ahead the same way (:data:`EVAL_LAUNCHER`, the evaluator's own sandbox from
+looper/executors/sandbox.py ``eval_argv``): it imports, waits, and on go runs the harness's copy of evaluate.py
+on the run's weights, both written into its folders at go; each evaluation asks for the next one's box as it
+ends (looper/executors/local.py ``_evaluate_in_box``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from looper import proc
+from looper.executors.sandbox import NOSITE_PATHS
 from looper.proc.wallclock import GO
 
 #: What the launcher imports before go: what train.py imports first (torch, then Ultralytics' YOLO), then
@@ -55,32 +61,49 @@ GO_VARS = ("LOOPER_SEED", "LOOPER_OUT", "LOOPER_BUDGET_SECONDS", "LOOPER_MAX_STE
 READY_LINES = 20  # lines the launcher may print before it is ready (an import it could not do, each one)
 READY_SECONDS = 300.0  # a box not ready by then is ended unused (a night's end waits for no more than this)
 
-LAUNCHER = (
-    "import importlib, json, os, sys, time\n"
-    "t0 = time.monotonic()\n"
-    f"for name in {IMPORTS!r}:\n"
-    "    try:\n"
-    "        mod = importlib.import_module(name)\n"
-    "        getattr(mod, 'YOLO', None)  # Ultralytics' model class and its trainer, imported lazily\n"
-    "    except Exception as exc:  # train.py's own import says what is wrong, in its own run\n"
-    "        print(f'looper prestart: {name} not imported ({type(exc).__name__})', flush=True)\n"
-    "torch = sys.modules.get('torch')\n"
-    "cuda = bool(torch is not None and torch.cuda.is_initialized())\n"
-    f"print(f'{READY_MARK} in {{time.monotonic() - t0:.1f}} s (CUDA initialised: {{cuda}})', flush=True)\n"
-    "line = sys.stdin.buffer.readline()\n"
-    f"if not line.startswith({GO.strip()!r}):\n"
-    "    print('looper prestart: not started (no run was given to this box)', flush=True)\n"
-    f"    sys.exit({NOT_STARTED_EXIT})\n"
-    "job = json.loads(line[2:]) if line[2:].strip() else {}\n"
-    f"os.environ.update({{k: str(v) for k, v in job.get('env', {{}}).items() if k in {GO_VARS!r}}})\n"
-    "null = os.open(os.devnull, os.O_RDONLY)\n"
-    "os.dup2(null, 0)  # train.py reads nothing from the harness\n"
-    "os.close(null)\n"
-    "sys.argv = sys.argv[1:]\n"
-    "sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))  # as `python train.py` puts it\n"
-    "import runpy\n"
-    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
-)
+#: What an evaluation's box imports before go: evaluate.py's own imports (it keeps torchvision's package out).
+EVAL_IMPORTS = ("numpy", "torch", "ultralytics.nn.tasks", "yaml", "PIL.Image", "PIL.PngImagePlugin",
+                "safetensors.torch", "looper.core.scoring.metrics", "looper.core.scoring.tilegrid")
+
+
+def launcher(imports: tuple[str, ...] = IMPORTS, *, setup: str = "", shift: int = 1, script_first: bool = True) -> str:
+    """The launcher's code: ``setup`` (the evaluator's explicit ``sys.path``), ``imports``, the ready line, then
+    on go the script ``sys.argv[shift]`` with the arguments after it, as ``python script ...`` runs it
+    (``script_first``: its folder first on ``sys.path``; the evaluator's path is set by ``setup`` alone)."""
+    return (
+        setup
+        + "import importlib, json, os, sys, time\n"
+        "t0 = time.monotonic()\n"
+        f"for name in {imports!r}:\n"
+        "    try:\n"
+        "        mod = importlib.import_module(name)\n"
+        "        getattr(mod, 'YOLO', None)  # Ultralytics' model class and its trainer, imported lazily\n"
+        "    except Exception as exc:  # the script's own import says what is wrong, in its own run\n"
+        "        print(f'looper prestart: {name} not imported ({type(exc).__name__})', flush=True)\n"
+        "torch = sys.modules.get('torch')\n"
+        "cuda = bool(torch is not None and torch.cuda.is_initialized())\n"
+        f"print(f'{READY_MARK} in {{time.monotonic() - t0:.1f}} s (CUDA initialised: {{cuda}})', flush=True)\n"
+        "line = sys.stdin.buffer.readline()\n"
+        f"if not line.startswith({GO.strip()!r}):\n"
+        "    print('looper prestart: not started (no run was given to this box)', flush=True)\n"
+        f"    sys.exit({NOT_STARTED_EXIT})\n"
+        "job = json.loads(line[2:]) if line[2:].strip() else {}\n"
+        f"os.environ.update({{k: str(v) for k, v in job.get('env', {{}}).items() if k in {GO_VARS!r}}})\n"
+        "null = os.open(os.devnull, os.O_RDONLY)\n"
+        "os.dup2(null, 0)  # the script reads nothing from the harness\n"
+        "os.close(null)\n"
+        f"sys.argv = sys.argv[{shift}:]\n"
+        + ("sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))  # as `python train.py` puts it\n"
+           if script_first else "")
+        + "import runpy\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+
+
+LAUNCHER = launcher()
+#: An evaluation's box: the evaluator's own explicit ``sys.path`` (``python -I -S -c``, no ``.pth``), its
+#: imports, then on go the harness's copy of evaluate.py (looper/executors/sandbox.py ``eval_argv``).
+EVAL_LAUNCHER = launcher(EVAL_IMPORTS, setup=NOSITE_PATHS, shift=2, script_first=False)
 
 
 def argv(python: str, script: str = "train.py") -> list[str]:

@@ -376,9 +376,12 @@ def train_argv(command: Sequence[str], *, checkout: Path, out_dir: Path, data_di
 # sys.path is explicit: the standard library, PACKAGES (``os.pathsep``-separated folders holding the
 # harness's looper package), then the site-packages folders of the interpreter's environment, found from
 # its ``pyvenv.cfg`` (and the base install's when that allows system packages), never from a ``.pth``.
-NOSITE = (pyruntime.SITE_DIRS + "import runpy\n"
-          "extra = [p for p in sys.argv[1].split(os.pathsep) if p]\n"
-          "sys.path[:] = list(dict.fromkeys(sys.path + extra + dirs))\n"
+# NOSITE_PATHS sets that path alone: a box started ahead of its evaluation runs it before its imports
+# (looper/executors/prestart.py ``launcher``), the evaluator once told go.
+NOSITE_PATHS = (pyruntime.SITE_DIRS
+                + "extra = [p for p in sys.argv[1].split(os.pathsep) if p]\n"
+                "sys.path[:] = list(dict.fromkeys(sys.path + extra + dirs))\n")
+NOSITE = (NOSITE_PATHS + "import runpy\n"
           "sys.argv = sys.argv[2:]\n"
           "runpy.run_path(sys.argv[0], run_name='__main__')\n")
 
@@ -395,9 +398,14 @@ def package_parents(package: Path | None = None) -> list[str]:
 def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, out_dir: Path,
               env: Mapping[str, str], device: str = "", policy: SandboxPolicy = SandboxPolicy(),
               devices: Sequence[str] | None = None, bwrap: str | None = None,
-              package: Path | None = None, tmp_bytes: int = 0) -> list[str]:
+              package: Path | None = None, tmp_bytes: int = 0, boot: str = NOSITE,
+              weights_folder: bool = False) -> list[str]:
     """``python -I -S evaluate.py`` from the harness's copy (:data:`NOSITE`: no ``.pth``, no user site,
     an explicit ``sys.path``), writable only ``out_dir``, no network.
+
+    ``boot``: the code ``-c`` runs instead of :data:`NOSITE` (a box started ahead of its evaluation: the
+    launcher, which sets the same path, imports and waits for go); ``weights_folder``: the folder of
+    ``weights`` is shown read-only, not the file (it is written there when the evaluation comes).
 
     It keeps the environment bwrap is started with (``python -I`` ignores ``PYTHON*``), plus
     ``env`` and the sandbox's home and cache folders. ``package``: a folder holding the harness's
@@ -407,8 +415,7 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
     ``python -I`` command is returned without ``bwrap``.
     """
     evaluator, weights, data_dir, out_dir = (Path(os.path.realpath(p)) for p in (evaluator, weights, data_dir, out_dir))
-    boot = ["-c", NOSITE, os.pathsep.join(package_parents(package))]
-    cmd = [python, "-I", "-S", *boot, str(evaluator), "--weights", str(weights), "--data", str(data_dir),
+    cmd = [python, "-I", "-S", "-c", boot, os.pathsep.join(package_parents(package)), str(evaluator), "--weights", str(weights), "--data", str(data_dir),
            "--out", str(out_dir / "METRICS.json")]
     if device:
         cmd += ["--device", device]
@@ -418,7 +425,7 @@ def eval_argv(python: str, evaluator: Path, *, weights: Path, data_dir: Path, ou
     m = _Mounts()
     _show_runtime(m, python, keep_out=[Path(os.path.realpath(os.path.expanduser("~"))), data_dir, out_dir])
     m.ro(evaluator.parent)  # the harness's copy (and, on an ssh host, its copy of the looper package)
-    m.ro(weights)
+    m.ro(weights.parent if weights_folder else weights)
     for part in EVAL_DATA_PARTS:
         m.ro(data_dir / part)
     m.rw(out_dir)

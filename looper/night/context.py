@@ -144,5 +144,9 @@ class Context:
         return TrainJob(checkout=checkout, out_dir=run_dir / "out", seed=seed, budget_seconds=budget,
                         grace_seconds=loop.grace_seconds, stall_seconds=loop.stall_seconds,
                         log_path=run_dir / "train.log", device=w.device, max_steps=self.tag.max_steps(),
-                        threads=threads, prestart=prestart(self.cfg.loop.prestart, self.cfg.executor.require_gpu) and w.executor.prestarts,
+                        threads=threads, prestart=self.prestarting(w),
                         seed_value=self.tag.seed_value(seed) if loop.secret_seeds else None)
+
+    def prestarting(self, w: Worker) -> bool:
+        """Whether worker ``w``'s runs and their evaluations go in boxes started ahead ([loop] prestart)."""
+        return prestart(self.cfg.loop.prestart, self.cfg.executor.require_gpu) and w.executor.prestarts

@@ -280,7 +280,7 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
         EvalJob(checkout=ck, weights=rd / "out" / "weights.pt", metrics_path=metrics_path,
                 log_path=rd / "eval.log", timeout_seconds=limit or max(600.0, 2 * budget),
                 stall_seconds=max(float(ctx.cfg.loop.stall_seconds), (limit or 0.0) + 5.0), device=w.device,
-                threads=threads),
+                threads=threads, prestart=ctx.prestarting(w)),
         ctx.display.log_line, ctx.night.cancel)
     m.eval, m.eval_seconds, m.eval_ended_at = ev, ev.seconds, now_iso()
     if ev.cancelled or ctx.night.cancel.is_set():

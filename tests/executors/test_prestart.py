@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from looper.executors.base import TrainJob
+from looper.executors.base import EvalJob, TrainJob
 from looper.executors.local import LocalExecutor
 from looper.executors.prestart import NOT_STARTED_EXIT, READY_MARK
+from looper.executors.sandbox import WEIGHTS_REFUSED_EXIT
 
 pytestmark = [pytest.mark.e2e]
 
@@ -196,6 +197,53 @@ def test_the_launchers_imports_never_initialise_cuda_where_a_gpu_is_there(tmp_pa
     assert "CUDA STARTED" not in p.stdout and "not imported" not in p.stdout, p.stdout
     assert f"{READY_MARK} in " in p.stdout and "(CUDA initialised: False)" in p.stdout
     assert len(IMPORTS) >= 10  # the trainer's lazy imports are in the list this checks
+
+
+def _eval(ex: LocalExecutor, ck: Path, weights: Path, rd: Path, ahead: bool):  # noqa: ANN202
+    rd.mkdir()
+    return ex.evaluate(EvalJob(checkout=ck, weights=weights, metrics_path=rd / "METRICS.json", log_path=rd / "eval.log",
+                               timeout_seconds=300, stall_seconds=120, device="cpu", prestart=ahead),
+                       None, threading.Event())
+
+
+def test_an_evaluation_in_a_box_started_ahead_scores_as_a_cold_one(tmp_path: Path, tiny_data: Path) -> None:
+    """An evaluation prestarted: its own fresh evaluator sandbox, started before the weights exist (the box
+    imports, then waits), the weights and the harness's evaluate.py written in at go; the same METRICS.json
+    and MATCHES.json as a cold evaluation; the next evaluation's box asked for as one ends, and taken by it."""
+    ex, ck = _ws(tmp_path, (REPO / "train.py").read_text(), data=tiny_data)
+    shutil.copyfile(REPO / "evaluate.py", ck / "evaluate.py")
+    run = tmp_path / "run"
+    assert ex.train(_job(ck, run, seed=3, steps=4, prestart=False), None, threading.Event()).exit_code == 0
+    weights = run / "out" / "weights.pt"
+    boxes = ex.workspace / ".looper" / "boxes"
+    said, files = {}, {}
+    for name, ahead in (("cold", False), ("ahead", True), ("taken", True)):
+        if name == "taken":  # the box the last evaluation asked for as it ended, started in the background
+            deadline = time.monotonic() + 120
+            while len(list(boxes.glob("box-*"))) != 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert [len(list(b.iterdir())) for b in boxes.glob("box-*/code")] == [0]  # no evaluate.py before go
+        ev = _eval(ex, ck, weights, tmp_path / name, ahead)
+        assert ev.exit_code == 0, ev.log_tail
+        said[name] = (tmp_path / name / "eval.log").read_text()
+        files[name] = [json.loads((tmp_path / name / f).read_text()) for f in ("METRICS.json", "MATCHES.json")]
+    assert READY_MARK not in said["cold"] and "CUDA initialised: False" in said["ahead"] + said["taken"]
+    assert said["ahead"].count(READY_MARK) == said["taken"].count(READY_MARK) == 1
+    assert files["cold"] == files["ahead"] == files["taken"]
+    assert files["cold"][0]["macro_f1"] is not None
+    ex.close()
+    assert list(boxes.glob("box-*")) == []  # the box asked for after the last one: ended with the night
+
+
+def test_weights_that_are_not_a_plain_file_are_refused_before_any_box(tmp_path: Path) -> None:
+    ex, ck = _ws(tmp_path, PROBE)
+    shutil.copyfile(REPO / "evaluate.py", ck / "evaluate.py")
+    link = tmp_path / "weights.pt"
+    link.symlink_to(REPO / "evaluate.py")  # train.py's link to something the evaluator may read
+    ev = _eval(ex, ck, link, tmp_path / "ev", ahead=True)
+    assert ev.exit_code == WEIGHTS_REFUSED_EXIT and "symbolic link" in ev.log_tail
+    assert not (ex.workspace / ".looper" / "boxes").exists() or list((ex.workspace / ".looper" / "boxes").iterdir()) == []
+    ex.close()
 
 
 def test_a_box_that_never_says_ready_is_given_up_after_its_time(tmp_path: Path) -> None:

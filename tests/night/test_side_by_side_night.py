@@ -96,8 +96,9 @@ def test_the_best_gains_a_look_s_seeds_two_at_a_time_recorded_in_seed_order_befo
 
 def test_a_night_with_boxes_started_ahead_trains_two_at_a_time_and_settles_as_one_without(ws):
     """[loop] prestart = "on" (issue 46): the same night as the first test above on the same fixture, each run in
-    a box started while the run before it trained. Two runs train at a time, never three; every run's log shows
-    its box was ready before its run came; the decisions are those of the night without; no box outlives it."""
+    a box started while the run before it trained. Two runs train at a time, never three; every run's log and
+    every evaluation's shows its box was ready before it came; the decisions are those of the night without; no
+    box outlives it."""
     from looper.executors.prestart import READY_MARK
 
     noisy(ws)
@@ -122,4 +123,6 @@ def test_a_night_with_boxes_started_ahead_trains_two_at_a_time_and_settles_as_on
                        for a in every for b in every if a is not r and b is not r and a is not b), r
     logs = sorted((ws.root / "runs").rglob("train.log"))
     assert len(logs) >= 12 and all(READY_MARK in f.read_text() for f in logs)  # each run in a box started ahead
+    evals = [f for f in (ws.root / "runs").rglob("eval.log") if "threshold" not in f.parts]  # the report's own: cold
+    assert len(evals) == len(logs) and all(READY_MARK in f.read_text() for f in evals)  # and each run's evaluation
     assert list((ws.root / ".looper" / "boxes").glob("box-*")) == []  # the night over: no box waits, none is left
