@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +159,10 @@ class LocalExecutor(DataFolder):
             if refused is not None:
                 return refused
             if job.prestart and os.path.lexists(job.weights):  # in a box started ahead ([loop] prestart)
+                called = time.monotonic()
                 boxed = self._evaluate_in_box(job, on_line, cancel)
-                if boxed is not None:
-                    return run_result(boxed)
+                if boxed is not None:  # its time: from this call, a wait for a box not yet ready included
+                    return dataclasses.replace(run_result(boxed), seconds=max(boxed.seconds, time.monotonic() - called))
         s = self._supervise_eval(job, self.eval_argv(job), on_line, cancel)
         if self.sandbox.enabled:
             evaluator.collect(job)
