@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 import threading
@@ -173,14 +174,16 @@ def test_a_prestarted_run_imports_little_after_go(tmp_path: Path, tiny_data: Pat
     ex.close()
 
 
-def test_the_launchers_imports_never_initialise_cuda_where_a_gpu_is_there(tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", ["training", "evaluation"])
+def test_the_launchers_imports_never_initialise_cuda_where_a_gpu_is_there(tmp_path: Path, which: str) -> None:
     """On a GPU an import that starts CUDA (a module-level ``torch.cuda`` query behind ``is_available()``)
     would make every prestarted box fail ``make gpu-check``; on a CPU that branch is never taken. Here
-    torch says a GPU is there and its CUDA start raises: the launcher imports all of :data:`IMPORTS`
-    without once starting CUDA, says so, and ends unstarted when told nothing."""
+    torch says a GPU is there and its CUDA start raises: the launcher (a training's, an evaluation's) imports
+    all of its list without once starting CUDA, says so, and ends unstarted when told nothing."""
     import subprocess
 
-    from looper.executors.prestart import IMPORTS, LAUNCHER
+    from looper.executors.prestart import EVAL_IMPORTS, EVAL_LAUNCHER, IMPORTS, LAUNCHER
+    from looper.executors.sandbox import package_parents
 
     gpu_here = (
         "import sys, torch\n"
@@ -191,12 +194,14 @@ def test_the_launchers_imports_never_initialise_cuda_where_a_gpu_is_there(tmp_pa
         "torch.cuda.device_count = lambda: 1\n"
         "torch.cuda._lazy_init = torch.cuda.init = start\n"
     )
-    p = subprocess.run([sys.executable, "-c", gpu_here + LAUNCHER, "train.py"], stdin=subprocess.DEVNULL,
+    code, args, imports = ((LAUNCHER, ["train.py"], IMPORTS) if which == "training" else
+                           (EVAL_LAUNCHER, [os.pathsep.join(package_parents()), "evaluate.py"], EVAL_IMPORTS))
+    p = subprocess.run([sys.executable, "-c", gpu_here + code, *args], stdin=subprocess.DEVNULL,
                        capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert p.returncode == NOT_STARTED_EXIT, p.stdout + p.stderr
     assert "CUDA STARTED" not in p.stdout and "not imported" not in p.stdout, p.stdout
     assert f"{READY_MARK} in " in p.stdout and "(CUDA initialised: False)" in p.stdout
-    assert len(IMPORTS) >= 10  # the trainer's lazy imports are in the list this checks
+    assert len(imports) >= 9  # the lazy imports are in the list this checks
 
 
 def _eval(ex: LocalExecutor, ck: Path, weights: Path, rd: Path, ahead: bool):  # noqa: ANN202
