@@ -357,19 +357,22 @@ def step_night(c: Check, left: float) -> str:
     night.update(gpu=gpu_window(c, night.pop("first_train_at") or t0, t1), exit=rc, wall_s=round(t1 - t0, 1),
                  seed_jobs=jobs, workers=workers)
     night["decisions_per_gpu_hour"] = round(night["decided"] / ((t1 - t0) / 3600), 1) if t1 > t0 else None
-    said = [ln for f in (ws / "runs").rglob("train.log") for ln in f.read_text(errors="replace").splitlines()
-            if ln.startswith("looper prestart: ")]
-    ready = [ln for ln in said if "looper prestart: ready" in ln]  # each box's: did its imports initialise CUDA?
-    night["boxes_ahead"] = len(ready)
+    said = {log: [ln for f in (ws / "runs").rglob(log) for ln in f.read_text(errors="replace").splitlines()
+                  if ln.startswith("looper prestart: ")] for log in ("train.log", "eval.log")}
+    ready = [ln for lines in said.values() for ln in lines if "looper prestart: ready" in ln]  # CUDA started?
+    night["boxes_ahead"] = sum("looper prestart: ready" in ln for ln in said["train.log"])
+    night["eval_boxes_ahead"] = sum("looper prestart: ready" in ln for ln in said["eval.log"])
     night["boxes_cuda_initialised"] = sum("CUDA initialised: True" in ln for ln in ready)
     # a module of the launcher's list this machine lacks: its import is left to the run, after go (not a failure)
-    night["imports_left_to_runs"] = sorted({ln.split()[2] for ln in said if ln.endswith(")") and " not imported (" in ln})
+    night["imports_left_to_runs"] = sorted({ln.split()[2] for lines in said.values() for ln in lines
+                                            if ln.endswith(")") and " not imported (" in ln})
     c.figures["night"] = night
     ok = (night["runs"] > 0 and night["failed_runs"] == 0 and rc in (0, 130, -2) and night["boxes_ahead"] > 0
-          and night["boxes_cuda_initialised"] == 0)
+          and night["eval_boxes_ahead"] > 0 and night["boxes_cuda_initialised"] == 0)
     return (f"{'ok' if ok else 'FAIL'} exit {rc} in {night['wall_s']} s; {night['experiments']}; {night['runs']} runs "
             f"({night['failed_runs']} failed) on {night['devices']}; seed_jobs {jobs} x workers {workers}; per run: "
-            f"slot to first step {night['startup_s']} s ({night['boxes_ahead']} runs in boxes started ahead, CUDA "
+            f"slot to first step {night['startup_s']} s ({night['boxes_ahead']} runs and {night['eval_boxes_ahead']} "
+            "evaluations in boxes started ahead, CUDA "
             f"initialised before go in {night['boxes_cuda_initialised']}"
             + (f", not imported before go: {', '.join(night['imports_left_to_runs'])}" if night["imports_left_to_runs"] else "")
             + f"), training {night['train_s']} s, evaluation "

@@ -75,6 +75,8 @@ def test_the_dry_run_answers_every_step_and_passes_what_a_cpu_can_take(tmp_path:
     figures = json.loads((out / "gpu_check.json").read_text())
     assert figures["night"]["runs"] >= 2 and figures["night"]["failed_runs"] == 0
     assert figures["night"]["devices"] == {"cpu": figures["night"]["runs"]}
+    assert figures["night"]["boxes_ahead"] >= 2 and figures["night"]["eval_boxes_ahead"] >= 2  # prestart on, both
+    assert figures["night"]["boxes_cuda_initialised"] == 0 and figures["night"]["imports_left_to_runs"] == []
     assert p.returncode == 0 and summary[-1].endswith("0 step(s) failed"), p.stdout[-2000:] + p.stderr[-2000:]
     with tarfile.open(out / "results.tar.gz") as tar:
         names = tar.getnames()
