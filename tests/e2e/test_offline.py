@@ -1,5 +1,6 @@
-"""Nothing looper runs downloads anything, on any device: train.py (its GPU path included), evaluate.py and
-the export, each run with every download made to fail loudly (tests/offline_guard/sitecustomize.py).
+"""Nothing looper runs downloads anything, on any device: train.py (its GPU path included), evaluate.py, the
+export, the launchers of boxes started ahead and ``looper predict``, each run with every download made to fail
+loudly (tests/offline_guard/sitecustomize.py).
 
 On a GPU every sandboxed run once crashed in Ultralytics' AMP check, which builds YOLO("yolo26n.pt") and so
 downloads it into ./weights (read-only in the sandbox, and offline). A CPU never takes that path, so these
@@ -124,4 +125,34 @@ def test_evaluate_py_and_the_export_never_download(tiny_data: Path, tiny_weights
                            env=_env(tmp_path, LOOPER_WORKSPACE=str(root)), capture_output=True, text=True, timeout=300)
         assert e.returncode == 0, e.stdout[-1500:] + e.stderr[-1500:]
         assert out.is_file()
+    assert _attempts(tmp_path) == []
+
+
+def test_the_boxes_started_ahead_and_predict_never_download(tiny_data: Path, tiny_weights: Path,
+                                                            tmp_path: Path) -> None:
+    """The launchers of boxes started ahead (issue 46: a training's box imports Ultralytics' trainer, an
+    evaluation's its model code) run to go and then their script, and ``looper predict`` on the test pages,
+    each with every download made to fail: each succeeds, none tried."""
+    from looper.executors.prestart import EVAL_LAUNCHER, LAUNCHER, go_line
+    from looper.executors.sandbox import package_parents
+    from looper.ship.predict import RESULTS_NAME
+    from tests.e2e.test_export import LOOPER, _workspace
+
+    said = tmp_path / "said.json"
+    script = tmp_path / "script.py"  # what runs after go: it notes the launcher's imports were done
+    script.write_text("import json, sys\n"
+                      f"json.dump(sorted(m for m in sys.modules if m.startswith('ultralytics')), open({str(said)!r}, 'w'))\n")
+    cwd = _read_only_cwd(tmp_path)
+    for code, args in ((LAUNCHER, [str(script)]), (EVAL_LAUNCHER, [os.pathsep.join(package_parents()), str(script)])):
+        said.unlink(missing_ok=True)
+        p = subprocess.run([sys.executable, "-c", code, *args], input=go_line({}).decode(), cwd=cwd,
+                           env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and "CUDA initialised: False" in p.stdout, p.stdout + p.stderr[-2000:]
+        assert "not imported" not in p.stdout and "ultralytics.nn.tasks" in json.loads(said.read_text())
+    root = _workspace(tmp_path, tiny_data, tiny_weights)
+    pages = sorted((tiny_data / "pages" / "test").glob("*.png"))
+    e = subprocess.run([str(LOOPER), "predict", *map(str, pages), "--out", str(tmp_path / "pred")], cwd=root,
+                       env=_env(tmp_path, LOOPER_WORKSPACE=str(root)), capture_output=True, text=True, timeout=300)
+    assert e.returncode == 0, e.stdout[-1500:] + e.stderr[-1500:]
+    assert json.loads((tmp_path / "pred" / RESULTS_NAME).read_text())["images"]
     assert _attempts(tmp_path) == []
