@@ -1,5 +1,5 @@
 """Nothing looper runs downloads anything, on any device: train.py (its GPU path included), evaluate.py, the
-export, the launchers of boxes started ahead and ``looper predict``, each run with every download made to fail
+export, the launchers of boxes started ahead, ``looper predict`` and the label index, each run with every download made to fail
 loudly (tests/offline_guard/sitecustomize.py).
 
 On a GPU every sandboxed run once crashed in Ultralytics' AMP check, which builds YOLO("yolo26n.pt") and so
@@ -155,4 +155,17 @@ def test_the_boxes_started_ahead_and_predict_never_download(tiny_data: Path, tin
                        env=_env(tmp_path, LOOPER_WORKSPACE=str(root)), capture_output=True, text=True, timeout=300)
     assert e.returncode == 0, e.stdout[-1500:] + e.stderr[-1500:]
     assert json.loads((tmp_path / "pred" / RESULTS_NAME).read_text())["images"]
+    assert _attempts(tmp_path) == []
+
+
+def test_the_label_index_never_downloads(tiny_data: Path, tmp_path: Path) -> None:
+    """The data step's label index (Ultralytics' dataset, run by the harness once a data set): made, nothing tried."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    p = subprocess.run([sys.executable, str(REPO / "looper" / "data" / "labelindex.py"), str(data)],
+                       cwd=_read_only_cwd(tmp_path), env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+    assert "labelindex split=train" in p.stdout and "index=made" in p.stdout, p.stdout
     assert _attempts(tmp_path) == []
