@@ -1,6 +1,6 @@
 """Nothing looper runs downloads anything, on any device: train.py (its GPU path included), evaluate.py, the
-export, the launchers of boxes started ahead, ``looper predict`` and the label index, each run with every download made to fail
-loudly (tests/offline_guard/sitecustomize.py).
+export, the launchers of boxes started ahead, ``looper predict`` and the label index, each run with every
+download made to fail loudly (tests/offline_guard/sitecustomize.py).
 
 On a GPU every sandboxed run once crashed in Ultralytics' AMP check, which builds YOLO("yolo26n.pt") and so
 downloads it into ./weights (read-only in the sandbox, and offline). A CPU never takes that path, so these
