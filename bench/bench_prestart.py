@@ -82,7 +82,7 @@ def evaluation(ex: LocalExecutor, ck: Path, weights: Path, rd: Path, ahead: bool
     rd.mkdir(parents=True)
     if ahead:  # the box the evaluation before asked for: ready, as it is after a run's training
         deadline = time.monotonic() + 120
-        while not any((b / "code").is_dir() for b in (ex.workspace / ".looper" / "boxes").glob("box-*")):
+        while not any((b / "w").is_dir() for b in (ex.workspace / ".looper" / "boxes").glob("box-*")):  # an evaluation's
             assert time.monotonic() < deadline, "no box was started ahead of the evaluation"
             time.sleep(0.05)
         time.sleep(5.0)

@@ -265,10 +265,9 @@ class LocalExecutor(DataFolder):
         """Start a box (its run limits, its sandbox, the launcher) and wait for its ready line."""
         self._boxes().mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix="box-", dir=self._boxes()))
-        evaluation = isinstance(job, EvalJob)
-        for part in ("code", "out", "w") if evaluation else ("code", "out"):
+        for part in ("code", "out", "w") if isinstance(job, EvalJob) else ("code", "out"):
             (folder / part).mkdir()
-        box = run_limits.box(None if evaluation else folder / "out").__enter__()  # an evaluation: no out/ quota
+        box = run_limits.box(None if isinstance(job, EvalJob) else folder / "out").__enter__()  # evaluation: no quota
         try:
             tmp_bytes = run_limits.current().caps.tmp_max_bytes
             if isinstance(job, EvalJob):  # the evaluator's sandbox (always on here), its files written at go
