@@ -105,8 +105,13 @@ def test_a_night_with_boxes_started_ahead_trains_two_at_a_time_and_settles_as_on
     p = ws.root / "train.py"
     p.write_text(p.read_text().replace("SLEEP = 0.0 ", "SLEEP = 2.0 "))
     ws.git("commit", "-qam", "runs that take 2 s")
+    # stall_seconds: the harness's 4 s is sized for the fixture's cold runs, which import nothing. A box started
+    # ahead has torch and Ultralytics loaded, and its interpreter's exit after the last line takes 1.2 s on two
+    # idle cores (measured), more on a loaded CI machine: once past 4 s, the run was called hung (CI, stop 54).
+    # grace_seconds likewise: that exit counts in the run's wall clock too.
     loop = night(ws, **{"loop.seed_jobs": 2, "loop.baseline_seeds": 4, "loop.noise_reruns": 3,
-                        "loop.confirm_seeds": 2, "loop.max_experiments": 2, "loop.prestart": "on"})
+                        "loop.confirm_seeds": 2, "loop.max_experiments": 2, "loop.prestart": "on",
+                        "loop.stall_seconds": 60, "loop.grace_seconds": 20})
     ws.enqueue("BONUS 0 -> 0.03", knobs={"BONUS": 0.03})
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
     assert loop.run() == 0
