@@ -165,16 +165,28 @@ def step_facts(c: Check, left: float) -> str:
             f"git {facts['git']}; torch under looper's RLIMIT_DATA: {facts['cuda_under_rlimit_data']}")
 
 
+def night_shape(c: Check) -> tuple[int, int]:
+    """(seed_jobs, workers) of the demo night this script runs."""
+    return (1, 1) if c.dry else (4, 2 if (os.cpu_count() or 2) >= 16 else 1)
+
+
 def cuda_under_rlimit(c: Check) -> str:
-    """torch (CUDA on a GPU) in a process under the RLIMIT_DATA every run gets ([limits] memory_max_bytes by
-    default: 75 % of physical memory, looper.executors.limits): "ok" or what broke."""
+    """torch (CUDA on a GPU: a convolution's forward and backward) in a process under the RLIMIT_DATA each run of
+    the night below gets ([limits] memory_max_bytes by default: its share of 75 % of physical memory with the
+    night's runs at a time, looper.core.run.limits.derived): "ok (N bytes)" or what broke."""
+    sys.path.insert(0, str(REPO))  # the pure core (no dependency) before looper is installed: the install step
+    from looper.core.run.limits import derived  # comes after this one
+    from looper.core.run.slots import host_runs
+
     if not shutil.which("prlimit"):
         return "no prlimit"
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    mem = derived(memory, os.cpu_count() or 1, 32768, host_runs(*night_shape(c), prestart=True))["memory_max_bytes"]
     p = c.run(["prlimit", f"--data={mem}:{mem}", "--", PY, "-c", "import torch; d = 'cuda' if "
-               "torch.cuda.is_available() else 'cpu'; x = torch.randn(512, 512, device=d); print('ok', d, "
-               "float((x @ x).abs().sum()) > 0)"], 60, "facts.log")
-    return "ok" if p.returncode == 0 and "ok" in p.stdout else f"BROKEN ({_tail(p)[:120]})"
+               "torch.cuda.is_available() else 'cpu'; x = torch.randn(8, 3, 256, 256, device=d); "
+               "conv = torch.nn.Conv2d(3, 16, 3).to(d); conv(x).square().mean().backward(); print('ok', d, "
+               "float(conv.weight.grad.abs().sum()) > 0)"], 60, "facts.log")
+    return f"ok ({mem} bytes)" if p.returncode == 0 and "ok" in p.stdout else f"BROKEN at {mem} bytes ({_tail(p)[:120]})"
 
 
 def carried(c: Check, tool: str, packages: tuple[str, ...]) -> str:
@@ -324,15 +336,14 @@ def step_night(c: Check, left: float) -> str:
     p = c.run(looper + ["init", str(ws), "--preset", "tiny" if c.dry else "demo"], 120, "night.log")
     if p.returncode != 0:
         return f"FAIL init: {_tail(p, 2)}"
-    cores = os.cpu_count() or 2
-    jobs, workers = (1, 1) if c.dry else (4, 2 if cores >= 16 else 1)
+    jobs, workers = night_shape(c)
     toml_set(ws / "looper.toml", {
         "loop": {"seed_jobs": jobs, "workers": workers, "baseline_seeds": max(2, jobs), "noise_reruns": max(1, jobs - 1),
                  "prestart": "on",  # boxes started ahead of their runs (auto would too on the GPU; the dry run as well)
                  "confirm_seeds": 0 if c.dry else jobs, **({"max_steps": 4} if c.dry else {})},
         "executor": {"require_gpu": not c.dry, "sandbox": "bwrap"}, "confirm": {"transfer_steps": 0}})
     limits = (c.figures.get("facts") or {}).get("cuda_under_rlimit_data", "ok")  # type: ignore[union-attr]
-    if limits not in ("ok", "no prlimit"):  # torch broke under the memory rlimit: the night without run limits
+    if not limits.startswith("ok") and limits != "no prlimit":  # torch broke under the memory rlimit: the night without run limits
         toml_set(ws / "looper.toml", {"limits": {"run_limits": False}})
     t0 = time.time()
     stop_at = max(30.0, left - 40)
@@ -379,7 +390,7 @@ def step_night(c: Check, left: float) -> str:
             f"{night['eval_s']} s; "
             f"{night['decided']} decided, {night['decisions_per_gpu_hour']}/GPU-hour; {gpu_words(night['gpu'])}"
             + f"; train.py's start-up phases (s since its first line) {night['startup_phases']}"
-            + ("" if limits in ("ok", "no prlimit") else "; run limits OFF (torch broke under RLIMIT_DATA)")
+            + ("" if limits.startswith("ok") or limits == "no prlimit" else "; run limits OFF (torch broke under RLIMIT_DATA)")
             + (f"; halt: {night['halt']}" if night.get("halt") else ""))
 
 

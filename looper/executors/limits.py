@@ -64,19 +64,21 @@ def machine() -> dict[str, int]:
     return {"memory": memory or 4 << 30, "cores": os.cpu_count() or 1, "pid_max": pid_max}
 
 
-def caps_from(section: Any) -> core.Caps:
-    """``[limits]`` as the caps a run gets (0 resolved from this machine); all 0 with ``run_limits = false``."""
+def caps_from(section: Any, runs: int = 1) -> core.Caps:
+    """``[limits]`` as the caps a run gets (0 resolved from this machine, shared by ``runs`` runs at a time:
+    looper.core.run.limits.derived); all 0 with ``run_limits = false``."""
     if not getattr(section, "run_limits", True):
         return core.Caps()
     m = machine()
-    auto = core.derived(m["memory"], m["cores"], m["pid_max"])
+    auto = core.derived(m["memory"], m["cores"], m["pid_max"], runs)
 
     def pick(key: str) -> int:
         return int(getattr(section, key, 0) or 0) or auto[key]
 
     return core.Caps(memory_max_bytes=pick("memory_max_bytes"), pids_max=pick("pids_max"),
                      tmp_max_bytes=pick("tmp_max_bytes"), out_max_bytes=pick("out_max_bytes"),
-                     out_max_files=int(getattr(section, "out_max_files", 100_000) or 0))
+                     out_max_files=int(getattr(section, "out_max_files", 100_000) or 0),
+                     shared_by=1 if int(getattr(section, "memory_max_bytes", 0) or 0) else max(1, runs))
 
 
 def _own_cgroup(controller: str) -> Path | None:
@@ -220,16 +222,18 @@ class Settings:
     caps: core.Caps = core.Caps()  # not configured (a test driving an executor alone): no limits
     oom_score_adj: int = 1000
     min_free_bytes: int = 0
+    runs: int = 1  # the runs at a time that share the machine's memory (looper.core.run.slots.host_runs)
 
 
 _SETTINGS = [Settings()]
 
 
-def configure(section: Any) -> Settings:
-    """The daemon's ``[limits]`` for every later run (looper.night.loop.open_daemon, once per daemon); the empty run
-    cgroups a daemon that is gone left behind are removed (one still holding processes stays)."""
-    _SETTINGS[0] = Settings(caps_from(section), int(getattr(section, "oom_score_adj", 1000)),
-                            int(getattr(section, "min_free_bytes", 0)))
+def configure(section: Any, runs: int = 1) -> Settings:
+    """The daemon's ``[limits]`` for every later run (looper.night.loop.open_daemon, once per daemon), ``runs``
+    at a time; the empty run cgroups a daemon that is gone left behind are removed (one still holding processes
+    stays)."""
+    _SETTINGS[0] = Settings(caps_from(section, runs), int(getattr(section, "oom_score_adj", 1000)),
+                            int(getattr(section, "min_free_bytes", 0)), max(1, runs))
     if _SETTINGS[0].caps != core.Caps():
         for parent in cgroup_parents().values():
             for left in parent.glob("looper-run-*"):
@@ -260,7 +264,7 @@ def from_request(env: dict[str, str], out_dir: Path | None) -> Box:
     raw = env.pop(REQUEST, "")
     try:
         asked = json.loads(raw) if raw else {}
-        caps = core.Caps(**{f: int(asked.get(f, 0)) for f in core.Caps.__dataclass_fields__})
+        caps = core.Caps(**{f: int(asked.get(f, getattr(core.Caps(), f))) for f in core.Caps.__dataclass_fields__})
         return Box(caps, out_dir, int(asked.get("oom_score_adj", 1000)), int(asked.get("min_free_bytes", 0)))
     except (ValueError, TypeError, AttributeError):
         return Box(core.Caps(), out_dir)
@@ -282,6 +286,7 @@ class Box:
     out_dir: Path | None = None
     oom_score_adj: int = 1000
     min_free_bytes: int = 0
+    runs: int = 1  # the runs at a time that share the machine's memory (looper.core.run.slots.host_runs)
 
     def __post_init__(self) -> None:
         self.cgroups: dict[str, Path] = {}

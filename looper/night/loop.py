@@ -51,10 +51,13 @@ def open_daemon(root: Path, cfg: Config) -> None:
     processes, tmpfs, the out/ quota: ``[limits]``), and the disk reserve a daemon killed on a full disk left
     behind released."""
     import looper.executors.limits as run_limits
+    from looper.core.run.slots import host_runs, prestart
     from looper.night.guard import release_reserve
 
     proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)
-    run_limits.configure(cfg.limits)
+    loop = cfg.loop  # the runs at a time share the machine's memory: each its part (looper.core.run.limits.derived)
+    run_limits.configure(cfg.limits, host_runs(loop.seed_jobs, loop.workers,
+                                               prestart(loop.prestart, cfg.executor.require_gpu)))
     release_reserve(Path(root), cfg.limits.reserve_bytes)
 
 

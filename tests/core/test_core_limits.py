@@ -102,6 +102,31 @@ def test_quota(out_max: int, free: int, min_free: int, expected: int) -> None:
 ])
 def test_derived(memory: int, cores: int, pid_max: int, expected: dict) -> None:
     assert derived(memory, cores, pid_max) == expected
+    assert derived(memory, cores, pid_max, runs=1) == expected  # one run at a time: the whole 75 %
+
+
+@pytest.mark.parametrize("memory, runs, memory_max, tmp_max", [
+    (24 * GIB, 2, 9 * GIB, 1536 << 20),  # two seeds side by side on 24 GiB: 9 GiB each, 18 GiB together
+    (128 * GIB, 16, 6 * GIB, GIB),  # 8 slots on a GPU host, each run evaluated beside the next training
+    (2 * GIB, 8, GIB, 64 << 20),  # floors: never under 1 GiB a run, 64 MiB of tmpfs
+    (24 * GIB, 0, 18 * GIB, 3 * GIB),  # no runs named: one
+])
+def test_runs_at_a_time_share_the_memory_so_that_together_they_never_exhaust_it(memory, runs, memory_max, tmp_max):
+    got = derived(memory, 2, 32768, runs=runs)
+    assert (got["memory_max_bytes"], got["tmp_max_bytes"]) == (memory_max, tmp_max)
+    if memory_max > GIB:  # above the floor: the shares add up to the 75 % one run alone would get
+        assert runs * got["memory_max_bytes"] <= memory * 3 // 4
+    assert (got["pids_max"], got["out_max_bytes"]) == (512, 16 * GIB)  # not memory: not shared
+
+
+def test_a_run_over_its_share_names_the_share_and_what_sets_it():
+    shared = Caps(memory_max_bytes=9 * GIB, shared_by=2)
+    words = limit_hit(shared, Seen(), "Traceback\nMemoryError")
+    assert words == ("train.py ran out of memory at [limits] memory_max_bytes = 9663676416, its share of 75 % of "
+                     "this machine's memory with 2 runs at a time (loop.seed_jobs x loop.workers, evaluations "
+                     "beside trainings with loop.prestart) (MemoryError)")
+    assert "share" in limit_hit(shared, Seen(oom_kills=1), "")
+    assert "share" not in limit_hit(Caps(memory_max_bytes=9 * GIB), Seen(oom_kills=1), "")  # set, or one run
 
 
 @pytest.mark.parametrize("usage, words", [

@@ -10,6 +10,7 @@ from looper.core.run.slots import (
     DEFAULT_RUN_PEAK_MB,
     MAX_SLOTS,
     gpu_slots,
+    host_runs,
     prestart,
     runs_per_gpu,
     worker_gpu,
@@ -75,3 +76,15 @@ def test_with_prestart_a_gpu_holds_the_evaluations_beside_the_trainings(seed_job
 ])
 def test_prestart_auto_is_on_where_the_runs_train_on_a_gpu(mode, require_gpu, on):
     assert prestart(mode, require_gpu) is on
+
+
+@pytest.mark.parametrize("seed_jobs, workers, prestart_on, expected", [
+    (1, 1, False, 1),
+    (2, 1, False, 2),   # the demo: two seeds side by side
+    (4, 1, True, 8),    # 4 training, 4 evaluated beside them
+    (4, 2, True, 16),   # every worker on this machine, whatever its GPU
+    (1, 3, True, 3),    # one seed at a time: nothing overlaps
+    (0, 0, False, 1),   # never fewer than one
+])
+def test_host_runs_counts_every_run_at_a_time_on_this_machine(seed_jobs, workers, prestart_on, expected):
+    assert host_runs(seed_jobs, workers, prestart=prestart_on) == expected

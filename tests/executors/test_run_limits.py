@@ -94,3 +94,40 @@ def test_only_a_gone_daemons_run_cgroups_are_removed_at_start() -> None:
         for d in (mine, gone):
             if d.exists():
                 d.rmdir()
+
+
+@pytest.mark.parametrize("over, runs, shared", [
+    ({"loop.seed_jobs": 2}, 2, True),  # two seeds side by side share the memory
+    ({"loop.seed_jobs": 4, "loop.prestart": "on"}, 8, True),  # and the evaluations beside them
+    ({"loop.seed_jobs": 1, "loop.workers": 3}, 3, True),
+    ({"loop.seed_jobs": 2, "limits.memory_max_bytes": 3 << 30}, 2, False),  # set by hand: as set
+])
+def test_the_daemon_gives_each_run_its_share_of_the_memory(over, runs, shared) -> None:
+    """looper.night.loop.open_daemon: the runs a night puts at a time on this machine share 75 % of its memory,
+    so that together they never exhaust it; a run alone gets the same share (its result never depends on the
+    packing)."""
+    from looper.config import config_from_dict
+    from looper.core.run.limits import derived
+    from looper.night.loop import open_daemon
+
+    data: dict = {}
+    for key, value in over.items():
+        section, name = key.split(".")
+        data.setdefault(section, {})[name] = value
+    from looper.proc.runlog import CAPS
+
+    before, caps = limits.current(), dict(CAPS)
+    try:
+        open_daemon(Path("/nonexistent-root"), config_from_dict(data))
+        got = limits.current()
+        m = limits.machine()
+        assert got.runs == runs
+        if shared:
+            assert got.caps.memory_max_bytes == derived(m["memory"], m["cores"], m["pid_max"], runs)["memory_max_bytes"]
+            assert got.caps.memory_max_bytes < derived(m["memory"], m["cores"], m["pid_max"])["memory_max_bytes"]
+            assert got.caps.shared_by == runs and "runs at a time" in got.caps.memory_words()
+        else:
+            assert (got.caps.memory_max_bytes, got.caps.shared_by) == (3 << 30, 1)
+    finally:
+        limits._SETTINGS[0] = before
+        CAPS.update(caps)

@@ -32,6 +32,15 @@ class Caps:
     tmp_max_bytes: int = 0
     out_max_bytes: int = 0
     out_max_files: int = 0
+    shared_by: int = 1  # memory_max_bytes is this many runs' equal share of the machine's (derived, not set)
+
+    def memory_words(self) -> str:
+        """``[limits] memory_max_bytes = N``, and where it came from when it is a share."""
+        words = f"[limits] memory_max_bytes = {self.memory_max_bytes}"
+        if self.shared_by > 1:
+            words += (f", its share of 75 % of this machine's memory with {self.shared_by} runs at a time "
+                      "(loop.seed_jobs x loop.workers, evaluations beside trainings with loop.prestart)")
+        return words
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,7 @@ def _from_log(caps: Caps, tail: str, who: str) -> str | None:
         return (f"{who} tried to run more than [limits] pids_max = {caps.pids_max} processes and threads "
                 "(a fork was refused)")
     if caps.memory_max_bytes and _NO_MEMORY.search(tail) and not _GPU.search(tail):
-        return (f"{who} ran out of memory at [limits] memory_max_bytes = {caps.memory_max_bytes} "
-                "(MemoryError)")
+        return f"{who} ran out of memory at {caps.memory_words()} (MemoryError)"
     return None
 
 
@@ -98,7 +106,7 @@ def limit_hit(caps: Caps, seen: Seen, tail: str, who: str = "train.py") -> str |
         return seen.stopped
     if seen.oom_kills and caps.memory_max_bytes:
         return (f"the kernel killed {seen.oom_kills} process(es) of the run at its memory limit "
-                f"([limits] memory_max_bytes = {caps.memory_max_bytes})")
+                f"({caps.memory_words()})")
     if seen.pids_refused and caps.pids_max:
         return (f"{who} tried to run more than [limits] pids_max = {caps.pids_max} processes and threads "
                 f"({seen.pids_refused} fork(s) refused)")
@@ -150,14 +158,20 @@ def quota(out_max_bytes: int, disk_free: int, min_free_bytes: int) -> int:
     return max(1, min(out_max_bytes, room)) if out_max_bytes else max(1, room)
 
 
-def derived(memory_bytes: int, cores: int, pid_max: int) -> dict[str, int]:
-    """The limits ``0`` stands for in ``[limits]``, from this machine's memory, cores and pid_max."""
+def derived(memory_bytes: int, cores: int, pid_max: int, runs: int = 1) -> dict[str, int]:
+    """The limits ``0`` stands for in ``[limits]``, from this machine's memory, cores and pid_max, for ``runs``
+    runs at a time on it (looper.core.run.slots.host_runs): they share 75 % of the memory (and its eighth for
+    their tmpfs), each its equal part, so that together they never exhaust the machine. The kernel's OOM killer
+    would take whichever run it found, blaming a candidate for the packing; at its own share a run's
+    crash names the limit. The share comes from the configuration, never from how many run at the moment:
+    a run alone gets what it gets beside others (packing changes a run's time, never its result)."""
     gib = 1 << 30
     pids = max(512, 128 * max(1, cores))
+    share = max(1, runs)
     return {
-        "memory_max_bytes": max(gib, memory_bytes * 3 // 4),
+        "memory_max_bytes": max(gib, memory_bytes * 3 // 4 // share),
         "pids_max": min(pids, pid_max // 2) if pid_max > 1024 else pids,
-        "tmp_max_bytes": max(64 << 20, memory_bytes // 8),
+        "tmp_max_bytes": max(64 << 20, memory_bytes // 8 // share),
         "out_max_bytes": 16 * gib,
     }
 

@@ -73,15 +73,30 @@ def worker_gpu(worker: int, first: int, count: int) -> int:
     return first + worker % max(1, count - first)
 
 
+def _per_worker(seed_jobs: int, prestart: bool) -> int:
+    """One worker's processes at a time: its ``seed_jobs`` seeds; with ``prestart`` (``[loop] prestart``,
+    looper.night.slots) twice that: a run is evaluated while the next run trains in the slot it gave back."""
+    return seed_jobs * (2 if prestart and seed_jobs > 1 else 1)
+
+
 def runs_per_gpu(seed_jobs: int, workers: int, first: int, count: int, prestart: bool = False) -> int:
-    """The most processes at a time on any one GPU: each worker's ``seed_jobs`` seeds, on its :func:`worker_gpu`;
-    with ``prestart`` (``[loop] prestart``, looper.night.slots) twice that: a run is evaluated, its own CUDA
-    context on the GPU, while the next run trains in the slot it gave back (a waiting box holds none)."""
+    """The most processes at a time on any one GPU: each worker's :func:`_per_worker`, on its :func:`worker_gpu`
+    (an evaluated run holds its own CUDA context on the GPU; a waiting box holds none)."""
     per_gpu: dict[int, int] = {}
     for w in range(workers):
         g = worker_gpu(w, first, count)
-        per_gpu[g] = per_gpu.get(g, 0) + seed_jobs * (2 if prestart and seed_jobs > 1 else 1)
+        per_gpu[g] = per_gpu.get(g, 0) + _per_worker(seed_jobs, prestart)
     return max(per_gpu.values(), default=0)
+
+
+def host_runs(seed_jobs: int, workers: int, prestart: bool = False) -> int:
+    """The most runs (trainings and evaluations) at a time on this machine, whatever their GPUs: the share
+    of its memory each run gets (looper.core.run.limits.derived).
+
+    >>> host_runs(1, 1), host_runs(2, 1), host_runs(4, 2, prestart=True)
+    (1, 2, 16)
+    """
+    return max(1, workers) * _per_worker(max(1, seed_jobs), prestart)
 
 
 def prestart(mode: str, require_gpu: bool) -> bool:
