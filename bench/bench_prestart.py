@@ -4,8 +4,9 @@ Runs short training runs (``LOOPER_MAX_STEPS``, default 3) of the workspace trai
 executor and its sandbox (bubblewrap, run limits), alternately cold (the box started when the run comes) and
 prestarted (``[loop] prestart``: the box started ahead, its imports done, told go when the run comes). For each
 run: the seconds from the moment the slot is the run's (cold: the executor is called; prestarted: go) to the
-arrival of train.py's ``LOOPER_STARTUP`` line at its first optimizer step, the box's own time to be ready, and
-whether the two kinds trained the same tensors bit for bit. Then the first run's weights are evaluated
+arrival of train.py's ``LOOPER_STARTUP`` line at its first optimizer step, the box's own time to be ready, the
+seconds from train.py's last line to the run's end (its interpreter's exit with torch loaded: the slot is held
+through it), and whether the two kinds trained the same tensors bit for bit. Then the first run's weights are evaluated
 alternately cold (evaluate.py's sandbox started when the evaluation comes) and in a box started ahead (the one
 the evaluation before it asked for as it ended, ready by then): the seconds from the call to its return, and
 whether both wrote the same METRICS.json and MATCHES.json. Nothing else runs beside it: on a GPU the waiting
@@ -54,6 +55,7 @@ def one(ex: LocalExecutor, ck: Path, run: Path, seed: int, steps: int, ahead: bo
     marks: dict[str, float] = {}
 
     def on_line(line: str) -> None:
+        marks["last"] = time.monotonic()
         if MARK in line and "step" not in marks:
             marks["step"] = time.monotonic()
 
@@ -68,11 +70,13 @@ def one(ex: LocalExecutor, ck: Path, run: Path, seed: int, steps: int, ahead: bo
                    gate=gate if ahead else None)
     t0 = time.monotonic()
     r = ex.train(job, on_line, threading.Event())
+    ended = time.monotonic()
     if r.exit_code != 0 or "step" not in marks:
         raise SystemExit(f"run {run.name}: exit {r.exit_code}\n{r.log_tail[-2000:]}")
     ready = [ln for ln in (run / "train.log").read_text().splitlines() if READY_MARK in ln]
     phases = json.loads((run / "out" / "train.json").read_text()).get("startup_phases") or {}
     return {"slot_to_step": marks["step"] - marks.get("slot", t0), "held": r.held_seconds, "phases": phases,
+            "last_line_to_end": ended - marks["last"],
             "ready": ready[0].split(" in ")[1].split(" s")[0] if ready else None,
             "tensors": tensors(run / "out" / "weights.pt")}
 
@@ -127,7 +131,8 @@ def main() -> int:
                     r = one(ex, ck, tmp / f"run{i}-{'ahead' if ahead else 'cold'}", 7, a.steps, ahead)
                     rows[ahead].append(r)
                     print(f"pair {i} {'prestarted' if ahead else 'cold':>10}: slot to first step "
-                          f"{r['slot_to_step']:.2f} s" + (f" (box ready in {r['ready']} s, held {r['held']:.1f} s)"
+                          f"{r['slot_to_step']:.2f} s, last line to its end {r['last_line_to_end']:.2f} s"
+                          + (f" (box ready in {r['ready']} s, held {r['held']:.1f} s)"
                                                           if ahead else "") + f"; tensors {r['tensors']}; train.py's "
                           f"own start-up (s since its first line) {r['phases']}", flush=True)
             weights = tmp / "run0-cold" / "out" / "weights.pt"
@@ -143,9 +148,12 @@ def main() -> int:
     cold = [r["slot_to_step"] for r in rows[False]]
     ahead = [r["slot_to_step"] for r in rows[True]]
     same = len({r["tensors"] for r in rows[False] + rows[True]}) == 1
+    tail = {k: [r["last_line_to_end"] for r in rows[k]] for k in (False, True)}
     print(f"slot to first step, median of {a.pairs}: cold {statistics.median(cold):.2f} s "
           f"({min(cold):.2f}-{max(cold):.2f}), prestarted {statistics.median(ahead):.2f} s "
           f"({min(ahead):.2f}-{max(ahead):.2f}); the same tensors every run: {same}")
+    print(f"train.py's last line to the run's end (its interpreter's exit, the box's end; the slot held), median: "
+          f"cold {statistics.median(tail[False]):.2f} s, prestarted {statistics.median(tail[True]):.2f} s")
     e_cold, e_ahead = ([t for t, _ in evals[k]] for k in (False, True))
     same_scores = len({d for k in (False, True) for _, d in evals[k]}) == 1
     print(f"evaluation, call to return, median of {a.pairs}: cold {statistics.median(e_cold):.2f} s "

@@ -54,4 +54,20 @@ def slots_line(cfg: Any) -> str:
     ahead = ("; each run's box started while the run before it trains"
              + (", evaluated while the next trains" if loop.seed_jobs > 1 else "") if prestart(loop.prestart, ex.require_gpu) else "")
     return (f"slots: {loop.seed_jobs * loop.workers} runs at a time ({loop.seed_jobs} seed(s) side by side x "
-            f"{loop.workers} worker(s)) on {where}{ahead}")
+            f"{loop.workers} worker(s)) on {where}{ahead}{memory_share(cfg)}")
+
+
+def memory_share(cfg: Any) -> str:
+    """Each run's memory where the runs at a time share this machine's ([limits] memory_max_bytes = 0 on the local
+    executor: looper.core.run.limits.derived); "" where a run has it all, or its limit is set or elsewhere."""
+    from looper.core.run.slots import host_runs, prestart
+    from looper.executors.limits import caps_from
+
+    limits, loop = getattr(cfg, "limits", None), cfg.loop
+    if limits is None or getattr(cfg.executor, "kind", "local") != "local":
+        return ""
+    caps = caps_from(limits, host_runs(loop.seed_jobs, loop.workers, prestart(loop.prestart, cfg.executor.require_gpu)))
+    if caps.shared_by <= 1 or not caps.memory_max_bytes:
+        return ""
+    return (f"; each run's memory at most {caps.memory_max_bytes / (1 << 30):.1f} GiB ({caps.shared_by} runs at a "
+            "time share 75 % of this machine's)")

@@ -58,3 +58,24 @@ def test_status_of_an_empty_tag(seeded: Seeded) -> None:
     assert text.splitlines()[1:] == ["slots: 8 runs at a time (4 seed(s) side by side x 2 worker(s)) on GPU from "
                                      "index 0; each run's box started while the run before it trains, evaluated "
                                      "while the next trains", "best [never-run]: none yet"]  # prestart auto: on a GPU
+
+
+def test_status_says_each_run_s_share_of_the_machine_s_memory(seeded: Seeded) -> None:
+    """[limits] memory_max_bytes = 0: the runs at a time share 75 % of this machine's memory (looper.core.run.limits);
+    set by hand, or one run at a time, nothing is said."""
+    from looper.config import LimitsConfig
+    from looper.core.run.limits import derived
+    from looper.executors.limits import machine
+
+    lock = DaemonLock(seeded.root / ".looper" / "daemon.lock")
+    cfg = _cfg("never-run", seed_jobs=4, workers=2, require_gpu=True)
+    cfg.limits, cfg.executor.kind = LimitsConfig(), "local"
+    m = machine()
+    share = derived(m["memory"], m["cores"], m["pid_max"], 16)["memory_max_bytes"] / (1 << 30)
+    assert status_text(seeded.store, cfg, lock).splitlines()[1].endswith(
+        f"evaluated while the next trains; each run's memory at most {share:.1f} GiB (16 runs at a time share 75 % "
+        "of this machine's)")  # 4 seeds x 2 workers, each evaluated while the next trains
+    cfg.limits = LimitsConfig(memory_max_bytes=3 << 30)
+    assert "memory" not in status_text(seeded.store, cfg, lock).splitlines()[1]
+    cfg.limits, cfg.loop.seed_jobs, cfg.loop.workers = LimitsConfig(), 1, 1
+    assert "memory" not in status_text(seeded.store, cfg, lock).splitlines()[1]
