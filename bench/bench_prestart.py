@@ -81,10 +81,11 @@ def one(ex: LocalExecutor, ck: Path, run: Path, seed: int, steps: int, ahead: bo
             "tensors": tensors(run / "out" / "weights.pt")}
 
 
-def evaluation(ex: LocalExecutor, ck: Path, weights: Path, rd: Path, ahead: bool) -> tuple[float, str]:
-    """(seconds from the call to its return, a digest of METRICS.json and MATCHES.json) of one evaluation."""
+def evaluation(ex: LocalExecutor, ck: Path, weights: Path, rd: Path, ahead: bool, first: bool = False) -> tuple[float, str]:
+    """(seconds from the call to its return, a digest of METRICS.json and MATCHES.json) of one evaluation;
+    ``first``: no evaluation asked for a box before it (it starts its own and asks for the next)."""
     rd.mkdir(parents=True)
-    if ahead:  # the box the evaluation before asked for: ready, as it is after a run's training
+    if ahead and not first:  # the box the evaluation before asked for: ready, as it is after a run's training
         deadline = time.monotonic() + 120
         while not any((b / "w").is_dir() for b in (ex.workspace / ".looper" / "boxes").glob("box-*")):  # an evaluation's
             assert time.monotonic() < deadline, "no box was started ahead of the evaluation"
@@ -136,7 +137,7 @@ def main() -> int:
                                                           if ahead else "") + f"; tensors {r['tensors']}; train.py's "
                           f"own start-up (s since its first line) {r['phases']}", flush=True)
             weights = tmp / "run0-cold" / "out" / "weights.pt"
-            evaluation(ex, ck, weights, tmp / "eval-first", True)  # its box started now; it asks for the next
+            evaluation(ex, ck, weights, tmp / "eval-first", True, first=True)  # its box started now; it asks for the next
             for i in range(a.pairs):
                 for ahead in (False, True):
                     took, digest = evaluation(ex, ck, weights, tmp / f"eval{i}-{'ahead' if ahead else 'cold'}", ahead)
