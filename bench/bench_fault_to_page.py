@@ -1,15 +1,18 @@
 """Benchmark: time from an injected harness fault to the page arriving.
 
-The fault: train.py deletes the prepared data folder (the harness must notice it in the
-post-run integrity check, record an `error`, halt and page). train.py notes the wall-clock
-instant right after the deletion; a real HTTP endpoint on loopback (apprise json://) notes
-when the page arrives. Each run is a fresh fixture workspace with the real daemon
+The fault: the prepared data folder vanishes from the host while a candidate trains (a disk
+unmounted, a cleanup job; the harness must notice it in the post-run integrity check, record an
+`error`, halt and page). train.py cannot do it itself: its sandbox holds the data read-only (that
+attempt is the candidate's crash, tests/security). The candidate prints a mark and trains 2 s;
+this script, watching the run logs from outside, deletes the folder at the mark and notes the
+wall-clock instant; a real HTTP endpoint on loopback (apprise json://) notes when the page arrives. Each run is a fresh fixture workspace with the real daemon
 (`python -m looper.cli run`) as a subprocess; the baseline is measured first and is not
 part of the figure.
 
     .venv/bin/python bench/bench_fault_to_page.py [--runs 5]
 
-Prints one line per run, then median, min, max and spread. Goal: under 5 s.
+Prints one line per run, then median, min, max and spread. Goal: under 5 s (the figure holds the 2 s the
+candidate still trains after the fault: the harness checks the data once the run has ended).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -28,15 +32,23 @@ HERE = Path(__file__).resolve().parent
 FIXTURE = HERE.parent / "tests" / "fixture_ws"
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-FAULT_SNIPPET = '''
-if SCENARIO == "delete_data_timed":
-    import shutil
-    import time as _t
+MARK = "bench: the fault window is open"
 
-    shutil.rmtree(os.environ["LOOPER_DATA"])
-    with open({stamp!r}, "w") as _f:
-        _f.write(repr(_t.time()))
-'''
+
+def delete_at_mark(root: Path, done: threading.Event) -> list[float]:
+    """A thread that deletes ``root/data`` once a run log of ``root`` shows :data:`MARK`; [the instant]."""
+    at: list[float] = []
+
+    def watch() -> None:
+        while not done.is_set():
+            if any(MARK in f.read_text(errors="replace") for f in (root / "runs").rglob("train.log")):
+                shutil.rmtree(root / "data")
+                at.append(time.time())
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return at
 
 
 def one_run(tmp: Path, i: int) -> dict:
@@ -64,22 +76,25 @@ def one_run(tmp: Path, i: int) -> dict:
         subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "fixtures"],
                        cwd=root, check=True)
         ws = WS(root, queue, sink.url)
-        stamp = tmp / f"fault_at{i}"
         src = (root / "train.py").read_text()
         marker = 'if SCENARIO == "vacuous":'
-        src = src.replace(marker, FAULT_SNIPPET.format(stamp=str(stamp)).lstrip("\n") + marker, 1)
-        src = src.replace('SCENARIO = "ok"', 'SCENARIO = "delete_data_timed"', 1)
-        ws.enqueue("delete the data (timed)", source=src)
+        src = src.replace(marker, f"print({MARK!r}, flush=True)\n" + marker, 1).replace("SLEEP = 0.0 ", "SLEEP = 2.0 ", 1)
+        ws.enqueue("trains while its data vanishes (timed)", source=src)
+        done = threading.Event()
+        fault = delete_at_mark(root, done)
         t0 = time.monotonic()
-        r = ws.looper("run", timeout=300)
+        try:
+            r = ws.looper("run", timeout=300)
+        finally:
+            done.set()
         wall = time.monotonic() - t0
         if r.returncode != 3:
             raise RuntimeError(f"run {i}: expected exit 3 (halt), got {r.returncode}:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
         if len(arrived) != 1:
             raise RuntimeError(f"run {i}: expected exactly one page, got {len(arrived)}")
-        if not stamp.is_file():
-            raise RuntimeError(f"run {i}: train.py never recorded the fault instant")
-        fault_at = float(stamp.read_text())
+        if not fault:
+            raise RuntimeError(f"run {i}: the candidate's mark never came: the data was not deleted")
+        fault_at = fault[0]
         status = ws.rows()[0]["status"]
         if status != "error":
             raise RuntimeError(f"run {i}: the experiment is {status!r}, expected 'error'")
@@ -104,7 +119,7 @@ def main() -> int:
         xs = [r["fault_to_page_s"] for r in results]
         med = statistics.median(xs)
         spread = statistics.stdev(xs) if len(xs) > 1 else 0.0
-        print(f"fault (data deleted by train.py) -> page at the endpoint: median {med:.3f} s, "
+        print(f"fault (data deleted while a candidate trains) -> page at the endpoint: median {med:.3f} s, "
               f"min {min(xs):.3f} s, max {max(xs):.3f} s, stdev {spread:.3f} s over {len(xs)} runs")
         print("goal < 5 s:", "met" if max(xs) < 5 else "NOT met")
     finally:

@@ -52,6 +52,8 @@ COMMANDS: dict[str, Command] = {
     "bench_calibration.py": Command(("--scale", "demo", "--aa", "10", "--planted", "3", "--paired"), slow=True),
     "bench_startup.py": Command(("--data", "data", "--pairs", "3"), slow=True),
     "bench_prestart.py": Command(("--pairs", "3"), slow=True),
+    "bench_memory.py": Command(("--data", "data", "--steps", "6"), slow=True),
+    "bench_search.py": Command(("--minutes", "45"), slow=True),  # four arms of 45 minutes: hours
 }
 # Run order: listed ones first (bench_eval needs bench_baseline's weights), then the rest by name.
 ORDER = ["bench_overhead.py", "bench_report.py", "bench_fault_to_page.py", "bench_baseline.py", "bench_eval.py"]
