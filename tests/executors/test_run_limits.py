@@ -101,6 +101,8 @@ def test_only_a_gone_daemons_run_cgroups_are_removed_at_start() -> None:
     ({"loop.seed_jobs": 4, "loop.prestart": "on"}, 8, True),  # and the evaluations beside them
     ({"loop.seed_jobs": 1, "loop.workers": 3}, 3, True),
     ({"loop.seed_jobs": 2, "limits.memory_max_bytes": 3 << 30}, 2, False),  # set by hand: as set
+    ({"loop.workers": 3, "executor.kind": "ssh", "executor.host": "gpu1", "executor.remote_dir": "/w"}, 1,
+     False),  # the runs are on another host: this machine's memory is not theirs to share
 ])
 def test_the_daemon_gives_each_run_its_share_of_the_memory(over, runs, shared) -> None:
     """looper.night.loop.open_daemon: the runs a night puts at a time on this machine share 75 % of its memory,
@@ -126,8 +128,10 @@ def test_the_daemon_gives_each_run_its_share_of_the_memory(over, runs, shared) -
             assert got.caps.memory_max_bytes == derived(m["memory"], m["cores"], m["pid_max"], runs)["memory_max_bytes"]
             assert got.caps.memory_max_bytes < derived(m["memory"], m["cores"], m["pid_max"])["memory_max_bytes"]
             assert got.caps.shared_by == runs and "runs at a time" in got.caps.memory_words()
-        else:
+        elif "limits.memory_max_bytes" in over:
             assert (got.caps.memory_max_bytes, got.caps.shared_by) == (3 << 30, 1)
+        else:
+            assert got.caps == limits.caps_from(config_from_dict(data).limits)  # unshared, as one run at a time
     finally:
         limits._SETTINGS[0] = before
         CAPS.update(caps)
