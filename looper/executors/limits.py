@@ -286,7 +286,6 @@ class Box:
     out_dir: Path | None = None
     oom_score_adj: int = 1000
     min_free_bytes: int = 0
-    runs: int = 1  # the runs at a time that share the machine's memory (looper.core.run.slots.host_runs)
 
     def __post_init__(self) -> None:
         self.cgroups: dict[str, Path] = {}
