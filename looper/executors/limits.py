@@ -81,6 +81,18 @@ def caps_from(section: Any, runs: int = 1) -> core.Caps:
                      shared_by=1 if int(getattr(section, "memory_max_bytes", 0) or 0) else max(1, runs))
 
 
+def sharing(cfg: Any) -> int:
+    """The runs at a time that share this machine's memory under ``cfg`` (looper.core.run.slots.host_runs), 1 where
+    they run elsewhere: an ssh host's limits come from this machine's figures, and a share of a laptop's memory would
+    starve a GPU host's runs; there each run keeps the unshared limit."""
+    from looper.core.run.slots import host_runs, prestart
+
+    if cfg.executor.kind != "local":
+        return 1
+    loop = cfg.loop
+    return host_runs(loop.seed_jobs, loop.workers, prestart(loop.prestart, cfg.executor.require_gpu))
+
+
 def _own_cgroup(controller: str) -> Path | None:
     """This process's cgroup folder of a v1 ``controller``, when that hierarchy is mounted here."""
     try:

@@ -51,16 +51,10 @@ def open_daemon(root: Path, cfg: Config) -> None:
     processes, tmpfs, the out/ quota: ``[limits]``), and the disk reserve a daemon killed on a full disk left
     behind released."""
     import looper.executors.limits as run_limits
-    from looper.core.run.slots import host_runs, prestart
     from looper.night.guard import release_reserve
 
     proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)
-    # The runs at a time share this machine's memory, each its part (looper.core.run.limits.derived). Not where they
-    # run elsewhere: an ssh host's limits come from this machine's figures, and a share of a laptop's memory would
-    # starve a GPU host's runs; there each run keeps the unshared limit, as before.
-    loop = cfg.loop
-    runs = host_runs(loop.seed_jobs, loop.workers, prestart(loop.prestart, cfg.executor.require_gpu))
-    run_limits.configure(cfg.limits, runs if cfg.executor.kind == "local" else 1)
+    run_limits.configure(cfg.limits, run_limits.sharing(cfg))  # the runs at a time share this machine's memory
     release_reserve(Path(root), cfg.limits.reserve_bytes)
 
 

@@ -60,13 +60,9 @@ def slots_line(cfg: Any) -> str:
 def memory_share(cfg: Any) -> str:
     """Each run's memory where the runs at a time share this machine's ([limits] memory_max_bytes = 0 on the local
     executor: looper.core.run.limits.derived); "" where a run has it all, or its limit is set or elsewhere."""
-    from looper.core.run.slots import host_runs, prestart
-    from looper.executors.limits import caps_from
+    from looper.executors.limits import caps_from, sharing
 
-    limits, loop = getattr(cfg, "limits", None), cfg.loop
-    if limits is None or getattr(cfg.executor, "kind", "local") != "local":
-        return ""
-    caps = caps_from(limits, host_runs(loop.seed_jobs, loop.workers, prestart(loop.prestart, cfg.executor.require_gpu)))
+    caps = caps_from(cfg.limits, sharing(cfg))
     if caps.shared_by <= 1 or not caps.memory_max_bytes:
         return ""
     return (f"; each run's memory at most {caps.memory_max_bytes / (1 << 30):.1f} GiB ({caps.shared_by} runs at a "

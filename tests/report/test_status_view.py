@@ -12,8 +12,11 @@ from looper.workspace.lock import DaemonLock
 
 
 def _cfg(tag: str, seed_jobs: int = 1, workers: int = 1, require_gpu: bool = False) -> SimpleNamespace:
+    from looper.config import LimitsConfig
+
     return SimpleNamespace(loop=SimpleNamespace(tag=tag, seed_jobs=seed_jobs, workers=workers, prestart="auto"),
-                           executor=SimpleNamespace(require_gpu=require_gpu, gpu_index=0))
+                           executor=SimpleNamespace(require_gpu=require_gpu, gpu_index=0, kind="local"),
+                           limits=LimitsConfig(run_limits=False))  # no limits: nothing said of memory
 
 
 def _status(s: Seeded) -> str:
@@ -69,7 +72,7 @@ def test_status_says_each_run_s_share_of_the_machine_s_memory(seeded: Seeded) ->
 
     lock = DaemonLock(seeded.root / ".looper" / "daemon.lock")
     cfg = _cfg("never-run", seed_jobs=4, workers=2, require_gpu=True)
-    cfg.limits, cfg.executor.kind = LimitsConfig(), "local"
+    cfg.limits = LimitsConfig()
     m = machine()
     share = derived(m["memory"], m["cores"], m["pid_max"], 16)["memory_max_bytes"] / (1 << 30)
     assert status_text(seeded.store, cfg, lock).splitlines()[1].endswith(
