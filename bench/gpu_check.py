@@ -41,7 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_parts import night_figures, toml_set, unpack_deb  # noqa: E402
+from gpu_parts import night_figures, rlimit_verdict, toml_set, unpack_deb  # noqa: E402
 
 PY = sys.executable
 STEPS = ("facts", "install", "tests", "amp", "determinism", "night", "probe", "tune")
@@ -160,6 +160,9 @@ def step_facts(c: Check, left: float) -> str:
     c.figures["facts"] = facts
     if not c.dry and not facts.get("cuda"):
         return f"FAIL no CUDA: {facts}"
+    if facts["cuda_under_rlimit_data"].startswith("BROKEN"):  # looper's default run limits would crash every run here
+        return (f"FAIL torch under looper's RLIMIT_DATA: {facts['cuda_under_rlimit_data']}; the night below runs "
+                f"with [limits] run_limits = false")
     return (f"ok {facts.get('device') or 'cpu (dry run)'}; driver {facts['nvidia_smi'] or '-'}; torch "
             f"{facts.get('torch')} cuda {facts.get('cuda_build')}; {facts['cores']} cores; bwrap {facts['bwrap']}; "
             f"git {facts['git']}; torch under looper's RLIMIT_DATA: {facts['cuda_under_rlimit_data']}")
@@ -182,11 +185,13 @@ def cuda_under_rlimit(c: Check) -> str:
         return "no prlimit"
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     mem = derived(memory, os.cpu_count() or 1, 32768, host_runs(*night_shape(c), prestart=True))["memory_max_bytes"]
-    p = c.run(["prlimit", f"--data={mem}:{mem}", "--", PY, "-c", "import torch; d = 'cuda' if "
-               "torch.cuda.is_available() else 'cpu'; x = torch.randn(8, 3, 256, 256, device=d); "
-               "conv = torch.nn.Conv2d(3, 16, 3).to(d); conv(x).square().mean().backward(); print('ok', d, "
-               "float(conv.weight.grad.abs().sum()) > 0)"], 60, "facts.log")
-    return f"ok ({mem} bytes)" if p.returncode == 0 and "ok" in p.stdout else f"BROKEN at {mem} bytes ({_tail(p)[:120]})"
+    device = "cpu" if c.dry else "cuda"  # on a GPU, CUDA itself: a fall back to the CPU would prove nothing
+    p = c.run(["prlimit", f"--data={mem}:{mem}", "--", PY, "-c", "import sys, torch; d = sys.argv[1]; "
+               "x = torch.randn(8, 3, 256, 256, device=d); conv = torch.nn.Conv2d(3, 16, 3).to(d); "
+               "conv(x).square().mean().backward(); print('ok', d, float(conv.weight.grad.abs().sum()) > 0)", device],
+              60, "facts.log")
+    verdict = rlimit_verdict(p.returncode, p.stdout, mem, device)
+    return verdict if verdict.startswith("ok") else f"{verdict[:-1]}: {_tail(p)[:120]})"
 
 
 def carried(c: Check, tool: str, packages: tuple[str, ...]) -> str:

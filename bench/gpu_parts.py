@@ -44,6 +44,17 @@ def toml_set(path: Path, values: dict[str, dict[str, object]]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def rlimit_verdict(returncode: int, stdout: str, limit: int, device: str) -> str:
+    """What the probe of torch under RLIMIT_DATA answered: "ok (N bytes)" only when it exited 0 and its last line is
+    the probe's own ``ok <device> True`` on the device asked for (a gradient that is not zero was computed there);
+    anything else, a word "ok" somewhere included, is "BROKEN at N bytes (...)" with what it printed last."""
+    last = (stdout.strip().splitlines() or [""])[-1].strip()
+    if returncode == 0 and last == f"ok {device} True":
+        return f"ok ({limit} bytes)"
+    why = f"exit {returncode}" if returncode else f"its last line {last!r}, not 'ok {device} True'"
+    return f"BROKEN at {limit} bytes ({why})"
+
+
 def night_figures(db: Path, t0: float, t1: float) -> dict:
     import datetime as dt
     import sqlite3
