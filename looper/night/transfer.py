@@ -11,6 +11,7 @@ These runs are NOT the experiments' runs: they train another budget, so they are
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any
@@ -27,6 +28,15 @@ from looper.store.transfers import add_transfer
 ROLE = "transfer"
 
 
+@dataclasses.dataclass
+class Side:
+    """What one side of the check (the best or the baseline) gave: its scores, its runs' minutes, its failed runs."""
+
+    scores: list[float] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+
 def transfer_steps(ctx: Context) -> int:
     want = ctx.cfg.confirm.transfer_steps
     return core_transfer.default_steps(ctx.tag.max_steps(), ctx.cfg.data.scale) if want == -1 else int(want)
@@ -38,33 +48,40 @@ def _longer(ctx: Context, steps: int) -> Context:
     return dataclasses.replace(ctx, cfg=cfg, tag=ctx.tag.with_max_steps(steps))
 
 
-def _side(ctx: Context, exp: Any, seeds: list[int], budget: float) -> tuple[list[float], float, list[str], bool]:
-    """(scores, seconds, problems, cut) of ``exp``'s train.py on ``seeds`` at the longer budget."""
+def _both(ctx: Context, sides: tuple[Any, Any], seeds: list[int], budget: float) -> tuple[list[Side], str]:
+    """Each of ``sides``' train.py on ``seeds`` at the longer budget, the two interleaved seed by seed (best s1,
+    baseline s1, best s2, ...) so that with ``[loop] seed_jobs`` > 1 a seed's two runs train together: the load of
+    the moment falls on both sides alike, and 2 x 3 runs on 2 slots take 3 rounds, not 2 + 2 half-empty ones.
+    Returns a :class:`Side` each (what ran before an end) and why the check ended before its last run: "" (it did
+    not), "cut" (the night's stop), else the harness error of a run, in words."""
     from looper.night.measure import measure
     from looper.night.runs import best_checkout
     from looper.night.slots import side_by_side
 
     key, worker = ctx.cfg.gate.score, ctx.main_worker()
-    scores: list[float] = []
-    problems: list[str] = []
-    seconds, cut = 0.0, False
-    with best_checkout(ctx, worker.wt.path, exp.source, "looper-transfer-") as ck:
-        def one(seed: int) -> Any:
-            return None if ctx.night.cancel.is_set() else measure(ctx, worker, exp.id, ROLE, seed, budget, checkout=ck)
+    out = [Side(), Side()]
+    with contextlib.ExitStack() as stack:
+        checkouts = [stack.enter_context(best_checkout(ctx, worker.wt.path, exp.source, "looper-transfer-"))
+                     for exp in sides]
 
-        for m in side_by_side(ctx, [functools.partial(one, s) for s in seeds],
-                              ok=lambda m: m is not None and m.outcome not in (Outcome.INTERRUPTED, Outcome.ERROR)):
-            if m is None or m.outcome is Outcome.INTERRUPTED:
-                cut = True
-                break
-            seconds += m.train_seconds + m.eval_seconds
-            if m.outcome is Outcome.ERROR:
-                raise HarnessError(f"transfer check of #{exp.id}, seed {m.seed}: " + "; ".join(m.blocking))
-            if not m.measured or m.metrics is None or m.cut_short:
-                problems.append(f"#{exp.id} seed {m.seed}: " + (m.cut_short or "; ".join(m.blocking))[:160])
-                continue
-            scores.append(float(m.metrics[key]))
-    return scores, seconds, problems, cut
+        def one(side: int, seed: int) -> Any:
+            return (None if ctx.night.cancel.is_set() else
+                    measure(ctx, worker, sides[side].id, ROLE, seed, budget, checkout=checkouts[side]))
+
+        calls = [functools.partial(one, side, seed) for seed in seeds for side in (0, 1)]
+        got = side_by_side(ctx, calls, ok=lambda m: m is not None and m.outcome not in (Outcome.INTERRUPTED, Outcome.ERROR))
+    for i, m in enumerate(got):
+        exp, side = sides[i % 2], out[i % 2]
+        if m is None or m.outcome is Outcome.INTERRUPTED:
+            return out, "cut"
+        side.seconds += m.train_seconds + m.eval_seconds
+        if m.outcome is Outcome.ERROR:
+            return out, f"transfer check of #{exp.id}, seed {m.seed}: " + "; ".join(m.blocking)
+        if not m.measured or m.metrics is None or m.cut_short:
+            side.problems.append(f"#{exp.id} seed {m.seed}: " + (m.cut_short or "; ".join(m.blocking))[:160])
+            continue
+        side.scores.append(float(m.metrics[key]))
+    return out, ""
 
 
 def check(ctx: Context, trigger: str, confirmation_id: int | None) -> tuple[Any, HarnessError | None]:
@@ -83,28 +100,20 @@ def check(ctx: Context, trigger: str, confirmation_id: int | None) -> tuple[Any,
     budget = ctx.tag.wall_seconds(ctx.cfg.loop.budget_seconds) * max(1.0, factor)
     ctx.journal.event("note", f"transfer check: #{best.id} and baseline #{base.id} at {steps} steps on seeds {seeds}", best.id)
     ctx.display.note(f"transfer check: #{best.id} and the baseline at {steps} steps on {n} fresh seed(s) each")
-    longer, error = _longer(ctx, steps), None
-    sides: list[tuple[list[float], float, list[str], bool]] = []
     try:
-        for exp in (best, base):
-            sides.append(_side(longer, exp, seeds, budget))
-            if sides[-1][3]:
-                break
-    except HarnessError as exc:
-        error = exc
-    while len(sides) < 2:
-        sides.append(([], 0.0, [], True))
-    (bs, b_sec, b_prob, b_cut), (rs, r_sec, r_prob, r_cut) = sides
-    problems = b_prob + r_prob
-    why = ("the night was cut short before the check finished" if b_cut or r_cut else
-           str(error) if error else "; ".join(problems))
+        (b, r), ended = _both(_longer(ctx, steps), (best, base), seeds, budget)
+    except HarnessError as exc:  # raised below a run (its result never came back)
+        (b, r), ended = (Side(), Side()), str(exc) or "the transfer check's harness failed"
+    cut, error = ended == "cut", HarnessError(ended) if ended not in ("", "cut") else None
+    bs, rs, problems = b.scores, r.scores, b.problems + r.problems
+    why = "the night was cut short before the check finished" if cut else str(error) if error else "; ".join(problems)
     t = core_transfer.judge(bs, rs, key, steps, night, conf.low, why_nothing=why)
     headline = t.headline + (f" ({len(problems)} run(s) failed: {'; '.join(problems)})" if problems and bs else "")
     add_transfer(ctx.store, tag=ctx.tag.name, confirmation_id=conf.id, experiment_id=best.id, baseline_id=base.id,
-                 trigger="cut_short" if (b_cut or r_cut) else trigger, status=t.status, score_key=key, steps=steps,
+                 trigger="cut_short" if cut else trigger, status=t.status, score_key=key, steps=steps,
                  night_steps=night, seeds=seeds, scores=bs, baseline_scores=rs, diff=t.diff, low=t.low, high=t.high,
                  flagged=t.flagged, headline=ctx.journal.redact(headline), runs=len(bs) + len(rs) + len(problems),
-                 seconds=b_sec + r_sec, started_at=started)
+                 seconds=b.seconds + r.seconds, started_at=started)
     ctx.journal.event("note", f"transfer check of #{best.id}: {ctx.journal.redact(headline)}", best.id, {"transfer": t.status})
     ctx.display.note(f"transfer check: {headline}")
     from looper.store.transfers import transfer_records

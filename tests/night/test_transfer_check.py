@@ -70,6 +70,46 @@ def test_a_gain_that_reverses_when_trained_longer_is_flagged_and_a_person_is_pag
     assert f"!! #{kept.exp_id}'s confirmed gain reverses when trained longer (6 steps)" in text
 
 
+def test_side_by_side_a_seed_s_two_runs_train_together_and_the_check_takes_one_round_a_seed(ws, pages, monkeypatch):
+    """seed_jobs 2: the best's and the baseline's run of a seed are the pair that trains at once (the load of the
+    moment falls on both sides alike), so 2 seeds a side take 2 rounds, where one side after the other took 2 + 2."""
+    import threading
+    import time
+
+    from looper.night import measure as measure_module
+
+    loop = ready(ws, pages, **{**LONGER, "loop.seed_jobs": 2})
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    kept = run_candidate(loop.ctx, loop.ctx.night.workers[0])
+    assert kept.outcome is Outcome.KEEP
+    from looper.night.confirm import confirm
+
+    cid, error = confirm(loop.ctx, "command")
+    assert error is None
+    spans: list[tuple[int, int, float, float]] = []  # (experiment, seed, start, end) of each transfer run
+    real, lock = measure_module.measure, threading.Lock()
+
+    def timed(ctx, w, exp_id, role, seed, *args, **kwargs):  # the real measure, its span noted
+        t0 = time.monotonic()
+        m = real(ctx, w, exp_id, role, seed, *args, **kwargs)
+        with lock:
+            spans.append((exp_id, seed, t0, time.monotonic()))
+        return m
+
+    monkeypatch.setattr(measure_module, "measure", timed)
+    assert loop.transfer(cid, "command") is None
+    (t,) = transfers(loop.ctx.store, "t")
+    (c,) = confirmations(loop.ctx.store, "t")
+    assert (t.status, t.runs, t.seeds) == ("holds", 4, (4, 5)), t.headline
+    assert sorted((e, s) for e, s, *_ in spans) == sorted((e, s) for e in (c.experiment_id, c.baseline_id) for s in (4, 5))
+    by = {(e, s): (a, b) for e, s, a, b in spans}
+    for seed in (4, 5):  # a seed's two runs overlap in time: they trained as a pair
+        (a0, a1), (b0, b1) = by[(c.experiment_id, seed)], by[(c.baseline_id, seed)]
+        assert max(a0, b0) < min(a1, b1), (seed, spans)
+    first_ends = min(by[(c.experiment_id, 4)][1], by[(c.baseline_id, 4)][1])
+    assert all(by[(e, 5)][0] >= first_ends - 0.5 for e in (c.experiment_id, c.baseline_id)), spans  # seed 5 after a slot
+
+
 def test_off_by_default_and_after_a_confirmation_that_confirmed_nothing(ws):
     loop = ready(ws, **{"loop.confirm_seeds": 2})  # transfer_steps 0: off
     from looper.night import transfer
