@@ -77,3 +77,16 @@ def test_workers_on_a_one_gpu_machine_all_train_on_that_gpu(tmp_path):
     loop = _loop(tmp_path, OneGpuExecutor(free_mb=140_000), loop_workers=3)
     assert loop.setup() is None
     assert [w.device for w in loop.ctx.night.workers] == ["0", "0", "0"]  # it once asked for GPUs 1 and 2
+
+
+@pytest.mark.parametrize("jobs, workers, most", [(2, 1, 16), (8, 1, 16), (12, 1, 24), (8, 2, 32)])
+def test_as_many_boxes_may_wait_ahead_as_runs_may_be_at_a_time(tmp_path, jobs, workers, most):
+    """The local executor's spare boxes (looper.executors.prestart.Spares): each run asks for the next run's box, so
+    up to the night's runs at a time wait (seed_jobs x workers, x 2 evaluations beside them); a cap below that
+    would start the rest cold, unseen."""
+    from looper.executors.local import LocalExecutor
+
+    executor = LocalExecutor(tmp_path / "ws")
+    loop = _loop(tmp_path, executor, loop_seed_jobs=jobs, loop_workers=workers, loop_prestart="on",
+                 exec_kind="local")
+    assert loop.ctx.executor.spares.most == most
