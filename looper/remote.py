@@ -223,6 +223,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     env = dict(kv.split("=", 1) for kv in args.env)
     kind = env.get("LOOPER_SANDBOX", "")
     box = limits.from_request(env, run / "out" if kind != "eval" else None)  # LOOPER_LIMITS: the run's own limits
+    if box.on:  # what the run runs under here (limits [limits] left at 0 are this host's own): `end` hands it back
+        _write_json(run / "caps.json", dataclasses.asdict(box.caps))
+        if box.caps.tmp_max_bytes and "LOOPER_SANDBOX_TMP_BYTES" in env:  # the sandbox's tmpfs: this host's figure
+            env["LOOPER_SANDBOX_TMP_BYTES"] = str(box.caps.tmp_max_bytes)
     argv, after = wrap_on_host(args.argv, run, env)  # LOOPER_SANDBOX=train|eval: this host's sandbox
     sampler = None
     if args.gpu_index is not None:
@@ -263,12 +267,16 @@ def cmd_end(args: argparse.Namespace) -> int:
         gpu = json.loads((run / "gpu.json").read_text())
     except (OSError, ValueError):
         gpu = None
-    try:
-        seen = json.loads((run / "limits.json").read_text())
-    except (OSError, ValueError):
-        seen = None
+    seen, caps = (_read_json_or_none(run / name) for name in ("limits.json", "caps.json"))
     return _say({"what": what, "status": code, "gpu": gpu, "out": out_usage(run / "out"),
-                 **({"seen": seen} if seen else {})})
+                 **({"seen": seen} if seen else {}), **({"caps": caps} if caps else {})})
+
+
+def _read_json_or_none(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def out_usage(out: Path, stop_at: int = 1_000_000) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class RunResult:
     limit: str = ""  # a run limit stopped it (looper.executors.limits: its quota watch), in words
     log_error: str = ""  # the daemon could not write the run's log (a full disk): the log is cut there
     seen: dict = field(default_factory=dict)  # what the harness saw of the run's limits (looper.core.run.limits.Seen)
+    caps: dict = field(default_factory=dict)  # the limits it ran under where not the daemon's (an ssh host's own figures)
     started: bool = True  # False: a prestarted run whose slot was not given (TrainJob.gate); it never ran
     held_seconds: float = 0.0  # a prestarted run: how long its box waited for the slot (not in ``seconds``)
 

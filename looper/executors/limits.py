@@ -82,14 +82,16 @@ def caps_from(section: Any, runs: int = 1) -> core.Caps:
 
 
 def sharing(cfg: Any) -> int:
-    """The runs at a time that share this machine's memory under ``cfg`` (looper.core.run.slots.host_runs), 1 where
-    they run elsewhere: an ssh host's limits come from this machine's figures, and a share of a laptop's memory would
-    starve a GPU host's runs; there each run keeps the unshared limit."""
+    """The runs at a time that share the memory of the machine they run on under ``cfg``: on this one (the local
+    executor) looper.core.run.slots.host_runs; on an ssh host the night's workers (each one run at a time there),
+    a share of the host's own memory it derives (:func:`from_request`); 1 on a SLURM node (its job's ``--mem``)."""
     from looper.core.run.slots import host_runs, prestart
 
+    loop = cfg.loop
+    if cfg.executor.kind == "ssh":  # every worker's runs go to the one host, which derives its share itself
+        return max(1, loop.workers)
     if cfg.executor.kind != "local":
         return 1
-    loop = cfg.loop
     return host_runs(loop.seed_jobs, loop.workers, prestart(loop.prestart, cfg.executor.require_gpu))
 
 
@@ -235,6 +237,7 @@ class Settings:
     oom_score_adj: int = 1000
     min_free_bytes: int = 0
     runs: int = 1  # the runs at a time that share the machine's memory (looper.core.run.slots.host_runs)
+    derived: tuple[str, ...] = ()  # the caps [limits] left at 0 (this machine's figures; an ssh host derives its own)
 
 
 _SETTINGS = [Settings()]
@@ -244,8 +247,10 @@ def configure(section: Any, runs: int = 1) -> Settings:
     """The daemon's ``[limits]`` for every later run (looper.night.loop.open_daemon, once per daemon), ``runs``
     at a time; the empty run cgroups a daemon that is gone left behind are removed (one still holding processes
     stays)."""
-    _SETTINGS[0] = Settings(caps_from(section, runs), int(getattr(section, "oom_score_adj", 1000)),
-                            int(getattr(section, "min_free_bytes", 0)), max(1, runs))
+    caps = caps_from(section, runs)
+    derived = tuple(k for k in core.DERIVED if not int(getattr(section, k, 0) or 0)) if caps != core.Caps() else ()
+    _SETTINGS[0] = Settings(caps, int(getattr(section, "oom_score_adj", 1000)),
+                            int(getattr(section, "min_free_bytes", 0)), max(1, runs), derived)
     if _SETTINGS[0].caps != core.Caps():
         for parent in cgroup_parents().values():
             for left in parent.glob("looper-run-*"):
@@ -263,20 +268,26 @@ REQUEST = "LOOPER_LIMITS"  # the environment entry asking ``looper.remote run`` 
 
 
 def request() -> dict[str, str]:
-    """The daemon's limits as an environment entry for a run on an ssh host (none when off)."""
+    """The daemon's limits as an environment entry for a run on an ssh host (none when off), with the names of
+    those ``[limits]`` left at 0 (``derive``): the host derives them from its own machine (:func:`from_request`)."""
     s = current()
     if s.caps == core.Caps():
         return {}
     return {REQUEST: json.dumps({**dataclasses.asdict(s.caps), "oom_score_adj": s.oom_score_adj,
-                                 "min_free_bytes": s.min_free_bytes}, sort_keys=True)}
+                                 "min_free_bytes": s.min_free_bytes, "derive": list(s.derived), "runs": s.runs},
+                                sort_keys=True)}
 
 
 def from_request(env: dict[str, str], out_dir: Path | None) -> Box:
-    """The host's side of :func:`request` (taken out of ``env``): a Box with those limits, none when absent."""
+    """The host's side of :func:`request` (taken out of ``env``): a Box with those limits, none when absent; the
+    limits the daemon's ``[limits]`` left at 0 from this host's memory, cores and pid_max, shared by the runs at a
+    time the daemon puts here (``runs``: its workers; looper.core.run.limits.on_host)."""
     raw = env.pop(REQUEST, "")
     try:
         asked = json.loads(raw) if raw else {}
-        caps = core.Caps(**{f: int(asked.get(f, getattr(core.Caps(), f))) for f in core.Caps.__dataclass_fields__})
+        caps = core.caps_of({k: v for k, v in asked.items() if k != "on_host"})
+        m, runs = machine(), max(1, int(asked.get("runs", 1)))
+        caps = core.on_host(caps, asked.get("derive"), core.derived(m["memory"], m["cores"], m["pid_max"], runs), runs)
         return Box(caps, out_dir, int(asked.get("oom_score_adj", 1000)), int(asked.get("min_free_bytes", 0)))
     except (ValueError, TypeError, AttributeError):
         return Box(core.Caps(), out_dir)

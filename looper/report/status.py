@@ -65,5 +65,7 @@ def memory_share(cfg: Any) -> str:
     caps = caps_from(cfg.limits, sharing(cfg))
     if caps.shared_by <= 1 or not caps.memory_max_bytes:
         return ""
+    if cfg.executor.kind != "local":  # an ssh host derives its share from its own memory
+        return f"; each run's memory: its share of 75 % of the host's ({caps.shared_by} runs at a time there)"
     return (f"; each run's memory at most {caps.memory_max_bytes / (1 << 30):.1f} GiB ({caps.shared_by} runs at a "
             "time share 75 % of this machine's)")

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from looper.core.run.limits import Caps, Seen, agent_limit_hit, derived, limit_hit, over_quota, quota
+from looper.core.run.limits import (
+    DERIVED,
+    Caps,
+    Seen,
+    agent_limit_hit,
+    caps_of,
+    derived,
+    limit_hit,
+    on_host,
+    over_quota,
+    quota,
+)
 
 CAPS = Caps(memory_max_bytes=1 << 30, pids_max=64, tmp_max_bytes=8 << 20, out_max_bytes=16 << 20, out_max_files=10)
 GIB = 1 << 30
@@ -161,3 +172,51 @@ AGENT = Caps(memory_max_bytes=100, pids_max=10, tmp_max_bytes=50, out_max_bytes=
 def test_agent_limit_hit(caps: Caps, seen: Seen, tail: str, words: str | None) -> None:
     got = agent_limit_hit(caps, seen, tail)
     assert (got is None) == (words is None) and (words is None or words in got), got
+
+
+HOST = derived(128 * GIB, 16, 4_194_304)  # a GPU host's own figures, one run at a time
+LAPTOP = Caps(**{k: v for k, v in derived(16 * GIB, 8, 4_194_304).items()}, out_max_files=100_000)
+
+
+@pytest.mark.parametrize("derive, expected", [
+    # [limits] all at 0 on the daemon (a laptop): the host's memory, processes, tmpfs and quota, one run at a time
+    (list(DERIVED), Caps(memory_max_bytes=96 * GIB, pids_max=2048, tmp_max_bytes=16 * GIB, out_max_bytes=16 * GIB,
+                         out_max_files=100_000, on_host=DERIVED)),
+    # memory_max_bytes set by hand on the daemon: that figure is every run's, wherever it runs
+    (["pids_max", "tmp_max_bytes"], Caps(memory_max_bytes=12 * GIB, pids_max=2048, tmp_max_bytes=16 * GIB,
+                                         out_max_bytes=16 * GIB, out_max_files=100_000, on_host=("pids_max", "tmp_max_bytes"))),
+    ([], LAPTOP),  # everything set by hand: the daemon's figures
+    (None, LAPTOP),  # an older daemon asked without naming what is derived: its figures stand
+    ("memory_max_bytes", LAPTOP),  # not a list: nothing is derived there
+    (["out_max_files", "shared_by", "memory"], LAPTOP),  # names no [limits] key 0 stands for
+])
+def test_an_ssh_host_derives_the_limits_the_daemon_left_at_0_from_its_own_machine(derive, expected):
+    assert on_host(LAPTOP, derive, HOST) == expected
+
+
+def test_a_shared_daemon_figure_becomes_the_host_s_unshared_one_and_the_words_say_whose():
+    shared = Caps(memory_max_bytes=3 * GIB, shared_by=4)
+    got = on_host(shared, ["memory_max_bytes"], HOST)
+    assert (got.memory_max_bytes, got.shared_by, got.on_host) == (96 * GIB, 1, ("memory_max_bytes",))
+    assert got.memory_words() == (f"[limits] memory_max_bytes = {96 * GIB}, its share of 75 % of the ssh host's "
+                                  "memory (the key is 0: the host derives it)")
+    two = on_host(shared, ["memory_max_bytes"], derived(128 * GIB, 16, 4_194_304, 2), runs=2)  # 2 workers' runs there
+    assert (two.memory_max_bytes, two.shared_by) == (48 * GIB, 2)
+    assert two.memory_words() == (f"[limits] memory_max_bytes = {48 * GIB}, its share of 75 % of the ssh host's "
+                                  "memory with 2 runs at a time (loop.workers) (the key is 0: the host derives it)")
+    assert on_host(shared, ["pids_max"], HOST).memory_words() == (
+        f"[limits] memory_max_bytes = {3 * GIB}, its share of 75 % of this machine's memory with 4 runs at a time "
+        "(loop.seed_jobs x loop.workers, evaluations beside trainings with loop.prestart)")
+    assert on_host(shared, ["memory_max_bytes"], {"memory_max_bytes": 0}) == shared  # no figure there: the daemon's
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ({"memory_max_bytes": 5, "pids_max": 7, "on_host": ["memory_max_bytes", "nonsense"]},
+     Caps(memory_max_bytes=5, pids_max=7, on_host=("memory_max_bytes",))),
+    ({"memory_max_bytes": -1, "pids_max": True, "tmp_max_bytes": "9", "out_max_files": 3.0, "other": 1}, Caps()),
+    ({"shared_by": 2, "on_host": "memory_max_bytes"}, Caps(shared_by=2)),
+    (["memory_max_bytes", 5], Caps()),
+    (None, Caps()),
+])
+def test_caps_of_takes_only_whole_counts_of_known_limits(raw, expected):
+    assert caps_of(raw) == expected

@@ -3,6 +3,7 @@ run outputs are read with O_NOFOLLOW, and a run's limits wrap its argv (real fil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -101,8 +102,9 @@ def test_only_a_gone_daemons_run_cgroups_are_removed_at_start() -> None:
     ({"loop.seed_jobs": 4, "loop.prestart": "on"}, 8, True),  # and the evaluations beside them
     ({"loop.seed_jobs": 1, "loop.workers": 3}, 3, True),
     ({"loop.seed_jobs": 2, "limits.memory_max_bytes": 3 << 30}, 2, False),  # set by hand: as set
-    ({"loop.workers": 3, "executor.kind": "ssh", "executor.host": "gpu1", "executor.remote_dir": "/w"}, 1,
-     False),  # the runs are on another host: this machine's memory is not theirs to share
+    ({"loop.workers": 3, "executor.kind": "ssh", "executor.host": "gpu1", "executor.remote_dir": "/w"}, 3,
+     "host"),  # the runs are on another host: it derives their share of its own memory (3 workers' runs there)
+    ({"loop.workers": 2, "executor.kind": "slurm", "executor.partition": "gpu"}, 1, False),  # the job's --mem
 ])
 def test_the_daemon_gives_each_run_its_share_of_the_memory(over, runs, shared) -> None:
     """looper.night.loop.open_daemon: the runs a night puts at a time on this machine share 75 % of its memory,
@@ -124,7 +126,10 @@ def test_the_daemon_gives_each_run_its_share_of_the_memory(over, runs, shared) -
         got = limits.current()
         m = limits.machine()
         assert got.runs == runs
-        if shared:
+        if shared == "host":  # the host is asked to derive the memory, for the runs it gets at a time
+            asked = json.loads(limits.request()[limits.REQUEST])
+            assert "memory_max_bytes" in asked["derive"] and asked["runs"] == runs
+        elif shared:
             assert got.caps.memory_max_bytes == derived(m["memory"], m["cores"], m["pid_max"], runs)["memory_max_bytes"]
             assert got.caps.memory_max_bytes < derived(m["memory"], m["cores"], m["pid_max"])["memory_max_bytes"]
             assert got.caps.shared_by == runs and "runs at a time" in got.caps.memory_words()
@@ -135,3 +140,45 @@ def test_the_daemon_gives_each_run_its_share_of_the_memory(over, runs, shared) -
     finally:
         limits._SETTINGS[0] = before
         CAPS.update(caps)
+
+
+@pytest.mark.parametrize("section, derive", [
+    ({}, ["memory_max_bytes", "pids_max", "tmp_max_bytes", "out_max_bytes"]),
+    ({"memory_max_bytes": 3 << 30, "tmp_max_bytes": 8 << 20}, ["pids_max", "out_max_bytes"]),
+])
+def test_an_ssh_host_derives_from_its_own_machine_what_the_daemon_left_at_0(section, derive) -> None:
+    """request() (the daemon) names the [limits] left at 0; from_request() (looper.remote run on the host) puts
+    the host's own figures there, one run at a time. The daemon here asks as a 16 GiB laptop would."""
+    from looper.config import config_from_dict
+    from looper.core.run.limits import derived
+
+    before = limits.current()
+    try:
+        limits.configure(config_from_dict({"limits": section}).limits)
+        assert limits.current().derived == tuple(derive)
+        laptop = derived(16 << 30, 8, 4_194_304)
+        asked = dataclasses.replace(limits.current().caps, **{k: laptop[k] for k in derive})
+        limits._SETTINGS[0] = dataclasses.replace(limits.current(), caps=asked)
+        env = {"PATH": "/usr/bin", **limits.request()}
+        assert json.loads(env[limits.REQUEST])["derive"] == derive
+        box = limits.from_request(env, None)
+        assert limits.REQUEST not in env  # taken out: the run never sees it
+        m = limits.machine()
+        here = derived(m["memory"], m["cores"], m["pid_max"])
+        assert box.caps.on_host == tuple(derive)
+        for key in ("memory_max_bytes", "pids_max", "tmp_max_bytes", "out_max_bytes"):
+            assert getattr(box.caps, key) == (here[key] if key in derive else section[key]), key
+    finally:
+        limits._SETTINGS[0] = before
+
+
+def test_run_limits_off_ask_the_host_for_nothing() -> None:
+    from looper.config import config_from_dict
+
+    before = limits.current()
+    try:
+        limits.configure(config_from_dict({"limits": {"run_limits": False}}).limits)
+        assert limits.current().derived == () and limits.request() == {}
+        assert limits.from_request({}, None).caps == Caps()
+    finally:
+        limits._SETTINGS[0] = before

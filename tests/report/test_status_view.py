@@ -82,3 +82,6 @@ def test_status_says_each_run_s_share_of_the_machine_s_memory(seeded: Seeded) ->
     assert "memory" not in status_text(seeded.store, cfg, lock).splitlines()[1]
     cfg.limits, cfg.loop.seed_jobs, cfg.loop.workers = LimitsConfig(), 1, 1
     assert "memory" not in status_text(seeded.store, cfg, lock).splitlines()[1]
+    cfg.executor.kind, cfg.executor.host, cfg.loop.workers = "ssh", "gpu1", 2  # the host derives its own share
+    assert status_text(seeded.store, cfg, lock).splitlines()[1].endswith(
+        "each run's memory: its share of 75 % of the host's (2 runs at a time there)")

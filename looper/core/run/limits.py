@@ -20,7 +20,7 @@ disk, or train.py merely *printed* ENOSPC) nothing is decided here and the failu
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,49 @@ class Caps:
     out_max_bytes: int = 0
     out_max_files: int = 0
     shared_by: int = 1  # memory_max_bytes is this many runs' equal share of the machine's (derived, not set)
+    on_host: tuple[str, ...] = ()  # the limits an ssh host derived from its own machine ([limits] left them 0)
 
     def memory_words(self) -> str:
-        """``[limits] memory_max_bytes = N``, and where it came from when it is a share."""
+        """``[limits] memory_max_bytes = N``, and where it came from when it is a share or the host's own."""
         words = f"[limits] memory_max_bytes = {self.memory_max_bytes}"
-        if self.shared_by > 1:
+        if "memory_max_bytes" in self.on_host:
+            share = f" with {self.shared_by} runs at a time (loop.workers)" if self.shared_by > 1 else ""
+            words += f", its share of 75 % of the ssh host's memory{share} (the key is 0: the host derives it)"
+        elif self.shared_by > 1:
             words += (f", its share of 75 % of this machine's memory with {self.shared_by} runs at a time "
                       "(loop.seed_jobs x loop.workers, evaluations beside trainings with loop.prestart)")
         return words
+
+
+#: The limits ``0`` in ``[limits]`` stands for: derived from the machine the runs run on (:func:`derived`).
+DERIVED = ("memory_max_bytes", "pids_max", "tmp_max_bytes", "out_max_bytes")
+
+
+def caps_of(raw: object) -> Caps:
+    """The :class:`Caps` a JSON object names (an ssh host's word on what a run ran under): unknown keys and values
+    that are not whole numbers left out, their defaults kept."""
+    if not isinstance(raw, dict):
+        return Caps()
+    got: dict = {}
+    for name in Caps.__dataclass_fields__:
+        value = raw.get(name)
+        if name == "on_host":
+            if isinstance(value, (list, tuple)):
+                got[name] = tuple(str(v) for v in value if v in DERIVED)
+        elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            got[name] = value
+    return Caps(**got)
+
+
+def on_host(asked: Caps, derive: object, host: dict[str, int], runs: int = 1) -> Caps:
+    """The caps a run gets on an ssh host: what the daemon asked, except the limits its ``[limits]`` left at 0
+    (``derive``), which come from the host's own machine (``host``: :func:`derived` there for ``runs`` runs at a
+    time, the night's workers): the daemon's machine, a laptop often, says nothing of a GPU host's memory."""
+    names = tuple(n for n in DERIVED if isinstance(derive, (list, tuple)) and n in derive and host.get(n))
+    if not names:
+        return asked
+    shared = max(1, runs) if "memory_max_bytes" in names else asked.shared_by  # the host's figure, its share
+    return replace(asked, **{n: int(host[n]) for n in names}, shared_by=shared, on_host=names)
 
 
 @dataclass(frozen=True)

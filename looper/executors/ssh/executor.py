@@ -21,6 +21,7 @@ failed) and ``transport_error`` in words.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -239,6 +240,8 @@ class SshExecutor(DataFolder):
             return result  # nothing more can be fetched from a host that does not answer
         if isinstance(ended.get("seen"), dict):  # what the host saw of the run's limits
             result.seen = {k: v for k, v in ended["seen"].items() if k in core_limits.Seen.__dataclass_fields__}
+        if isinstance(ended.get("caps"), dict):  # what the run ran under there ([limits] at 0: the host's own figures)
+            result.caps = dataclasses.asdict(core_limits.caps_of(ended["caps"]))
         caps = run_limits.current().caps  # what comes back is bounded (issue 39): measured there first
         refused = core_limits.fetch_refused(ended.get("out"), caps.out_max_bytes, caps.out_max_files)
         if refused:

@@ -5,6 +5,7 @@ Every test uses trivial fixture scripts: the executor must not care what they do
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -548,5 +549,39 @@ def test_the_runs_limits_apply_on_the_host_and_name_what_was_hit(make_executor: 
         assert "out of memory at [limits] memory_max_bytes = 268435456" in limit_hit(r)
         facts = json.loads((job.out_dir / "facts.json").read_text())
         assert facts == {"adj": "1000", "data": 256 << 20, "tmp": 4 << 20}, facts
+    finally:
+        limits._SETTINGS[0] = before
+
+
+def test_limits_left_at_0_are_the_host_s_own_and_the_result_says_so(make_executor: Make, checkout: Path,
+                                                                      tmp_path: Path) -> None:
+    """The daemon's machine (a laptop, often) says nothing of the host's memory: the [limits] left at 0 are derived
+    there, from the host's own memory, cores and pid_max (looper.core.run.limits.on_host), and ``end`` hands back
+    what the run ran under, so that a limit hit names the host's figure. Here the daemon asks 256 MiB as a derived
+    figure; the run on the host gets 75 % of the host's memory instead, and its 1 GiB allocation succeeds."""
+    from looper.core.run.limits import Caps, derived
+    from looper.executors import limits
+
+    before = limits.current()
+    limits._SETTINGS[0] = limits.Settings(Caps(memory_max_bytes=256 << 20, pids_max=64, tmp_max_bytes=4 << 20,
+                                               out_max_bytes=8 << 20, out_max_files=100),
+                                          derived=("memory_max_bytes",))
+    try:
+        (checkout / "train.py").write_text(
+            "import os, resource, json\nout = os.environ['LOOPER_OUT']\n"
+            "hog = bytearray(1 << 30)\n"
+            "open(os.path.join(out, 'facts.json'), 'w').write(json.dumps(resource.getrlimit(resource.RLIMIT_DATA)[0]))\n")
+        job = _job(checkout, tmp_path, name="host-derived")
+        r = make_executor().train(job, None, None)
+        assert r.clean_exit, (r, r.log_tail)
+        m = limits.machine()  # the host is this machine here
+        host = derived(m["memory"], m["cores"], m["pid_max"])["memory_max_bytes"]
+        assert json.loads((job.out_dir / "facts.json").read_text()) == host
+        assert (r.caps["memory_max_bytes"], tuple(r.caps["on_host"]), r.caps["pids_max"]) == (host, ("memory_max_bytes",), 64)
+        from looper.night.measure import limit_hit
+
+        failed = dataclasses.replace(r, exit_code=1, log_tail="Traceback\nMemoryError")  # had it hit it there:
+        assert limit_hit(failed) == (f"train.py ran out of memory at [limits] memory_max_bytes = {host}, its share of "
+                                     "75 % of the ssh host's memory (the key is 0: the host derives it) (MemoryError)")
     finally:
         limits._SETTINGS[0] = before
