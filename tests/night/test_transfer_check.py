@@ -110,6 +110,37 @@ def test_side_by_side_a_seed_s_two_runs_train_together_and_the_check_takes_one_r
     assert all(by[(e, 5)][0] >= first_ends - 0.5 for e in (c.experiment_id, c.baseline_id)), spans  # seed 5 after a slot
 
 
+def test_a_harness_error_mid_check_is_the_halt_s_words_and_the_runs_done_stay_on_record(ws, pages, monkeypatch):
+    """The baseline's second seed ends in a harness error (planted on its real run's result): the check stops there,
+    returns the error for the halt, and its row names that error, not a cut, with the 3 runs that scored counted."""
+    from looper.night import measure as measure_module
+
+    loop = ready(ws, pages, **LONGER)
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    assert run_candidate(loop.ctx, loop.ctx.night.workers[0]).outcome is Outcome.KEEP
+    from looper.night.confirm import confirm
+
+    cid, error = confirm(loop.ctx, "command")
+    assert error is None
+    (c,) = confirmations(loop.ctx.store, "t")
+    real, ran = measure_module.measure, []
+
+    def planted(ctx, w, exp_id, role, seed, *args, **kwargs):  # the real run; the baseline's seed 5 then errs
+        m = real(ctx, w, exp_id, role, seed, *args, **kwargs)
+        ran.append((exp_id, seed))
+        return m.ended(Outcome.ERROR, "planted: the evaluator's pin changed") if (exp_id, seed) == (c.baseline_id, 5) else m
+
+    monkeypatch.setattr(measure_module, "measure", planted)
+    from looper.night import transfer
+
+    record, err = transfer.check(loop.ctx, "command", cid)
+    assert ran == [(c.experiment_id, 4), (c.baseline_id, 4), (c.experiment_id, 5), (c.baseline_id, 5)]
+    assert str(err) == f"transfer check of #{c.baseline_id}, seed 5: planted: the evaluator's pin changed"
+    (t,) = transfers(loop.ctx.store, "t")
+    assert (t.status, t.trigger, t.runs, len(t.scores), len(t.baseline_scores)) == ("nothing", "command", 3, 2, 1)
+    assert t.headline == f"transfer check: nothing: {err}" and record.id == t.id
+
+
 def test_off_by_default_and_after_a_confirmation_that_confirmed_nothing(ws):
     loop = ready(ws, **{"loop.confirm_seeds": 2})  # transfer_steps 0: off
     from looper.night import transfer
