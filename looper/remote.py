@@ -178,8 +178,10 @@ def _present(path: str | None) -> Path | None:
     return Path(path) if path and Path(path).is_dir() else None
 
 
-def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[list[str], Callable[[], None]]:
-    """``python -m looper.remote run``'s side: ARGV inside the sandbox the executor asked for.
+def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str],
+                 tmp_bytes: int = 0) -> tuple[list[str], Callable[[], None]]:
+    """``python -m looper.remote run``'s side: ARGV inside the sandbox the executor asked for, its /tmp and
+    /dev/shm ``tmp_bytes`` each (the run's limits here: [limits] tmp_max_bytes; 0: unsized).
 
     The executor asks through ``env``: ``LOOPER_SANDBOX`` = ``train`` | ``eval`` (absent: no
     sandbox), ``LOOPER_SANDBOX_NETWORK=1``; both are taken out of ``env``. The working
@@ -190,8 +192,6 @@ def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str]) -> tuple[l
     """
     kind = env.pop("LOOPER_SANDBOX", "")
     network = env.pop("LOOPER_SANDBOX_NETWORK", "") == "1"
-    tmp = env.pop("LOOPER_SANDBOX_TMP_BYTES", "")  # [limits] tmp_max_bytes (issue 39)
-    tmp_bytes = int(tmp) if tmp.isdigit() else 0
     argv = list(argv)
     if not kind:
         return argv, lambda: None
@@ -225,9 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     box = limits.from_request(env, run / "out" if kind != "eval" else None)  # LOOPER_LIMITS: the run's own limits
     if box.on:  # what the run runs under here (limits [limits] left at 0 are this host's own): `end` hands it back
         _write_json(run / "caps.json", dataclasses.asdict(box.caps))
-        if box.caps.tmp_max_bytes and "LOOPER_SANDBOX_TMP_BYTES" in env:  # the sandbox's tmpfs: this host's figure
-            env["LOOPER_SANDBOX_TMP_BYTES"] = str(box.caps.tmp_max_bytes)
-    argv, after = wrap_on_host(args.argv, run, env)  # LOOPER_SANDBOX=train|eval: this host's sandbox
+    argv, after = wrap_on_host(args.argv, run, env, box.caps.tmp_max_bytes)  # LOOPER_SANDBOX=train|eval: this host's sandbox
     sampler = None
     if args.gpu_index is not None:
         from looper.executors.gpu import GpuSampler
@@ -263,11 +261,7 @@ def cmd_end(args: argparse.Namespace) -> int:
     pgid = _read_int(pid_file)
     what = end_group(pgid, args.kill_after) if pgid else "GONE"
     pid_file.unlink(missing_ok=True)
-    try:
-        gpu = json.loads((run / "gpu.json").read_text())
-    except (OSError, ValueError):
-        gpu = None
-    seen, caps = (_read_json_or_none(run / name) for name in ("limits.json", "caps.json"))
+    gpu, seen, caps = (_read_json_or_none(run / name) for name in ("gpu.json", "limits.json", "caps.json"))
     return _say({"what": what, "status": code, "gpu": gpu, "out": out_usage(run / "out"),
                  **({"seen": seen} if seen else {}), **({"caps": caps} if caps else {})})
 

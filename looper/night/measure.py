@@ -242,7 +242,7 @@ def limit_hit(tr: RunResult) -> str | None:
 
     seen = core_limits.Seen(**tr.seen) if tr.seen else core_limits.Seen(
         stopped=tr.limit, log_full="No space left" in tr.log_error)
-    caps = core_limits.caps_of(tr.caps) if tr.caps else limits.current().caps if tr.seen else core_limits.Caps()
+    caps = core_limits.Caps(**tr.caps) if tr.caps else limits.current().caps if tr.seen else core_limits.Caps()
     return core_limits.limit_hit(caps, seen, tr.log_tail)
 
 

@@ -107,9 +107,8 @@ class SshExecutor(DataFolder):
         (``kind``: train | eval; looper/remote.py ``wrap_on_host``); none when opted out."""
         if not self.sandbox.enabled:
             return run_limits.request()  # the run's own limits on the host (issue 39), sandbox or not
-        tmp = run_limits.current().caps.tmp_max_bytes  # [limits] tmp_max_bytes: the host's /tmp, /dev/shm sizes
         return {"LOOPER_SANDBOX": kind, **({"LOOPER_SANDBOX_NETWORK": "1"} if self.sandbox.network else {}),
-                **({"LOOPER_SANDBOX_TMP_BYTES": str(tmp)} if tmp else {}), **run_limits.request()}
+                **run_limits.request()}  # its limits carry [limits] tmp_max_bytes: the sandbox's /tmp, /dev/shm sizes
 
     def _env(self, **values: str) -> dict[str, str]:
         return child_env(f"{self.remote.root()}/.ultralytics", {"PYTHONPATH": self.remote.checkout}, **values)
