@@ -28,9 +28,10 @@ Commands:
   group of its own, its id written to ``DIR/run.pid`` before it starts, its output streamed
   to stdout (the ssh client) and ``DIR/run.log``; the exit status goes to ``DIR/status`` and
   is this command's own (128+N for a signal N). ``--gpu-index``: sample that GPU into
-  ``DIR/gpu.json`` meanwhile.
+  ``DIR/gpu.json`` meanwhile. A ``LOOPER_LIMITS`` entry it cannot read: no run, the words in
+  ``DIR/refused``, exit :data:`REFUSED_CODE` (the daemon's bug: its harness error, never the candidate's).
 - ``end DIR [--wait-for-pid] --kill-after S``: SIGTERM then SIGKILL the run's process group;
-  what happened, the run's status and its GPU summary.
+  what happened, the run's status and its GPU summary (and ``refused``: why ``run`` ran nothing).
 - ``reap --kill-after S``: end every live run under ``runs/`` whose process still works in
   this checkout (a run a dead daemon left behind).
 """
@@ -57,6 +58,8 @@ import looper.executors.sandbox as sandbox
 from looper import proc
 from looper.executors.common import label_index
 from looper.workspace.hashes import TEST_SEED_ENV, file_sha256, secret_seed_file, tree_hash
+
+REFUSED_CODE = 70  # EX_SOFTWARE: `run` refused a request it could not read; DIR/refused says why
 
 
 def _say(payload: dict[str, Any]) -> int:
@@ -222,7 +225,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     (run / "out").mkdir(parents=True, exist_ok=True)
     env = dict(kv.split("=", 1) for kv in args.env)
     kind = env.get("LOOPER_SANDBOX", "")
-    box = limits.from_request(env, run / "out" if kind != "eval" else None)  # LOOPER_LIMITS: the run's own limits
+    try:
+        box = limits.from_request(env, run / "out" if kind != "eval" else None)  # LOOPER_LIMITS: the run's own limits
+    except ValueError as exc:  # the daemon's own request, unreadable: no run at all, never one with fewer limits
+        words = f"looper.remote run refused the run: {exc}"
+        (run / "refused").write_text(words + "\n")
+        print(f"[looper] {words}", flush=True)
+        (run / "status").write_text(f"{REFUSED_CODE}\n")
+        return REFUSED_CODE
     if box.on:  # what the run runs under here (limits [limits] left at 0 are this host's own): `end` hands it back
         _write_json(run / "caps.json", dataclasses.asdict(box.caps))
     argv, after = wrap_on_host(args.argv, run, env, box.caps.tmp_max_bytes)  # LOOPER_SANDBOX=train|eval: this host's sandbox
@@ -262,8 +272,10 @@ def cmd_end(args: argparse.Namespace) -> int:
     what = end_group(pgid, args.kill_after) if pgid else "GONE"
     pid_file.unlink(missing_ok=True)
     gpu, seen, caps = (_read_json_or_none(run / name) for name in ("gpu.json", "limits.json", "caps.json"))
+    refused = (run / "refused").read_text().strip() if (run / "refused").is_file() else ""
     return _say({"what": what, "status": code, "gpu": gpu, "out": out_usage(run / "out"),
-                 **({"seen": seen} if seen else {}), **({"caps": caps} if caps else {})})
+                 **({"seen": seen} if seen else {}), **({"caps": caps} if caps else {}),
+                 **({"refused": refused} if refused else {})})
 
 
 def _read_json_or_none(path: Path) -> Any:

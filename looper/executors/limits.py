@@ -281,16 +281,19 @@ def request() -> dict[str, str]:
 def from_request(env: dict[str, str], out_dir: Path | None) -> Box:
     """The host's side of :func:`request` (taken out of ``env``): a Box with those limits, none when absent; the
     limits the daemon's ``[limits]`` left at 0 from this host's memory, cores and pid_max, shared by the runs at a
-    time the daemon puts here (``runs``: its workers; looper.core.run.limits.on_host)."""
+    time the daemon puts here (``runs``: its workers; looper.core.run.limits.on_host). A request it cannot read
+    raises ValueError with the words (looper.remote run refuses the run: never one with fewer limits than asked)."""
     raw = env.pop(REQUEST, "")
-    try:
-        asked = json.loads(raw) if raw else {}
-        caps = core.caps_of({k: v for k, v in asked.items() if k != "on_host"})
-        m, runs = machine(), max(1, int(asked.get("runs", 1)))
-        caps = core.on_host(caps, asked.get("derive"), core.derived(m["memory"], m["cores"], m["pid_max"], runs), runs)
-        return Box(caps, out_dir, int(asked.get("oom_score_adj", 1000)), int(asked.get("min_free_bytes", 0)))
-    except (ValueError, TypeError, AttributeError):
+    if not raw:
         return Box(core.Caps(), out_dir)
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"LOOPER_LIMITS is not JSON ({exc})") from None
+    asked = core.read_request(parsed)
+    m = machine()
+    caps = core.on_host(asked.caps, asked.derive, core.derived(m["memory"], m["cores"], m["pid_max"], asked.runs), asked.runs)
+    return Box(caps, out_dir, asked.oom_score_adj, asked.min_free_bytes)
 
 
 def box(out_dir: Path | None = None) -> Box:

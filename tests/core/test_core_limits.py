@@ -7,6 +7,7 @@ import pytest
 from looper.core.run.limits import (
     DERIVED,
     Caps,
+    Request,
     Seen,
     agent_limit_hit,
     caps_of,
@@ -15,6 +16,7 @@ from looper.core.run.limits import (
     on_host,
     over_quota,
     quota,
+    read_request,
 )
 
 CAPS = Caps(memory_max_bytes=1 << 30, pids_max=64, tmp_max_bytes=8 << 20, out_max_bytes=16 << 20, out_max_files=10)
@@ -220,3 +222,37 @@ def test_a_shared_daemon_figure_becomes_the_host_s_unshared_one_and_the_words_sa
 ])
 def test_caps_of_takes_only_whole_counts_of_known_limits(raw, expected):
     assert caps_of(raw) == expected
+
+
+@pytest.mark.parametrize("asked, expected", [
+    ({}, Request()),
+    ({"memory_max_bytes": 5, "pids_max": 7, "tmp_max_bytes": 0, "out_max_bytes": 9, "out_max_files": 3, "shared_by": 2,
+      "on_host": [], "derive": ["memory_max_bytes", "pids_max"], "runs": 3, "oom_score_adj": -1000, "min_free_bytes": 11},
+     Request(Caps(memory_max_bytes=5, pids_max=7, out_max_bytes=9, out_max_files=3, shared_by=2),
+             ("memory_max_bytes", "pids_max"), runs=3, oom_score_adj=-1000, min_free_bytes=11)),
+    ({"on_host": ["tmp_max_bytes"], "oom_score_adj": 1000}, Request(Caps(on_host=("tmp_max_bytes",)))),
+])
+def test_read_request_takes_what_the_daemon_writes(asked, expected):
+    assert read_request(asked) == expected
+
+
+@pytest.mark.parametrize("asked, words", [
+    ([], "LOOPER_LIMITS must be a JSON object, got list"),
+    ({"memory_max_bytes": 1, "memory": 2, "zz": 1}, "LOOPER_LIMITS: unknown key(s) 'memory', 'zz'"),
+    ({"memory_max_bytes": -1}, "LOOPER_LIMITS: memory_max_bytes must be a whole number at least 0, got -1"),
+    ({"pids_max": True}, "LOOPER_LIMITS: pids_max must be a whole number at least 0, got True"),
+    ({"out_max_files": 3.0}, "LOOPER_LIMITS: out_max_files must be a whole number at least 0, got 3.0"),
+    ({"shared_by": 0}, "LOOPER_LIMITS: shared_by must be a whole number at least 1, got 0"),
+    ({"runs": 0}, "LOOPER_LIMITS: runs must be a whole number at least 1, got 0"),
+    ({"oom_score_adj": 1001}, "LOOPER_LIMITS: oom_score_adj must be a whole number -1000 to 1000, got 1001"),
+    ({"oom_score_adj": -1001}, "LOOPER_LIMITS: oom_score_adj must be a whole number -1000 to 1000, got -1001"),
+    ({"derive": "memory_max_bytes"}, "LOOPER_LIMITS: derive must list names among memory_max_bytes, pids_max, "
+                                     "tmp_max_bytes, out_max_bytes, got 'memory_max_bytes'"),
+    ({"on_host": ["memory"]}, "LOOPER_LIMITS: on_host must list names among memory_max_bytes, pids_max, "
+                              "tmp_max_bytes, out_max_bytes, got ['memory']"),
+])
+def test_read_request_refuses_what_it_cannot_read_and_names_it(asked, words):
+    """A bad request is the daemon's bug: read leniently, it would be a run with fewer limits than asked."""
+    with pytest.raises(ValueError) as caught:
+        read_request(asked)
+    assert str(caught.value) == words

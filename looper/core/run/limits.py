@@ -67,6 +67,51 @@ def caps_of(raw: object) -> Caps:
     return Caps(**got)
 
 
+@dataclass(frozen=True)
+class Request:
+    """What the daemon asks an ssh host for one run (``LOOPER_LIMITS``, looper/executors/limits.py ``request``):
+    the caps, those its ``[limits]`` left at 0 (``derive``: the host's own), and the runs at a time there."""
+
+    caps: Caps = Caps()
+    derive: tuple[str, ...] = ()
+    runs: int = 1
+    oom_score_adj: int = 1000
+    min_free_bytes: int = 0
+
+
+_REQUEST_INTS = {**{n: 0 for n in Caps.__dataclass_fields__ if n not in ("on_host", "shared_by")},
+                 "shared_by": 1, "runs": 1, "min_free_bytes": 0, "oom_score_adj": -1000}  # name -> least value
+
+
+def read_request(asked: object) -> Request:
+    """The :class:`Request` a parsed ``LOOPER_LIMITS`` names, strictly: an unknown key, a count that is not a
+    whole number at least its least value, or a name outside :data:`DERIVED` raises ValueError naming it. The
+    daemon writes the request itself, so a bad one is a harness bug; read leniently, it would become a run
+    with no limits (or fewer), which says nothing of it."""
+    if not isinstance(asked, dict):
+        raise ValueError(f"LOOPER_LIMITS must be a JSON object, got {type(asked).__name__}")
+    unknown = sorted(set(asked) - set(_REQUEST_INTS) - {"on_host", "derive"})
+    if unknown:
+        raise ValueError(f"LOOPER_LIMITS: unknown key(s) {', '.join(map(repr, unknown))}")
+    got: dict = {}
+    for name, least in _REQUEST_INTS.items():
+        if name in asked:
+            value = asked[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < least or (
+                    name == "oom_score_adj" and value > 1000):
+                bound = "-1000 to 1000" if name == "oom_score_adj" else f"at least {least}"
+                raise ValueError(f"LOOPER_LIMITS: {name} must be a whole number {bound}, got {value!r}")
+            got[name] = value
+    names: dict[str, tuple[str, ...]] = {}
+    for name in ("on_host", "derive"):
+        value = asked.get(name, [])
+        if not isinstance(value, list) or any(v not in DERIVED for v in value):
+            raise ValueError(f"LOOPER_LIMITS: {name} must list names among {', '.join(DERIVED)}, got {value!r}")
+        names[name] = tuple(value)
+    caps = Caps(**{n: got[n] for n in Caps.__dataclass_fields__ if n in got}, on_host=names["on_host"])
+    return Request(caps, names["derive"], **{n: got[n] for n in ("runs", "oom_score_adj", "min_free_bytes") if n in got})
+
+
 def on_host(asked: Caps, derive: object, host: dict[str, int], runs: int = 1) -> Caps:
     """The caps a run gets on an ssh host: what the daemon asked, except the limits its ``[limits]`` left at 0
     (``derive``), which come from the host's own machine (``host``: :func:`derived` there for ``runs`` runs at a

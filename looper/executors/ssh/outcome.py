@@ -36,7 +36,11 @@ def settle_run(s: proc.Supervised, ended: dict[str, Any], host: str, drop_words:
     result = run_result(s)
     what, status = str(ended.get("what", "GONE")), str(ended.get("status", ""))
     ssh_failed = not s.stopped_by and (s.exit_code == 255 or s.signal is not None)
-    if s.stopped_by:  # not what ended the local ssh client
+    if ended.get("refused"):  # the host ran nothing: the daemon's own request was unreadable (a harness bug)
+        result.exit_code, result.signal = None, None
+        result.transport_exit_code = NO_TOOL_CODE
+        result.transport_error = f"on {host}: {ended['refused']}"
+    elif s.stopped_by:  # not what ended the local ssh client
         result.exit_code = None
         result.signal = 9 if what == "KILLED" else 15
         result.log_tail += f"\n[looper] remote process group ended ({what.lower()}) after {s.stopped_by}"

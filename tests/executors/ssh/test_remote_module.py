@@ -136,3 +136,24 @@ def test_reap_ends_live_runs_of_this_checkout_only(root: Path, capsys: pytest.Ca
         for p in (ours, other):
             if p.poll() is None:
                 p.kill()
+
+
+@pytest.mark.parametrize("asked, words", [
+    ("{not json", "LOOPER_LIMITS is not JSON"),
+    ('{"memory_max_bytes": "1G"}', "LOOPER_LIMITS: memory_max_bytes must be a whole number at least 0, got '1G'"),
+    ('{"memory_max_bytes": 1024, "memory_limit": 5}', "LOOPER_LIMITS: unknown key(s) 'memory_limit'"),
+])
+def test_run_refuses_a_limits_request_it_cannot_read_and_runs_nothing(root: Path, capsys: pytest.CaptureFixture[str],
+                                                                       asked: str, words: str) -> None:
+    """Before, an unreadable LOOPER_LIMITS gave a run with no limits, and a bad value dropped that one limit:
+    silently fewer limits than the daemon asked. Now nothing runs; ``refused`` says why and ``end`` hands it on."""
+    run = root / "runs" / "refused"
+    marker = root / "ran"
+    code = remote.main(["run", str(run), f"--env=LOOPER_LIMITS={asked}", "--", sys.executable, "-c",
+                        f"open({str(marker)!r}, 'w')"])
+    assert code == remote.REFUSED_CODE == 70 and not marker.exists() and not (run / "run.pid").exists()
+    assert (run / "status").read_text().strip() == "70"
+    assert (run / "refused").read_text().startswith(f"looper.remote run refused the run: {words}")
+    capsys.readouterr()
+    assert remote.main(["end", str(run), "--kill-after", "0.5"]) == 0
+    assert _answer(capsys)["refused"].startswith(f"looper.remote run refused the run: {words}")

@@ -585,3 +585,30 @@ def test_limits_left_at_0_are_the_host_s_own_and_the_result_says_so(make_executo
                                      "75 % of the ssh host's memory (the key is 0: the host derives it) (MemoryError)")
     finally:
         limits._SETTINGS[0] = before
+
+
+def test_a_limits_request_the_host_cannot_read_is_a_harness_error_and_nothing_runs(make_executor: Make, checkout: Path,
+                                                                                    tmp_path: Path) -> None:
+    """The daemon writes LOOPER_LIMITS itself: one the host cannot read (here ``runs`` 0) is a harness bug. The host
+    runs nothing (never the run with fewer limits than asked, as it did before) and the result is a transport
+    fault in the host's words, which the failure classification calls a harness error, never the candidate's."""
+    from looper.core.fault.failure import FailureEvidence, classify_failure
+    from looper.core.run.limits import Caps
+    from looper.core.verdicts.verdict import Outcome
+    from looper.executors import limits
+
+    before = limits.current()
+    limits._SETTINGS[0] = limits.Settings(Caps(memory_max_bytes=256 << 20, pids_max=64), runs=0)
+    try:
+        (checkout / "train.py").write_text("import os\nopen(os.path.join(os.environ['LOOPER_OUT'], 'ran'), 'w')\n")
+        job = _job(checkout, tmp_path, name="refused")
+        r = make_executor().train(job, None, None)
+        assert not (job.out_dir / "ran").exists()
+        assert r.transport_exit_code == -1 and not r.clean_exit and r.exit_code is None
+        assert r.transport_error.endswith("looper.remote run refused the run: LOOPER_LIMITS: runs must be a whole "
+                                          "number at least 1, got 0"), r.transport_error
+        verdict = classify_failure(FailureEvidence(exit_code=r.exit_code, log_tail=r.log_tail,
+                                           transport_exit_code=r.transport_exit_code))
+        assert verdict.outcome is Outcome.ERROR and verdict.reason.startswith("harness error"), verdict
+    finally:
+        limits._SETTINGS[0] = before
