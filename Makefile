@@ -46,11 +46,11 @@ test: system $(STAMP)
 	$(BIN)/python -m coverage report --fail-under=100 --skip-covered --show-missing --omit='$(CORE_NOT_YET)'
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-# The fast tier: budget 30 s on an idle 2-core machine; the run ends with its duration and, over the
+# The fast tier: budget 30 s on an idle 2-core machine, on two pytest-xdist workers; the run ends with its duration and, over the
 # budget, its slowest tests (scripts/pytest_clock.py, tests/tiers.py). Bytecode caches are written
 # (git-ignored __pycache__) even where PYTHONDONTWRITEBYTECODE is set: recompiling costs ~3 s a run.
 test-fast: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m "not e2e"
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m "not e2e" -n 2 --dist loadfile
 
 # One verdict object (last line) for the project's own fast checks.
 verify-json: $(STAMP)

@@ -15,7 +15,8 @@ visible:
 
 tests/conftest.py registers it for every run; scripts/verify_json.py loads it with
 ``-p pytest_clock`` (it verifies any checkout, one without that conftest too) and reads the
-file with :func:`summarise`. Standard library only; the pure part (:func:`summarise`,
+file with :func:`summarise`. Under pytest-xdist (the fast tier runs on :data:`FAST_WORKERS`) the
+controller's clock hears every worker's tests. The pure part (:func:`summarise`,
 :func:`slowest`, :func:`clock_line`) is tested in tests/core/test_core_verify_json.py.
 """
 
@@ -27,8 +28,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 FAST_BUDGET_S = 30.0  # the fast tier on an idle 2-core machine (verify_json's hard deadline is 47 s)
 FAST_MARKEXPR = "not e2e"
+FAST_WORKERS = 2  # pytest-xdist workers of the fast tier (make test-fast, make verify-json): the budget's two cores
 TIMES_ENV = "LOOPER_TEST_TIMES"
 SHOW_SLOWEST = 10
 
@@ -43,7 +47,7 @@ class Clock:
     collect_s: float | None = None  # session start -> collection finished
     collected: int | None = None
     durations: dict[str, float] = field(default_factory=dict)  # test id -> setup + call + teardown
-    running: str | None = None  # started, never done: the test that was running when the run stopped
+    running: str | None = None  # started, never done: the test(s) running when the run stopped
     last_at: float = 0.0  # the last moment the file speaks of
     finished_at: float | None = None  # None: the run never reached its end
 
@@ -51,6 +55,7 @@ class Clock:
 def summarise(text: str) -> Clock:
     """The clock from an events file; a torn last line (the writer killed mid-line) is ignored."""
     clock = Clock()
+    started: dict[str, None] = {}  # started, not done, in order
     for line in text.splitlines():
         try:
             ev: Any = json.loads(line)
@@ -65,14 +70,14 @@ def summarise(text: str) -> Clock:
             clock.collect_s = float(at) if isinstance(at, (int, float)) else None
             clock.collected = ev.get("tests") if isinstance(ev.get("tests"), int) else None
         elif kind == "start" and isinstance(ev.get("test"), str):
-            clock.running = ev["test"]
+            started[ev["test"]] = None
         elif kind == "done" and isinstance(ev.get("test"), str) and isinstance(ev.get("seconds"), (int, float)):
             clock.durations[ev["test"]] = float(ev["seconds"])
-            if clock.running == ev["test"]:
-                clock.running = None
+            started.pop(ev["test"], None)
         elif kind == "finished":
             clock.finished_at = float(at) if isinstance(at, (int, float)) else clock.last_at
-            clock.running = None
+            started.clear()
+    clock.running = ", ".join(started) or None  # under pytest-xdist, one a worker
     return clock
 
 
@@ -136,6 +141,12 @@ class ClockPlugin:
     def pytest_collection_finish(self, session: Any) -> None:
         self.emit(event="collected", tests=len(session.items))
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """On pytest-xdist's controller (no collection of its own): when the first worker has collected."""
+        if not any(json.loads(e).get("event") == "collected" for e in self.events):
+            self.emit(event="collected", tests=len(ids))
+
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self.partial[nodeid] = 0.0
         self.emit(event="start", test=nodeid)
@@ -162,8 +173,9 @@ class ClockPlugin:
 
 
 def register(config: Any) -> None:
-    """Register one clock for this run unless it already has one."""
-    if not config.pluginmanager.has_plugin(PLUGIN_NAME):
+    """Register one clock for this run unless it already has one; under pytest-xdist on the controller only,
+    which hears every worker's tests (a worker's own clock would write the file twice over)."""
+    if not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin(PLUGIN_NAME):
         config.pluginmanager.register(ClockPlugin(), PLUGIN_NAME)
 
 

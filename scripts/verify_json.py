@@ -184,7 +184,7 @@ def _run_pytest(root: Path, timeout_s: float) -> tuple[Verdict, Completed | None
         junit, times = Path(tmp) / "junit.xml", Path(tmp) / "times.jsonl"
         junit.unlink(missing_ok=True)  # a report not written by this run does not exist
         argv = [sys.executable, "-m", "pytest", "-m", "not e2e", "-q", "-p", "no:cacheprovider",
-                "-p", "pytest_clock", f"--junitxml={junit}"]
+                "-p", "pytest_clock", f"--junitxml={junit}", "-n", str(pytest_clock.FAST_WORKERS), "--dist", "loadfile"]
         path = os.pathsep.join(p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH", "")) if p)
         # bytecode caches are written (git-ignored __pycache__, even where PYTHONDONTWRITEBYTECODE is
         # set): recompiling and re-rewriting ~300 files cost about 3 s of every run (issue 26)
