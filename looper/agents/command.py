@@ -48,6 +48,21 @@ from looper.workspace import trees
 Runner = Callable[..., proc.Completed]
 
 
+WORKDIR_PREFIX = "looper-agent-"  # the agent's working copy and prompt: <tmp>/looper-agent-<daemon pid>-<random>
+
+
+def remove_left_behind(tmp_root: Path | None = None) -> list[Path]:
+    """Remove the agent working copies (each with the prompt: program.md and the history) that a daemon killed
+    mid-proposal left in the temporary folder; only those whose daemon is gone, never a live one's. Returns them."""
+    removed = []
+    for left in Path(tmp_root or tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = left.name[len(WORKDIR_PREFIX):].split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and left.is_dir() and not left.is_symlink():
+            if trees.remove_tree(left) is None:
+                removed.append(left)
+    return removed
+
+
 def _tail(text: str, n: int = 5) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return " / ".join(lines[-n:])[-600:]
@@ -165,7 +180,7 @@ class CommandAgent:
         checkout = Path(ctx.checkout)
         argv = self._resolve(checkout)
         target = checkout / "train.py"
-        tmp = Path(tempfile.mkdtemp(prefix="looper-agent-"))
+        tmp = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))  # the daemon's pid: see remove_left_behind
         try:
             done, touched, described = self._run(ctx, argv, tmp)
         finally:

@@ -48,14 +48,16 @@ ADVICE = {
 
 def open_daemon(root: Path, cfg: Config) -> None:
     """What the daemon sets before its first run: every run's log and line caps and its own limits (memory,
-    processes, tmpfs, the out/ quota: ``[limits]``), and the disk reserve a daemon killed on a full disk left
-    behind released."""
+    processes, tmpfs, the out/ quota: ``[limits]``), the disk reserve a daemon killed on a full disk left
+    behind released, and the agent working copies (each with its prompt) a daemon killed mid-proposal left removed."""
     import looper.executors.limits as run_limits
+    from looper.agents.command import remove_left_behind
     from looper.night.guard import release_reserve
 
     proc.set_output_caps(cfg.limits.log_max_bytes, cfg.limits.line_max_bytes)
     run_limits.configure(cfg.limits, run_limits.sharing(cfg))  # the runs at a time share this machine's memory
     release_reserve(Path(root), cfg.limits.reserve_bytes)
+    remove_left_behind()
 
 
 class Loop:

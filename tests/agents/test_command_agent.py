@@ -130,3 +130,28 @@ def test_registry_builds_a_command_agent_and_names_bad_keys() -> None:
     Cfg.kind = "gpt"
     with pytest.raises(ConfigError, match="agent.kind 'gpt'"):
         make_agent(Cfg())
+
+
+def test_a_dead_daemon_s_agent_copies_are_removed_and_a_live_one_s_kept(tmp_path: Path) -> None:
+    """A daemon killed mid-proposal leaves its agent's working copy, prompt included, in the temp folder; the next
+    daemon's start removes those of daemons that are gone, never a live daemon's, a link or another name."""
+    import os
+    import subprocess
+
+    from looper.agents.command import remove_left_behind
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    dead = tmp_path / f"looper-agent-{gone.pid}-abc_12"
+    (dead / "io").mkdir(parents=True)
+    (dead / "io" / "prompt.md").write_text("program.md and the history")
+    live = tmp_path / f"looper-agent-{os.getpid()}-xyz"
+    (live / "io").mkdir(parents=True)
+    old_style = tmp_path / "looper-agent-43vocm2a"  # before the daemon's pid was in the name: whose, unknown
+    old_style.mkdir()
+    target = tmp_path / "precious"
+    target.mkdir()
+    link = tmp_path / f"looper-agent-{gone.pid}-link"
+    link.symlink_to(target)
+    assert remove_left_behind(tmp_path) == [dead]
+    assert not dead.exists() and live.is_dir() and old_style.is_dir() and link.is_symlink() and target.is_dir()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 from faultkit import assert_nothing_lost, kill_pids, procs_with_env, runs_rows
@@ -70,7 +72,10 @@ def test_kill_9_while_the_agent_thinks(make_ws):
         kill_pids(orphans)  # the orphaned agent is the subject of the next test, not this one
         assert not list(ws.queue.glob("*.json")), "the killed agent had claimed its queue item"
         assert ws.rows() == [], "an experiment row exists although the agent had not answered"
+        left = list(Path(tempfile.gettempdir()).glob(f"looper-agent-{daemon.pid}-*"))
+        assert len(left) == 1 and (left[0] / "io" / "prompt.md").is_file()  # the killed daemon's prompt, left
         killed, new = _restart_and_continue(ws)
+        assert not left[0].exists(), "the restart left the killed daemon's agent copy and prompt in the temp folder"
     finally:
         kill_pids(orphans)
         if daemon is not None and daemon.poll() is None:
