@@ -53,6 +53,11 @@ class LocalExecutor(DataFolder):
         self.extra_env = dict(extra_env or {})
         self.spares = prestart.Spares(self._start_spare, self._end_spare)  # [loop] prestart: boxes ahead of runs
 
+    def plan(self, data_dir: str, runs: int) -> None:
+        """[loop] prestart: as many boxes may wait ahead as runs may be at a time (each run asks for the next's)."""
+        super().plan(data_dir, runs)
+        self.spares.most = max(self.spares.most, runs)
+
     # -- helpers ----------------------------------------------------------------------
     def _data_path(self, data_dir: str) -> Path:
         p = Path(data_dir)

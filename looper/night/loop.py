@@ -70,12 +70,9 @@ class Loop:
                                  program_md)
         open_daemon(root, cfg)
         self.notifier = notifier
-        if hasattr(executor, "use_data"):
-            executor.use_data(cfg.data.dir)
-        if hasattr(executor, "spares"):  # [loop] prestart: as many boxes may wait as runs may be at a time (16 at least)
-            import looper.executors.limits as run_limits
+        import looper.executors.limits as run_limits
 
-            executor.spares.most = max(executor.spares.most, run_limits.sharing(cfg))
+        executor.plan(cfg.data.dir, run_limits.sharing(cfg))
         self.halted: Halted | None = None
         self._noted: set[str] = set()
 

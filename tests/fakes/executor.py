@@ -50,13 +50,17 @@ def knobs(train_py: Path) -> dict[str, Any]:
 
 
 class FakeExecutor:
-    """Executor: preflight, ensure_data, data_hash, train, evaluate, reap; every call is in ``calls``."""
+    """Executor: preflight, ensure_data, data_hash, train, evaluate, reap; every call is in ``calls`` (``plan``'s
+    figures in ``planned``)."""
 
     name = "fake"
     prestarts = False  # a gated run's slot is taken by the caller (looper.night.slots)
 
     def close(self) -> None:
         self._called("close")
+
+    def plan(self, data_dir: str, runs: int) -> None:
+        self.planned = (data_dir, runs)  # not in ``calls``: once per loop, before them
 
     def __init__(self, down: bool = False) -> None:
         self.down = down
