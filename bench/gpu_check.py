@@ -20,7 +20,7 @@ GPU samples. Steps:
   night     `looper init --preset demo`, require_gpu, the runs of a look side by side (seed_jobs) and workers on
             the one GPU; the GPU sampled through NVML: busy share, mean utilisation, peak memory, decisions/hour
   probe     train.py alone on the GPU, 1, 4 and 8 copies at once: steps a second
-  tune      Ultralytics' own model.tune() on the same data and steps a run: iterations per GPU-hour
+  tune      Ultralytics' own model.tune() on the same data, model (train.py's) and steps a run: iterations per GPU-hour
 
 Nothing here downloads anything (the machine may be offline); a step a CPU cannot take says so in its line.
 """
@@ -435,18 +435,33 @@ def step_probe(c: Check, left: float) -> str:
 
 
 def step_tune(c: Check, left: float) -> str:
-    """Ultralytics' tuner on the same data and steps a run as the night: iterations per GPU-hour."""
+    """Ultralytics' tuner on the same data, model and steps a run as the night: iterations per GPU-hour. The model is
+    train.py's own (MODEL at WIDTH x DEPTH, as its model_yaml() builds it), at its IMGSZ and BATCH: a larger model
+    would make each iteration slower and the comparison lean looper's way."""
     data = demo_data(c)
     n_train = len(list((data / "tiles" / "train" / "images").glob("*"))) if (data / "tiles").is_dir() else 0
     steps = 4 if c.dry else 169
-    epochs = max(1, round(steps * 8 / max(1, n_train)))
     yaml = c.work / "tune.yaml"
     spec = (data / "dataset.yaml").read_text()
     yaml.write_text(f"path: {data}\n" + "\n".join(x for x in spec.splitlines() if not x.startswith("path:")) + "\n")
+    model = c.work / "tune-model.yaml"  # not yolov8n.yaml: a scale letter in the name would override the multiples
     code = f"""
-from ultralytics import YOLO  # amp off: each iteration is a subprocess whose AMP check would download
-YOLO('yolov8n.yaml').tune(data={str(yaml)!r}, epochs={epochs}, iterations={1 if c.dry else 100}, imgsz=256, batch=8,
-    workers=1, device={'0' if not c.dry else "'cpu'"}, amp=False, plots=False, save=False,
+import json, pathlib, ultralytics
+from ultralytics import YOLO
+from ultralytics.utils import YAML
+from looper.core.propose.hyperblock import read_knobs
+k = read_knobs(pathlib.Path({str(REPO / 'train.py')!r}).read_text())
+cfg = YAML.load(sorted((pathlib.Path(ultralytics.__file__).parent / 'cfg' / 'models').rglob(k['MODEL'] + '.yaml'))[0])
+cfg.pop('scales', None)
+cfg.update(depth_multiple=k['DEPTH'], width_multiple=k['WIDTH'], max_channels=1024,
+           nc=len(YAML.load({str(data / 'dataset.yaml')!r})['names']))
+YAML.save({str(model)!r}, cfg)
+epochs = max(1, round({steps} * k['BATCH'] / max(1, {n_train})))
+shape = dict(model=k['MODEL'], width=k['WIDTH'], depth=k['DEPTH'], imgsz=k['IMGSZ'], batch=k['BATCH'], epochs=epochs)
+print('LOOPER_TUNE_SHAPE ' + json.dumps(shape), flush=True)
+# amp off: each iteration is a subprocess whose AMP check would download
+YOLO({str(model)!r}).tune(data={str(yaml)!r}, epochs=epochs, iterations={1 if c.dry else 100}, imgsz=k['IMGSZ'],
+    batch=k['BATCH'], workers=1, device={'0' if not c.dry else "'cpu'"}, amp=False, plots=False, save=False,
     project={str(c.work / 'tune')!r}, name='t')
 """
     t0 = time.time()
@@ -454,12 +469,17 @@ YOLO('yolov8n.yaml').tune(data={str(yaml)!r}, epochs={epochs}, iterations={1 if 
     t1 = time.time()
     done = [x for f in (c.work / "tune").rglob("tune_results.ndjson") for x in f.read_text().splitlines() if x.strip()]
     log = (c.work / "logs" / "tune.log").read_text()
+    said = [ln.split(" ", 1)[1] for ln in log.splitlines() if ln.startswith("LOOPER_TUNE_SHAPE ")]
+    shape = json.loads(said[0]) if said else {}
     iters = len(done) or max(0, log.count("Starting iteration") - 1)  # the tuner's own record of finished ones
     rate = round(iters / ((t1 - t0) / 3600), 1) if iters else 0.0
-    c.figures["tune"] = {"iterations": iters, "seconds": round(t1 - t0, 1), "per_gpu_hour": rate, "epochs": epochs,
-                         "train_tiles": n_train}
-    return (f"{'ok' if iters else 'FAIL'} model.tune(): {iters} iterations done in {t1 - t0:.0f} s ({rate}/GPU-hour; "
-            f"{epochs} epochs ~ {steps} steps a run, its own validation each, amp off) {gpu_words(gpu_window(c, t0, t1))}")
+    c.figures["tune"] = {"iterations": iters, "seconds": round(t1 - t0, 1), "per_gpu_hour": rate, "train_tiles": n_train,
+                         "steps": steps, **shape}
+    what = (f"train.py's {shape.get('model')} at width {shape.get('width')} x depth {shape.get('depth')}, imgsz "
+            f"{shape.get('imgsz')}, batch {shape.get('batch')}, {shape.get('epochs')} epochs ~ {steps} steps a run"
+            if shape else "its model was never built")
+    return (f"{'ok' if iters and shape else 'FAIL'} model.tune(): {iters} iterations done in {t1 - t0:.0f} s "
+            f"({rate}/GPU-hour; {what}, its own validation each, amp off) {gpu_words(gpu_window(c, t0, t1))}")
 
 
 # ---------------------------------------------------------------------------------------------- the runner

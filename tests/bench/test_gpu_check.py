@@ -63,16 +63,23 @@ def test_toml_set_changes_only_the_keys_named(tmp_path: Path) -> None:
 def test_the_dry_run_answers_every_step_and_passes_what_a_cpu_can_take(tmp_path: Path) -> None:
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--dry-run", "--out", str(out),
-                        "--work", str(tmp_path / "work"), "--only", "facts,install,amp,night,probe",
+                        "--work", str(tmp_path / "work"), "--only", "facts,install,amp,night,probe,tune",
                         "--total-seconds", "900"], capture_output=True, text=True, timeout=1000)
     summary = (out / "summary.txt").read_text().splitlines()
     steps = {re.match(r"^\[\s*\d+s\] (\S+)", line)[1]: line for line in summary[1:-1]}  # "[ 12s] night ..."
-    assert set(steps) == {"facts", "install", "amp", "night", "probe"}, summary
+    assert set(steps) == {"facts", "install", "amp", "night", "probe", "tune"}, summary
     assert "skipped: a dry run uses this interpreter's installed looper" in steps["install"]
-    for name in ("facts", "amp", "night", "probe"):
+    for name in ("facts", "amp", "night", "probe", "tune"):
         assert f"{name}" in steps[name] and " ok " in steps[name], steps[name]
     assert "LOOPER_AMP on=False reason=device cpu" in steps["amp"] and "downloads tried: none" in steps["amp"]
+    # model.tune() on train.py's own model and shape (a larger model would lean the comparison looper's way)
+    from looper.core.propose.hyperblock import read_knobs
+
+    k = read_knobs((REPO / "train.py").read_text())
+    assert (f"train.py's {k['MODEL']} at width {k['WIDTH']} x depth {k['DEPTH']}, imgsz {k['IMGSZ']}, batch {k['BATCH']}"
+            in steps["tune"]), steps["tune"]
     figures = json.loads((out / "gpu_check.json").read_text())
+    assert figures["tune"]["iterations"] == 1 and figures["tune"]["width"] == k["WIDTH"], figures["tune"]
     assert figures["night"]["runs"] >= 2 and figures["night"]["failed_runs"] == 0
     assert figures["night"]["devices"] == {"cpu": figures["night"]["runs"]}
     assert figures["night"]["boxes_ahead"] >= 2 and figures["night"]["eval_boxes_ahead"] >= 2  # prestart on, both
