@@ -88,8 +88,9 @@ class Executor(Protocol):
     name: str
     prestarts: bool  # honours TrainJob.gate itself (starts the run's box, then waits); False: the caller waits
 
-    def plan(self, data_dir: str, runs: int) -> None:
-        """Once, before the first run: the data folder ([data] dir) and the runs that may be at a time."""
+    def plan(self, data_dir: str, runs: int) -> str:
+        """Once, before the first run: the data folder ([data] dir) and the runs that may be at a time; returns
+        what the night should say of it ("" for nothing)."""
         ...
 
     def preflight(self, require_gpu: bool) -> Verdict:

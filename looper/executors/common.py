@@ -156,10 +156,12 @@ class DataFolder:
     def use_data(self, data_dir: str) -> None:
         self._data_dir = data_dir
 
-    def plan(self, data_dir: str, runs: int) -> None:
+    def plan(self, data_dir: str, runs: int) -> str:
         """What the night tells its executor once, before the first run: the data folder, and how many runs may be
-        at a time (looper.executors.limits.sharing; the local executor sizes its boxes ahead by it)."""
+        at a time (looper.executors.limits.sharing; the local executor sizes its boxes ahead by it). Returns what
+        the night should say of it ("" for nothing)."""
         self.use_data(data_dir)
+        return ""
 
     def close(self) -> None:
         """The night is over (the local executor ends the boxes it started ahead of runs; the others hold none)."""

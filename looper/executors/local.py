@@ -18,6 +18,7 @@ import looper.executors.limits as run_limits
 import looper.executors.prestart as prestart
 import looper.executors.sandbox as sandbox
 from looper import proc
+from looper.core.run.slots import BOX_BYTES, boxes_ahead
 from looper.core.verdicts.verdict import Verdict
 from looper.executors.base import STARTUP_MARK, EvalJob, LineSink, RunResult, TrainJob
 from looper.executors.common import (
@@ -53,10 +54,18 @@ class LocalExecutor(DataFolder):
         self.extra_env = dict(extra_env or {})
         self.spares = prestart.Spares(self._start_spare, self._end_spare)  # [loop] prestart: boxes ahead of runs
 
-    def plan(self, data_dir: str, runs: int) -> None:
-        """[loop] prestart: as many boxes may wait ahead as runs may be at a time (each run asks for the next's)."""
+    def plan(self, data_dir: str, runs: int) -> str:
+        """[loop] prestart: as many boxes may wait ahead as runs may be at a time (each run asks for the next's), as
+        far as a quarter of this machine's memory holds them (looper.core.run.slots.boxes_ahead); the words when
+        fewer may wait (the night says them once; used only where prestart is on)."""
         super().plan(data_dir, runs)
-        self.spares.most = max(self.spares.most, runs)
+        memory = run_limits.machine()["memory"]
+        self.spares.most = boxes_ahead(runs, memory)
+        if self.spares.most >= runs:
+            return ""
+        return (f"prestart: {self.spares.most} box(es) may wait ahead of {runs} runs at a time (a quarter of this "
+                f"machine's {memory / (1 << 30):.0f} GiB, about {BOX_BYTES >> 20} MiB a box, beside the daemon); "
+                "the other runs' boxes start when their runs come")
 
     # -- helpers ----------------------------------------------------------------------
     def _data_path(self, data_dir: str) -> Path:

@@ -71,8 +71,11 @@ class Loop:
         open_daemon(root, cfg)
         self.notifier = notifier
         import looper.executors.limits as run_limits
+        from looper.core.run.slots import prestart
 
-        executor.plan(cfg.data.dir, run_limits.sharing(cfg))
+        said = executor.plan(cfg.data.dir, run_limits.sharing(cfg))
+        if said and prestart(cfg.loop.prestart, cfg.executor.require_gpu):
+            self.ctx.display.note(said)
         self.halted: Halted | None = None
         self._noted: set[str] = set()
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from looper.core.run.slots import (
+    BOX_BYTES,
     CORES_PER_RUN,
     CUDA_CONTEXT_MB,
     DEFAULT_RUN_PEAK_MB,
     MAX_SLOTS,
+    boxes_ahead,
     gpu_slots,
     host_runs,
     prestart,
@@ -88,3 +90,22 @@ def test_prestart_auto_is_on_where_the_runs_train_on_a_gpu(mode, require_gpu, on
 ])
 def test_host_runs_counts_every_run_at_a_time_on_this_machine(seed_jobs, workers, prestart_on, expected):
     assert host_runs(seed_jobs, workers, prestart=prestart_on) == expected
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize("runs, memory, expected", [
+    (8, 128 * GIB, 8),     # a GPU host: every run's next box waits
+    (64, 128 * GIB, 41),   # (32 - 1) GiB / 768 MiB
+    (32, 24 * GIB, 6),     # this 2-core machine: (6 - 1) GiB / 768 MiB
+    (4, 24 * GIB, 4),
+    (0, 24 * GIB, 1),      # one run at a time at least
+    (16, 4 * GIB, 0),      # a quarter of 4 GiB is the daemon's: every box starts cold
+    (4, 2 * GIB, 0),       # nothing left at all
+    (4, 6 * GIB, 0),       # 1.5 - 1 GiB: less than one box
+    (4, 7 * GIB, 1),       # 1.75 - 1 GiB: one box
+])
+def test_boxes_wait_ahead_one_a_run_as_far_as_a_quarter_of_the_memory_holds_them(runs, memory, expected):
+    assert boxes_ahead(runs, memory) == expected
+    assert boxes_ahead(runs, memory) * BOX_BYTES <= max(0, memory // 4 - GIB)

@@ -59,8 +59,9 @@ class FakeExecutor:
     def close(self) -> None:
         self._called("close")
 
-    def plan(self, data_dir: str, runs: int) -> None:
+    def plan(self, data_dir: str, runs: int) -> str:
         self.planned = (data_dir, runs)  # not in ``calls``: once per loop, before them
+        return ""
 
     def __init__(self, down: bool = False) -> None:
         self.down = down

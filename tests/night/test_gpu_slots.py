@@ -3,6 +3,8 @@ against the GPU's free memory (looper.core.run.slots), and workers on a one-GPU 
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from fakes.agent import ScriptedAgent
 from fakes.executor import FakeExecutor
@@ -42,10 +44,10 @@ class OneGpuExecutor(FakeExecutor):
         return Verdict.passed({"executor": self.name, "gpu": self.probe.read().as_dict()})
 
 
-def _loop(tmp_path, executor: FakeExecutor, **over: object) -> Loop:
+def _loop(tmp_path, executor: FakeExecutor, stream: io.StringIO | None = None, **over: object) -> Loop:
     ws = build_ws(tmp_path / "ws", tmp_path / "queue", "", exec_sandbox="none", exec_require_gpu=True, **over)
     return Loop(ws.root, load_config(ws.root / "looper.toml"), Store(ws.root / "experiments.db"), executor,
-                ScriptedAgent({}), AppriseNotifier([]), display=Display(), program_md="")
+                ScriptedAgent({}), AppriseNotifier([]), display=Display(stream), program_md="")
 
 
 @pytest.mark.parametrize("prestart, words", [
@@ -79,14 +81,21 @@ def test_workers_on_a_one_gpu_machine_all_train_on_that_gpu(tmp_path):
     assert [w.device for w in loop.ctx.night.workers] == ["0", "0", "0"]  # it once asked for GPUs 1 and 2
 
 
-@pytest.mark.parametrize("jobs, workers, most", [(2, 1, 16), (8, 1, 16), (12, 1, 24), (8, 2, 32)])
-def test_as_many_boxes_may_wait_ahead_as_runs_may_be_at_a_time(tmp_path, jobs, workers, most):
+@pytest.mark.parametrize("jobs, workers", [(2, 1), (8, 1), (12, 1), (8, 2)])
+def test_as_many_boxes_may_wait_ahead_as_runs_may_be_at_a_time_as_far_as_memory_holds(tmp_path, jobs, workers):
     """The local executor's spare boxes (looper.executors.prestart.Spares): each run asks for the next run's box, so
-    up to the night's runs at a time wait (seed_jobs x workers, x 2 evaluations beside them); a cap below that
-    would start the rest cold, unseen."""
+    up to the night's runs at a time wait (seed_jobs x workers, x 2 evaluations beside them), as far as a quarter of
+    this machine's memory holds them beside the daemon (the runs' shares take the rest)."""
+    from looper.core.run.slots import BOX_BYTES, DAEMON_BYTES
+    from looper.executors.limits import machine
     from looper.executors.local import LocalExecutor
 
     executor = LocalExecutor(tmp_path / "ws")
-    loop = _loop(tmp_path, executor, loop_seed_jobs=jobs, loop_workers=workers, loop_prestart="on",
+    said = io.StringIO()
+    loop = _loop(tmp_path, executor, said, loop_seed_jobs=jobs, loop_workers=workers, loop_prestart="on",
                  exec_kind="local")
-    assert loop.ctx.executor.spares.most == most
+    runs = jobs * workers * 2
+    fit = (machine()["memory"] // 4 - DAEMON_BYTES) // BOX_BYTES
+    assert loop.ctx.executor.spares.most == min(runs, fit)
+    words = f"prestart: {fit} box(es) may wait ahead of {runs} runs at a time (a quarter of this machine's"
+    assert (words in said.getvalue()) == (fit < runs), said.getvalue()  # fewer boxes than runs: the night says so

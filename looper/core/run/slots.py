@@ -99,6 +99,23 @@ def host_runs(seed_jobs: int, workers: int, prestart: bool = False) -> int:
     return max(1, workers) * _per_worker(max(1, seed_jobs), prestart)
 
 
+BOX_BYTES = 768 << 20  # a waiting box's resident memory: torch and Ultralytics imported (about 740 MB, docs/GPU.md)
+DAEMON_BYTES = 1 << 30  # the daemon's own, kept out of what the waiting boxes may take
+
+
+def boxes_ahead(runs: int, memory_bytes: int, box_bytes: int = BOX_BYTES) -> int:
+    """How many boxes may wait ahead of their runs ([loop] prestart) on a machine of ``memory_bytes``: one a run at
+    a time, at most what a quarter of its memory holds beside the daemon. The runs' own shares take the other 75 %
+    (looper.core.run.limits.derived), so boxes past that would push the machine into its OOM killer, which takes
+    whichever process it finds; a run with no box waiting starts cold (slower, never wrong).
+
+    >>> boxes_ahead(8, 128 << 30), boxes_ahead(32, 24 << 30), boxes_ahead(16, 4 << 30), boxes_ahead(4, 2 << 30)
+    (8, 6, 0, 0)
+    """
+    room = memory_bytes // 4 - DAEMON_BYTES
+    return max(0, min(max(1, runs), room // box_bytes if room > 0 else 0))
+
+
 def prestart(mode: str, require_gpu: bool) -> bool:
     """``[loop] prestart``: each run's box started while the run before it trains, and a run evaluated while the
     next trains (looper.night.slots). "on", "off", or "auto": on where the runs train on a GPU (``require_gpu``),
