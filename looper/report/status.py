@@ -52,9 +52,22 @@ def slots_line(cfg: Any) -> str:
     loop, ex = cfg.loop, cfg.executor
     where = f"GPU from index {ex.gpu_index}" if ex.require_gpu else "the CPU"
     ahead = ("; each run's box started while the run before it trains"
-             + (", evaluated while the next trains" if loop.seed_jobs > 1 else "") if prestart(loop.prestart, ex.require_gpu) else "")
+             + (", evaluated while the next trains" if loop.seed_jobs > 1 else "") + boxes_words(cfg)
+             if prestart(loop.prestart, ex.require_gpu) else "")
     return (f"slots: {loop.seed_jobs * loop.workers} runs at a time ({loop.seed_jobs} seed(s) side by side x "
             f"{loop.workers} worker(s)) on {where}{ahead}{memory_share(cfg)}")
+
+
+def boxes_words(cfg: Any, memory: int | None = None) -> str:
+    """Where fewer boxes may wait ahead than runs at a time (looper.core.run.slots.boxes_ahead: a quarter of this
+    machine's memory, or ``memory`` bytes), how many; "" where every run's may."""
+    from looper.core.run.slots import boxes_ahead
+    from looper.executors.limits import machine, sharing
+
+    runs = sharing(cfg)
+    if cfg.executor.kind != "local" or (most := boxes_ahead(runs, memory or machine()["memory"])) >= runs:
+        return ""
+    return f" ({most} of the {runs} boxes may wait: a quarter of this machine's memory)"
 
 
 def memory_share(cfg: Any) -> str:

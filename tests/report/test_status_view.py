@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from report_seed import TAG, Seeded
 
-from looper.report.status import status_text
+from looper.report.status import boxes_words, status_text
 from looper.workspace.lock import DaemonLock
 
 
@@ -60,7 +60,19 @@ def test_status_of_an_empty_tag(seeded: Seeded) -> None:
     text = status_text(seeded.store, cfg, DaemonLock(seeded.root / ".looper" / "daemon.lock"))
     assert text.splitlines()[1:] == ["slots: 8 runs at a time (4 seed(s) side by side x 2 worker(s)) on GPU from "
                                      "index 0; each run's box started while the run before it trains, evaluated "
-                                     "while the next trains", "best [never-run]: none yet"]  # prestart auto: on a GPU
+                                     "while the next trains" + boxes_words(cfg),
+                                     "best [never-run]: none yet"]  # prestart auto: on a GPU
+
+
+def test_status_says_how_many_boxes_may_wait_where_memory_holds_fewer_than_the_runs() -> None:
+    """4 seeds x 2 workers, each evaluated beside the next training: 16 runs at a time, whose boxes wait ahead as
+    far as a quarter of the machine's memory holds them beside the daemon (looper.core.run.slots.boxes_ahead)."""
+    cfg = _cfg("t", seed_jobs=4, workers=2, require_gpu=True)
+    assert boxes_words(cfg, memory=128 << 30) == ""  # 41 may wait
+    assert boxes_words(cfg, memory=24 << 30) == " (6 of the 16 boxes may wait: a quarter of this machine's memory)"
+    assert boxes_words(cfg, memory=4 << 30) == " (0 of the 16 boxes may wait: a quarter of this machine's memory)"
+    cfg.executor.kind = "ssh"  # boxes ahead are the local executor's
+    assert boxes_words(cfg, memory=4 << 30) == ""
 
 
 def test_status_says_each_run_s_share_of_the_machine_s_memory(seeded: Seeded) -> None:
@@ -76,12 +88,12 @@ def test_status_says_each_run_s_share_of_the_machine_s_memory(seeded: Seeded) ->
     m = machine()
     share = derived(m["memory"], m["cores"], m["pid_max"], 16)["memory_max_bytes"] / (1 << 30)
     assert status_text(seeded.store, cfg, lock).splitlines()[1].endswith(
-        f"evaluated while the next trains; each run's memory at most {share:.1f} GiB (16 runs at a time share 75 % "
+        f"evaluated while the next trains{boxes_words(cfg)}; each run's memory at most {share:.1f} GiB (16 runs at a time share 75 % "
         "of this machine's)")  # 4 seeds x 2 workers, each evaluated while the next trains
     cfg.limits = LimitsConfig(memory_max_bytes=3 << 30)
-    assert "memory" not in status_text(seeded.store, cfg, lock).splitlines()[1]
+    assert "each run's memory" not in status_text(seeded.store, cfg, lock).splitlines()[1]
     cfg.limits, cfg.loop.seed_jobs, cfg.loop.workers = LimitsConfig(), 1, 1
-    assert "memory" not in status_text(seeded.store, cfg, lock).splitlines()[1]
+    assert "each run's memory" not in status_text(seeded.store, cfg, lock).splitlines()[1]
     cfg.executor.kind, cfg.executor.host, cfg.loop.workers = "ssh", "gpu1", 2  # the host derives its own share
     assert status_text(seeded.store, cfg, lock).splitlines()[1].endswith(
         "each run's memory: its share of 75 % of the host's (2 runs at a time there)")
