@@ -129,6 +129,10 @@ def test_the_daemon_gives_each_run_its_share_of_the_memory(over, runs, shared) -
         if shared == "host":  # the host is asked to derive the memory, for the runs it gets at a time
             asked = json.loads(limits.request()[limits.REQUEST])
             assert "memory_max_bytes" in asked["derive"] and asked["runs"] == runs
+            # what runs on this machine, the command agent's box (looper/agents/command.py: limits.box), gets its
+            # share of this machine's memory: one agent a worker, so `runs` at a time here too
+            assert limits.box(None).caps.memory_max_bytes == derived(m["memory"], m["cores"], m["pid_max"],
+                                                                     runs)["memory_max_bytes"]
         elif shared:
             assert got.caps.memory_max_bytes == derived(m["memory"], m["cores"], m["pid_max"], runs)["memory_max_bytes"]
             assert got.caps.memory_max_bytes < derived(m["memory"], m["cores"], m["pid_max"])["memory_max_bytes"]
