@@ -18,7 +18,7 @@ import looper.executors.limits as run_limits
 import looper.executors.prestart as prestart
 import looper.executors.sandbox as sandbox
 from looper import proc
-from looper.core.run.slots import BOX_BYTES, boxes_ahead
+from looper.core.run.slots import boxes_ahead, boxes_ahead_words
 from looper.core.verdicts.verdict import Verdict
 from looper.executors.base import STARTUP_MARK, EvalJob, LineSink, RunResult, TrainJob
 from looper.executors.common import (
@@ -61,11 +61,8 @@ class LocalExecutor(DataFolder):
         super().plan(data_dir, runs)
         memory = run_limits.machine()["memory"]
         self.spares.most = boxes_ahead(runs, memory)
-        if self.spares.most >= runs:
-            return ""
-        return (f"prestart: {self.spares.most} box(es) may wait ahead of {runs} runs at a time (a quarter of this "
-                f"machine's {memory / (1 << 30):.0f} GiB, about {BOX_BYTES >> 20} MiB a box, beside the daemon); "
-                "the other runs' boxes start when their runs come")
+        words = boxes_ahead_words(runs, memory)
+        return f"prestart: {words}" if words else ""
 
     # -- helpers ----------------------------------------------------------------------
     def _data_path(self, data_dir: str) -> Path:

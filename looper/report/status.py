@@ -61,13 +61,11 @@ def slots_line(cfg: Any) -> str:
 def boxes_words(cfg: Any, memory: int | None = None) -> str:
     """Where fewer boxes may wait ahead than runs at a time (looper.core.run.slots.boxes_ahead: a quarter of this
     machine's memory, or ``memory`` bytes), how many; "" where every run's may."""
-    from looper.core.run.slots import boxes_ahead
+    from looper.core.run.slots import boxes_ahead_words
     from looper.executors.limits import machine, sharing
 
-    runs = sharing(cfg)
-    if cfg.executor.kind != "local" or (most := boxes_ahead(runs, memory or machine()["memory"])) >= runs:
-        return ""
-    return f" ({most} of the {runs} boxes may wait: a quarter of this machine's memory)"
+    words = boxes_ahead_words(sharing(cfg), memory or machine()["memory"]) if cfg.executor.kind == "local" else ""
+    return f"; {words}" if words else ""
 
 
 def memory_share(cfg: Any) -> str:

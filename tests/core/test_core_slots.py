@@ -11,6 +11,7 @@ from looper.core.run.slots import (
     DEFAULT_RUN_PEAK_MB,
     MAX_SLOTS,
     boxes_ahead,
+    boxes_ahead_words,
     gpu_slots,
     host_runs,
     prestart,
@@ -109,3 +110,8 @@ GIB = 1 << 30
 def test_boxes_wait_ahead_one_a_run_as_far_as_a_quarter_of_the_memory_holds_them(runs, memory, expected):
     assert boxes_ahead(runs, memory) == expected
     assert boxes_ahead(runs, memory) * BOX_BYTES <= max(0, memory // 4 - GIB)
+    words = boxes_ahead_words(runs, memory)  # said where, and only where, fewer boxes wait than runs
+    assert words == ("" if expected >= runs else
+                     f"{expected} of the {runs} runs' boxes may wait ahead (a quarter of this machine's "
+                     f"{memory // GIB} GiB, about 768 MiB a box, beside the daemon); the others start when their "
+                     "runs come")

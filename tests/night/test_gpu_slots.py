@@ -97,5 +97,5 @@ def test_as_many_boxes_may_wait_ahead_as_runs_may_be_at_a_time_as_far_as_memory_
     runs = jobs * workers * 2
     fit = (machine()["memory"] // 4 - DAEMON_BYTES) // BOX_BYTES
     assert loop.ctx.executor.spares.most == min(runs, fit)
-    words = f"prestart: {fit} box(es) may wait ahead of {runs} runs at a time (a quarter of this machine's"
+    words = f"prestart: {fit} of the {runs} runs' boxes may wait ahead (a quarter of this machine's"
     assert (words in said.getvalue()) == (fit < runs), said.getvalue()  # fewer boxes than runs: the night says so

@@ -69,8 +69,11 @@ def test_status_says_how_many_boxes_may_wait_where_memory_holds_fewer_than_the_r
     far as a quarter of the machine's memory holds them beside the daemon (looper.core.run.slots.boxes_ahead)."""
     cfg = _cfg("t", seed_jobs=4, workers=2, require_gpu=True)
     assert boxes_words(cfg, memory=128 << 30) == ""  # 41 may wait
-    assert boxes_words(cfg, memory=24 << 30) == " (6 of the 16 boxes may wait: a quarter of this machine's memory)"
-    assert boxes_words(cfg, memory=4 << 30) == " (0 of the 16 boxes may wait: a quarter of this machine's memory)"
+    assert boxes_words(cfg, memory=24 << 30) == ("; 6 of the 16 runs' boxes may wait ahead (a quarter of this machine's "
+                                                 "24 GiB, about 768 MiB a box, beside the daemon); the others start "
+                                                 "when their runs come")
+    assert boxes_words(cfg, memory=4 << 30).startswith("; 0 of the 16 runs' boxes may wait ahead (a quarter of this "
+                                                       "machine's 4 GiB,")
     cfg.executor.kind = "ssh"  # boxes ahead are the local executor's
     assert boxes_words(cfg, memory=4 << 30) == ""
 

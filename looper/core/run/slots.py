@@ -116,6 +116,23 @@ def boxes_ahead(runs: int, memory_bytes: int, box_bytes: int = BOX_BYTES) -> int
     return max(0, min(max(1, runs), room // box_bytes if room > 0 else 0))
 
 
+def boxes_ahead_words(runs: int, memory_bytes: int) -> str:
+    """The words, where fewer boxes may wait ahead than ``runs`` at a time (:func:`boxes_ahead`), for the night's
+    start (looper.executors.local) and ``looper status`` alike; "" where every run's box may wait.
+
+    >>> boxes_ahead_words(16, 24 << 30)
+    "6 of the 16 runs' boxes may wait ahead (a quarter of this machine's 24 GiB, about 768 MiB a box, beside the daemon); the others start when their runs come"
+    >>> boxes_ahead_words(8, 128 << 30)
+    ''
+    """
+    most = boxes_ahead(runs, memory_bytes)
+    if most >= runs:
+        return ""
+    return (f"{most} of the {runs} runs' boxes may wait ahead (a quarter of this machine's "
+            f"{memory_bytes / (1 << 30):.0f} GiB, about {BOX_BYTES >> 20} MiB a box, beside the daemon); the others "
+            "start when their runs come")
+
+
 def prestart(mode: str, require_gpu: bool) -> bool:
     """``[loop] prestart``: each run's box started while the run before it trains, and a run evaluated while the
     next trains (looper.night.slots). "on", "off", or "auto": on where the runs train on a GPU (``require_gpu``),
