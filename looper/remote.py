@@ -30,8 +30,9 @@ Commands:
   is this command's own (128+N for a signal N). ``--gpu-index``: sample that GPU into
   ``DIR/gpu.json`` meanwhile. A ``LOOPER_LIMITS`` entry it cannot read: no run, the words in
   ``DIR/refused``, exit :data:`REFUSED_CODE` (the daemon's bug: its harness error, never the candidate's).
-- ``end DIR [--wait-for-pid] --kill-after S``: SIGTERM then SIGKILL the run's process group;
-  what happened, the run's status and its GPU summary (and ``refused``: why ``run`` ran nothing).
+- ``end DIR [--wait-for-pid] --kill-after S``: SIGTERM then SIGKILL the run's process group
+  (``--wait-for-pid``: up to 2 s for a starting run's pid; none once ``status`` is written, as a
+  refused run's is); what happened, the run's status and its GPU summary (and ``refused``: why ``run`` ran nothing).
 - ``reap --kill-after S``: end every live run under ``runs/`` whose process still works in
   this checkout (a run a dead daemon left behind).
 """
@@ -263,10 +264,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_end(args: argparse.Namespace) -> int:
     run = Path(args.run)
     pid_file = run / "run.pid"
-    deadline = time.monotonic() + (2.0 if args.wait_for_pid else 0.0)
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
     status = run / "status"
+    deadline = time.monotonic() + (2.0 if args.wait_for_pid else 0.0)
+    while not pid_file.exists() and not status.exists() and time.monotonic() < deadline:  # a refused run has no pid
+        time.sleep(0.1)
     code = status.read_text().strip() if status.is_file() else ""
     pgid = _read_int(pid_file)
     what = end_group(pgid, args.kill_after) if pgid else "GONE"

@@ -155,5 +155,11 @@ def test_run_refuses_a_limits_request_it_cannot_read_and_runs_nothing(root: Path
     assert (run / "status").read_text().strip() == "70"
     assert (run / "refused").read_text().startswith(f"looper.remote run refused the run: {words}")
     capsys.readouterr()
-    assert remote.main(["end", str(run), "--kill-after", "0.5"]) == 0
+
+    def no_wait(seconds: float) -> None:
+        raise AssertionError(f"end waited {seconds} s for the pid of a run that never started")
+
+    with pytest.MonkeyPatch.context() as mp:  # the executor's own call: --wait-for-pid, which a refusal ends at once
+        mp.setattr(remote.time, "sleep", no_wait)
+        assert remote.main(["end", str(run), "--wait-for-pid", "--kill-after", "0.5"]) == 0
     assert _answer(capsys)["refused"].startswith(f"looper.remote run refused the run: {words}")
