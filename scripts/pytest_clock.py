@@ -124,6 +124,7 @@ class ClockPlugin:
         self.events: list[str] = []
         self.out: Any = None
         self.partial: dict[str, float] = {}
+        self.collected = False  # "collected" said (on xdist's controller, by the first worker to collect)
 
     def emit(self, **ev: Any) -> None:
         ev["at"] = round(time.monotonic() - self.t0, 4)
@@ -139,12 +140,14 @@ class ClockPlugin:
         self.out = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115 - open for the session
 
     def pytest_collection_finish(self, session: Any) -> None:
+        self.collected = True
         self.emit(event="collected", tests=len(session.items))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """On pytest-xdist's controller (no collection of its own): when the first worker has collected."""
-        if not any(json.loads(e).get("event") == "collected" for e in self.events):
+        if not self.collected:
+            self.collected = True
             self.emit(event="collected", tests=len(ids))
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
