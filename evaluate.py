@@ -109,6 +109,21 @@ def architecture_problem(cfg: object) -> str | None:
     return None
 
 
+def torch_device(asked: str, cuda: bool) -> str:
+    """The torch device for ``--device`` (train.py's LOOPER_DEVICE: cpu | cuda | N | cuda:N): the GPU it names
+    (cuda alone: the first), the CPU where it names none or CUDA is not there.
+
+    >>> [torch_device(d, True) for d in ("cpu", "mps", "cuda", "0", "2", "cuda:3", "1,2")]
+    ['cpu', 'cpu', 'cuda:0', 'cuda:0', 'cuda:2', 'cuda:3', 'cuda:1']
+    >>> torch_device("2", False)
+    'cpu'
+    """
+    first = asked.removeprefix("cuda").lstrip(":").split(",")[0]
+    if asked in ("cpu", "mps", "") or not cuda:
+        return "cpu"
+    return f"cuda:{first}" if first.isdigit() else "cuda:0"
+
+
 def load_model(weights: Path, device: str):  # type: ignore[no-untyped-def]
     """Build the network from the architecture yaml in the weights' header, then load its tensors.
 
@@ -322,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     # torch.use_deterministic_algorithms(True, warn_only=True) without its import of torch._inductor (and
     # torch._dynamo, seconds of every evaluation's start-up; nothing here compiles)
     torch._C._set_deterministic_algorithms(True, warn_only=True)
-    device = "cuda:0" if args.device not in ("cpu", "mps") and torch.cuda.is_available() else "cpu"
+    device = torch_device(args.device, torch.cuda.is_available())
     model = load_model(args.weights, device)
     names = getattr(model, "names", None)
     model_classes = [names[i] for i in sorted(names)] if isinstance(names, dict) else list(names or [])

@@ -191,3 +191,14 @@ def test_a_blank_tile_runs_through_the_network_once_and_the_page_detects_the_sam
     assert [c for c, _, _ in got] == [c for c, _, _ in want] and len(got) > 20 + len(blank)  # the drawn part too
     for (_, box, score), (_, box2, score2) in zip(got, want, strict=True):
         assert box == pytest.approx(box2, abs=1e-3) and score == pytest.approx(score2, abs=1e-5)
+
+
+@pytest.mark.parametrize(("asked", "cuda", "device"), [
+    ("cpu", True, "cpu"), ("mps", True, "cpu"), ("", True, "cpu"),
+    ("cuda", True, "cuda:0"), ("0", True, "cuda:0"),
+    ("2", True, "cuda:2"),          # [executor] gpu_index = 2: before, every evaluation ran on cuda:0
+    ("cuda:3", True, "cuda:3"), ("1,2", True, "cuda:1"),
+    ("2", False, "cpu"), ("cuda", False, "cpu"),  # no CUDA here: the CPU, as before
+])
+def test_the_evaluation_runs_on_the_gpu_its_run_names(asked: str, cuda: bool, device: str) -> None:
+    assert evaluate.torch_device(asked, cuda) == device

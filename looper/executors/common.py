@@ -32,8 +32,11 @@ def last_lines(text: str, n: int = 3) -> str:
 
 
 def child_env(yolo_config_dir: str, extra: dict[str, str] | None = None, **values: str) -> dict[str, str]:
-    """The environment every child run gets (offline Ultralytics, unbuffered Python)."""
+    """The environment every child run gets (offline Ultralytics, unbuffered Python; CUDA numbers the GPUs as NVML
+    does, by PCI bus, so that ``[executor] gpu_index`` N is the GPU the preflight and the sampler read: CUDA's own
+    order puts the fastest first, another GPU on a machine of mixed ones)."""
     env = {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "YOLO_OFFLINE": "1",
         "YOLO_CONFIG_DIR": yolo_config_dir,
         "PYTHONUNBUFFERED": "1",

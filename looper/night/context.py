@@ -131,10 +131,11 @@ class Context:
                    tag=TagState(cfg.loop.tag, root, store, cfg.loop.max_steps), night=NightState(cfg, program_md))
 
     def main_worker(self) -> Worker:
-        """The branch's own checkout as worker 0 (one worker, or the night's main line)."""
+        """The branch's own checkout as worker 0 (one worker, or the night's main line), on the GPU
+        ``[executor] gpu_index`` names (as worker 0 of several is: looper.core.run.slots.worker_gpu)."""
         assert self.tag.wt is not None
-        return Worker(0, self.tag.wt, self.executor, "cuda" if self.cfg.executor.require_gpu else "cpu",
-                      detached=False)
+        ex = self.cfg.executor
+        return Worker(0, self.tag.wt, self.executor, str(ex.gpu_index) if ex.require_gpu else "cpu", detached=False)
 
     def train_job(self, w: Worker, checkout: Path, run_dir: Path, seed: int, budget: float,
                   threads: int = 0) -> TrainJob:

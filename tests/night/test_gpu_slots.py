@@ -81,6 +81,36 @@ def test_workers_on_a_one_gpu_machine_all_train_on_that_gpu(tmp_path):
     assert [w.device for w in loop.ctx.night.workers] == ["0", "0", "0"]  # it once asked for GPUs 1 and 2
 
 
+class TwoGpuExecutor(OneGpuExecutor):
+    """Two GPUs; the device each training and evaluation was given."""
+
+    def __init__(self) -> None:
+        super().__init__(140_000)
+        self.probe.reading = GpuReading(ok=True, count=2, name="Fake GPU", memory_total_mb=143_000.0,
+                                        memory_free_mb=140_000)
+        self.devices: list[tuple[str, str]] = []
+
+    def train(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
+        self.devices.append(("train", job.device))
+        return super().train(job, on_line, cancel)
+
+    def evaluate(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
+        self.devices.append(("evaluate", job.device))
+        return super().evaluate(job, on_line, cancel)
+
+
+def test_one_worker_trains_and_evaluates_on_the_gpu_that_gpu_index_names(tmp_path):
+    """[executor] gpu_index = 1 with one worker: the baseline's runs went to device "cuda" (GPU 0: a colleague's,
+    on a shared machine) while the preflight read GPU 1's free memory and the sampler watched GPU 1."""
+    executor = TwoGpuExecutor()
+    loop = _loop(tmp_path, executor, exec_gpu_index=1)
+    assert loop.setup() is None
+    assert loop.ctx.main_worker().device == "1"
+    trained = [d for what, d in executor.devices if what == "train"]
+    assert trained and {d for _, d in executor.devices} == {"1"}, executor.devices
+    assert any(what == "evaluate" for what, _ in executor.devices)
+
+
 @pytest.mark.parametrize("jobs, workers", [(2, 1), (8, 1), (12, 1), (8, 2)])
 def test_as_many_boxes_may_wait_ahead_as_runs_may_be_at_a_time_as_far_as_memory_holds(tmp_path, jobs, workers):
     """The local executor's spare boxes (looper.executors.prestart.Spares): each run asks for the next run's box, so
