@@ -179,6 +179,7 @@ def cuda_under_rlimit(c: Check) -> str:
     night's runs at a time, looper.core.run.limits.derived): "ok (N bytes)" or what broke."""
     sys.path.insert(0, str(REPO))  # the pure core (no dependency) before looper is installed: the install step
     from looper.core.run.limits import derived  # comes after this one
+    from looper.core.run.probe import PROGRAM  # the program the night's preflight runs in a run's box
     from looper.core.run.slots import host_runs
 
     if not shutil.which("prlimit"):
@@ -186,10 +187,7 @@ def cuda_under_rlimit(c: Check) -> str:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     mem = derived(memory, os.cpu_count() or 1, 32768, host_runs(*night_shape(c), prestart=True))["memory_max_bytes"]
     device = "cpu" if c.dry else "cuda"  # on a GPU, CUDA itself: a fall back to the CPU would prove nothing
-    p = c.run(["prlimit", f"--data={mem}:{mem}", "--", PY, "-c", "import sys, torch; d = sys.argv[1]; "
-               "x = torch.randn(8, 3, 256, 256, device=d); conv = torch.nn.Conv2d(3, 16, 3).to(d); "
-               "conv(x).square().mean().backward(); print('ok', d, float(conv.weight.grad.abs().sum()) > 0)", device],
-              60, "facts.log")
+    p = c.run(["prlimit", f"--data={mem}:{mem}", "--", PY, "-c", PROGRAM, device], 60, "facts.log")
     verdict = rlimit_verdict(p.returncode, p.stdout, mem, device)
     return verdict if verdict.startswith("ok") else f"{verdict[:-1]}: {_tail(p)[:120]})"
 

@@ -45,13 +45,17 @@ def toml_set(path: Path, values: dict[str, dict[str, object]]) -> None:
 
 
 def rlimit_verdict(returncode: int, stdout: str, limit: int, device: str) -> str:
-    """What the probe of torch under RLIMIT_DATA answered: "ok (N bytes)" only when it exited 0 and its last line is
-    the probe's own ``ok <device> True`` on the device asked for (a gradient that is not zero was computed there);
+    """What the probe of torch under RLIMIT_DATA answered (looper.core.run.probe's program, the one the night's
+    preflight runs in a run's box): "ok (N bytes)" only when it exited 0 and its last line is the program's own
+    ``looper-probe ok <device> True`` on the device asked for (a gradient that is not zero was computed there);
     anything else, a word "ok" somewhere included, is "BROKEN at N bytes (...)" with what it printed last."""
-    last = (stdout.strip().splitlines() or [""])[-1].strip()
-    if returncode == 0 and last == f"ok {device} True":
+    from looper.core.run.probe import BOX, MARK, Attempt
+
+    attempt = Attempt(BOX, returncode, stdout)
+    if attempt.answered(device):
         return f"ok ({limit} bytes)"
-    why = f"exit {returncode}" if returncode else f"its last line {last!r}, not 'ok {device} True'"
+    own = f"{MARK} ok {device} True"
+    why = f"exit {returncode}" if returncode else f"its last line {attempt.last_line()!r}, not {own!r}"
     return f"BROKEN at {limit} bytes ({why})"
 
 

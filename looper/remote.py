@@ -30,6 +30,9 @@ Commands:
   is this command's own (128+N for a signal N). ``--gpu-index``: sample that GPU into
   ``DIR/gpu.json`` meanwhile. A ``LOOPER_LIMITS`` entry it cannot read: no run, the words in
   ``DIR/refused``, exit :data:`REFUSED_CODE` (the daemon's bug: its harness error, never the candidate's).
+- ``check-device DEVICE [--sandbox isolated|network] --env K=V ...``: the daemon's GPU check on this host
+  (looper/executors/devicecheck.py): torch on DEVICE as a run runs here, its attempts as JSON (``refused``: a
+  ``LOOPER_LIMITS`` it cannot read).
 - ``end DIR [--wait-for-pid] --kill-after S``: SIGTERM then SIGKILL the run's process group
   (``--wait-for-pid``: up to 2 s for a starting run's pid; none once ``status`` is written, as a
   refused run's is); what happened, the run's status and its GPU summary (and ``refused``: why ``run`` ran nothing).
@@ -135,6 +138,29 @@ def cmd_facts(args: argparse.Namespace) -> int:
         v = preflight(SandboxPolicy(mode="bwrap", network=args.sandbox == "network"))
         facts["sandbox"] = {"ok": v.ok, "why": "; ".join(v.blocking)}
     return _say(facts)
+
+
+def cmd_check_device(args: argparse.Namespace) -> int:
+    """The GPU check of the daemon's preflight, on this host: looper.core.run.probe's program on ``args.device``
+    the way a run runs here (this interpreter, the run's environment, this host's sandbox and the limits the
+    request asks for), in a folder of its own under runs/ (removed after); the attempts, for the daemon to judge."""
+    from looper.executors import devicecheck
+    from looper.workspace import trees
+
+    env = dict(kv.split("=", 1) for kv in args.env)
+    try:
+        box = limits.from_request(env, None)
+    except ValueError as exc:  # the daemon's own request: never a check under fewer limits than asked
+        return _say({"refused": f"looper.remote check-device refused the check: {exc}"})
+    folder = Path.cwd().parent / "runs" / f"check-device-{os.getpid()}"
+    policy = sandbox.SandboxPolicy(mode="bwrap", network=args.sandbox == "network") if args.sandbox else \
+        sandbox.SandboxPolicy(mode="none")
+    try:
+        tried = devicecheck.attempts(args.device, python=sys.executable, env=env, policy=policy, caps=box.caps,
+                                     folder=folder, oom_score_adj=box.oom_score_adj, min_free_bytes=box.min_free_bytes)
+    finally:
+        trees.remove_tree(folder)
+    return _say({"tried": [dataclasses.asdict(a) for a in tried], "memory_words": box.caps.memory_words()})
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -356,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kill-after", type=float, default=10.0)
     p.add_argument("argv", nargs="+")
     p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("check-device")
+    p.add_argument("device")
+    p.add_argument("--sandbox", choices=("isolated", "network"), default=None)
+    p.add_argument("--env", action="append", default=[])
+    p.set_defaults(fn=cmd_check_device)
     p = sub.add_parser("end")
     p.add_argument("run")
     p.add_argument("--wait-for-pid", action="store_true")

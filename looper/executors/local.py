@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import looper.executors.devicecheck as devicecheck
 import looper.executors.evaluator as evaluator
 import looper.executors.limits as run_limits
 import looper.executors.prestart as prestart
 import looper.executors.sandbox as sandbox
 from looper import proc
+from looper.core.run import probe
 from looper.core.run.slots import boxes_ahead, boxes_ahead_words
 from looper.core.verdicts.verdict import Verdict
 from looper.executors.base import STARTUP_MARK, EvalJob, LineSink, RunResult, TrainJob
@@ -53,6 +55,7 @@ class LocalExecutor(DataFolder):
         self.probe = probe or NvmlProbe(gpu_index)
         self.extra_env = dict(extra_env or {})
         self.spares = prestart.Spares(self._start_spare, self._end_spare)  # [loop] prestart: boxes ahead of runs
+        self.device_checked: dict[str, tuple[str, str]] = {}  # device: the night's check that passed (preflight)
 
     def plan(self, data_dir: str, runs: int) -> str:
         """[loop] prestart: as many boxes may wait ahead as runs may be at a time (each run asks for the next's), as
@@ -118,7 +121,31 @@ class LocalExecutor(DataFolder):
             metrics["gpu"] = reading.as_dict()
             if not reading.ok:
                 problems.append(f"require_gpu is set but no usable GPU: {reading.problem}")
+            elif not problems:  # the GPU is there: can a run use it, in its box, under its limits? (once a night)
+                device = f"cuda:{self.gpu_index}"
+                metrics["device_check"], problem = self.device_checked.get(device) or self.device_check(device)
+                if problem:
+                    problems.append(problem)
+                else:  # a pass holds for the night (the preflight before each experiment reads NVML again)
+                    self.device_checked[device] = (metrics["device_check"], "")
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
+    def device_check(self, device: str) -> tuple[str, str]:
+        """(what the check did, the problem or ""): looper.core.run.probe's program on ``device`` as a run runs
+        here (this executor's interpreter, environment, sandbox and the daemon's run limits), in a box folder of
+        its own (.looper/boxes/box-check-*, removed after; a killed daemon's by :meth:`reap`)."""
+        self._boxes().mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="box-check-", dir=self._boxes()))
+        limits = run_limits.current()
+        try:
+            tried = devicecheck.attempts(device, python=self.python, env=self._env(LOOPER_DEVICE=device),
+                                         policy=self.sandbox, caps=limits.caps, folder=folder,
+                                         oom_score_adj=limits.oom_score_adj, min_free_bytes=limits.min_free_bytes)
+        finally:
+            trees.remove_tree(folder)
+        problem = probe.verdict(device, tried, limits.caps.memory_words())
+        return (f"torch on {device} in a run's box: {'ok' if not problem else 'failed'} "
+                f"({', '.join(a.where for a in tried)})"), problem
 
     def ensure_data(self, prepare_py: Path, data_dir: str, scale: str, seed: int) -> Verdict:
         return prepare_local_data(self.python, prepare_py, self._data_path(data_dir), data_dir, scale, seed,

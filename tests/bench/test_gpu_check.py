@@ -91,13 +91,16 @@ def test_the_dry_run_answers_every_step_and_passes_what_a_cpu_can_take(tmp_path:
 
 
 @pytest.mark.parametrize(("rc", "stdout", "device", "verdict"), [
-    (0, "ok cuda True\n", "cuda", "ok (1024 bytes)"),
-    (0, "warming up\nok cpu True\n", "cpu", "ok (1024 bytes)"),
-    (0, "ok cpu True\n", "cuda", "BROKEN at 1024 bytes (its last line 'ok cpu True', not 'ok cuda True')"),
-    (0, "ok cuda False\n", "cuda", "BROKEN at 1024 bytes (its last line 'ok cuda False', not 'ok cuda True')"),
-    (0, "ok cuda True\nbroken after\n", "cuda", "BROKEN at 1024 bytes (its last line 'broken after', not 'ok cuda True')"),
-    (0, "", "cuda", "BROKEN at 1024 bytes (its last line '', not 'ok cuda True')"),
-    (1, "ok cuda True\n", "cuda", "BROKEN at 1024 bytes (exit 1)"),
+    (0, "looper-probe ok cuda True\n", "cuda", "ok (1024 bytes)"),
+    (0, "warming up\nlooper-probe ok cpu True\n", "cpu", "ok (1024 bytes)"),
+    (0, "looper-probe ok cpu True\n", "cuda",
+     "BROKEN at 1024 bytes (its last line 'looper-probe ok cpu True', not 'looper-probe ok cuda True')"),
+    (0, "looper-probe ok cuda False\n", "cuda",
+     "BROKEN at 1024 bytes (its last line 'looper-probe ok cuda False', not 'looper-probe ok cuda True')"),
+    (0, "looper-probe ok cuda True\nbroken after\n", "cuda",
+     "BROKEN at 1024 bytes (its last line 'broken after', not 'looper-probe ok cuda True')"),
+    (0, "", "cuda", "BROKEN at 1024 bytes (its last line '', not 'looper-probe ok cuda True')"),
+    (1, "looper-probe ok cuda True\n", "cuda", "BROKEN at 1024 bytes (exit 1)"),
     (-9, "", "cuda", "BROKEN at 1024 bytes (exit -9)"),
 ])
 def test_the_rlimit_probe_passes_only_on_its_own_last_line_on_the_device_asked_for(

@@ -79,6 +79,7 @@ class SshExecutor(DataFolder):
                                  control_timeout=control_timeout)
         self.remote = RemoteHost(self.link, remote_dir, self.python,
                                  Path(package_dir) if package_dir else Path(looper.__file__).parent, kill_after)
+        self.device_checked: dict[str, tuple[str, str]] = {}  # device: the night's check that passed (preflight)
         # local weights file -> (size, mtime_ns, remote path): evaluation reuses the remote copy
         self._weights: dict[str, tuple[int, int, str]] = {}
 
@@ -167,9 +168,34 @@ class SshExecutor(DataFolder):
                 problems.append(f"train.py cannot run in its sandbox on {self.host}: {why}")
         if require_gpu and not problems:
             metrics["gpu"], problem = self._remote_gpu()
+            if not problem:  # the GPU is there: can a run use it, in its box, under its limits? (once a night)
+                device = f"cuda:{self.gpu_index}"
+                metrics["device_check"], problem = self.device_checked.get(device) or self.device_check(device)
+                if not problem:
+                    self.device_checked[device] = (metrics["device_check"], "")
             if problem:
                 problems.append(problem)
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
+    def device_check(self, device: str) -> tuple[str, str]:
+        """(what the check did, the problem or ""): ``looper.remote check-device`` on the host, the run's
+        environment and limits request with it (looper/executors/devicecheck.py runs it there); judged here."""
+        from looper.core.run import probe
+
+        sandboxed = ["--sandbox", "network" if self.sandbox.network else "isolated"] if self.sandbox.enabled else []
+        env = {**self._env(LOOPER_DEVICE=device), **run_limits.request()}
+        try:
+            answer = self.remote.ask("check-device", device, *sandboxed, *(f"--env={k}={v}" for k, v in env.items()),
+                                     what="the GPU check in a run's box", timeout=4 * probe.TIMEOUT_S + 60, retries=0)
+            tried = tuple(probe.Attempt(str(a["where"]), a["exit_code"], str(a["output"])) for a in answer["tried"])
+        except TransportFault as fault:
+            return f"torch on {device} in a run's box on {self.host}: not checked", str(fault)
+        except (KeyError, TypeError) as exc:
+            words = answer.get("refused") or f"an answer without its attempts ({exc!r})"
+            return f"torch on {device} in a run's box on {self.host}: not checked", f"the GPU check on {self.host}: {words}"
+        problem = probe.verdict(device, tried, str(answer.get("memory_words", "")))
+        return (f"torch on {device} in a run's box on {self.host}: {'ok' if not problem else 'failed'} "
+                f"({', '.join(a.where for a in tried)})"), (f"on {self.host}: {problem}" if problem else "")
 
     def _remote_gpu(self) -> tuple[dict, str]:
         """One NVML reading on the host, through the synced looper package and pynvml there."""

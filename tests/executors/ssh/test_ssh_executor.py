@@ -612,3 +612,31 @@ def test_a_limits_request_the_host_cannot_read_is_a_harness_error_and_nothing_ru
         assert verdict.outcome is Outcome.ERROR and verdict.reason.startswith("harness error"), verdict
     finally:
         limits._SETTINGS[0] = before
+
+
+def test_the_gpu_check_runs_on_the_host_as_a_run_runs_there_and_names_the_part_that_breaks_it(
+        make_executor: Make) -> None:
+    """The preflight's GPU check (looper/executors/devicecheck.py) on an ssh host: torch on the device in the host's
+    sandbox under the limits the daemon asks for, judged here. On this CPU host the device is the CPU; a memory
+    limit torch cannot start under is named, with its key; a request the host cannot read is refused."""
+    from looper.core.run.limits import Caps
+    from looper.executors import limits
+
+    before = limits.current()
+    ex = make_executor()
+    host = ex.host
+    assert ex.preflight(require_gpu=False).ok  # the host's folder and package, as a night's first preflight makes
+    try:
+        limits._SETTINGS[0] = limits.Settings(Caps(memory_max_bytes=4 << 30, pids_max=512), runs=1)
+        assert ex.device_check("cpu") == (f"torch on cpu in a run's box on {host}: ok (box)", "")
+        limits._SETTINGS[0] = limits.Settings(Caps(memory_max_bytes=200 << 20), runs=1)
+        did, problem = ex.device_check("cpu")
+        assert did == f"torch on cpu in a run's box on {host}: failed (box, no memory limit)"
+        assert problem.startswith(f"on {host}: torch cannot use cpu in a run's box (exit ")
+        assert "without the run's memory limit it can" in problem and "memory_max_bytes = 209715200" in problem
+        limits._SETTINGS[0] = limits.Settings(Caps(memory_max_bytes=200 << 20), runs=0)
+        did, problem = ex.device_check("cpu")
+        assert did.endswith("not checked") and "refused the check: LOOPER_LIMITS: runs must be" in problem
+    finally:
+        limits._SETTINGS[0] = before
+    assert list(Path(ex.remote.root()).joinpath("runs").glob("check-device-*")) == []  # removed on the host
