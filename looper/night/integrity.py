@@ -73,6 +73,8 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
     metrics: dict[str, Any] = {k: v.status.value for k, v in parts.items()}
     if parts["gpu_slots"].metrics:
         metrics["gpu_slots"] = parts["gpu_slots"].metrics
+    if parts["executor"].metrics.get("device_check"):  # the GPU check in a run's box (docs/GPU.md)
+        metrics["device_check"] = parts["executor"].metrics["device_check"]
     if parts["pretrained"].metrics.get("transfer"):  # a checkpoint of other classes: fine-tuned as a transfer
         metrics["transfer"] = parts["pretrained"].metrics["transfer"]
     return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)

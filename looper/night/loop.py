@@ -107,6 +107,9 @@ class Loop:
             pre = preflight(ctx, main)  # nothing trains, not even the baseline, on a broken harness
             if not pre.ok:
                 raise HarnessError("preflight failed before the baseline: " + "; ".join(pre.blocking))
+            if pre.metrics.get("device_check"):
+                ctx.journal.event("baseline", pre.metrics["device_check"])
+                ctx.display.note(pre.metrics["device_check"])
             if pre.metrics.get("transfer"):
                 ctx.journal.event("baseline", f"starting weights: {pre.metrics['transfer']}")
                 ctx.display.note(f"starting weights: {pre.metrics['transfer']}")

@@ -90,6 +90,10 @@ class TwoGpuExecutor(OneGpuExecutor):
                                         memory_free_mb=140_000)
         self.devices: list[tuple[str, str]] = []
 
+    def preflight(self, require_gpu: bool) -> Verdict:
+        v = super().preflight(require_gpu)  # as the local executor's says of its check in a run's box
+        return Verdict.passed({**v.metrics, "device_check": "torch on cuda:1 in a run's box: ok (box)"})
+
     def train(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
         self.devices.append(("train", job.device))
         return super().train(job, on_line, cancel)
@@ -102,9 +106,10 @@ class TwoGpuExecutor(OneGpuExecutor):
 def test_one_worker_trains_and_evaluates_on_the_gpu_that_gpu_index_names(tmp_path):
     """[executor] gpu_index = 1 with one worker: the baseline's runs went to device "cuda" (GPU 0: a colleague's,
     on a shared machine) while the preflight read GPU 1's free memory and the sampler watched GPU 1."""
-    executor = TwoGpuExecutor()
-    loop = _loop(tmp_path, executor, exec_gpu_index=1)
+    executor, said = TwoGpuExecutor(), io.StringIO()
+    loop = _loop(tmp_path, executor, said, exec_gpu_index=1)
     assert loop.setup() is None
+    assert "torch on cuda:1 in a run's box: ok (box)" in said.getvalue()  # the GPU check, said before the baseline
     assert loop.ctx.main_worker().device == "1"
     trained = [d for what, d in executor.devices if what == "train"]
     assert trained and {d for _, d in executor.devices} == {"1"}, executor.devices
