@@ -97,6 +97,11 @@ class Executor(Protocol):
         """Reachable, enough disk, GPU present when required. Error verdict otherwise."""
         ...
 
+    def gpu_count(self) -> int | None:
+        """The GPUs a run's machine shows it, numbered from 0 as ``LOOPER_DEVICE`` names them (workers take them
+        from ``[executor] gpu_index`` on in turn: looper.core.run.slots.worker_gpu); None: not known."""
+        ...
+
     def ensure_data(self, prepare_py: Path, data_dir: str, scale: str, seed: int) -> Verdict:
         """Build the data set where training runs when it is missing; metrics carry its hash."""
         ...

@@ -127,12 +127,15 @@ class NvmlProbe:
                 pass
 
 
-def gpu_count(executor: Any, otherwise: int) -> int:
-    """The GPUs an executor's machine has (its NVML probe: the local executor), or ``otherwise`` where it has no
-    probe or the probe found none (workers then keep one GPU each from ``gpu_index`` on, as configured)."""
-    probe = getattr(executor, "probe", None)
-    reading = probe.read() if probe is not None else None
-    return reading.count if reading is not None and reading.ok else otherwise
+def device_index(device: str, otherwise: int) -> int:
+    """The GPU a run's ``LOOPER_DEVICE`` names (``N`` or ``cuda:N``), for its sampler; ``otherwise`` (``[executor]
+    gpu_index``) where it names none (``cuda``).
+
+    >>> device_index("2", 0), device_index("cuda:3", 0), device_index("cuda", 1)
+    (2, 3, 1)
+    """
+    last = device.split(":")[-1]
+    return int(last) if last.isdigit() else otherwise
 
 
 @contextlib.contextmanager

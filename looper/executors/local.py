@@ -130,6 +130,11 @@ class LocalExecutor(DataFolder):
                     self.device_checked[device] = (metrics["device_check"], "")
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
 
+    def gpu_count(self) -> int | None:
+        """This machine's GPUs (NVML)."""
+        reading = self.probe.read()
+        return reading.count if reading.ok else None
+
     def device_check(self, device: str) -> tuple[str, str]:
         """(what the check did, the problem or ""): looper.core.run.probe's program on ``device`` as a run runs
         here (this executor's interpreter, environment, sandbox and the daemon's run limits), in a box folder of
@@ -164,10 +169,9 @@ class LocalExecutor(DataFolder):
             if job.gate is not None and not job.gate():
                 return False
             if job.device and job.device != "cpu":  # GPU figures and loss detection through NVML
-                from looper.executors.gpu import GpuSampler
+                from looper.executors.gpu import GpuSampler, device_index
 
-                index = int(job.device.split(":")[-1]) if job.device.split(":")[-1].isdigit() else self.gpu_index
-                sampler.append(GpuSampler(index).start())
+                sampler.append(GpuSampler(device_index(job.device, self.gpu_index)).start())
             return True
 
         try:

@@ -24,7 +24,7 @@ from looper.core.run.slots import worker_gpu
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.errors import HarnessError, StuckError
 from looper.executors import Executor
-from looper.executors.gpu import gpu_count, night_gpu
+from looper.executors.gpu import night_gpu
 from looper.night.baseline import measure_baseline, verify
 from looper.night.candidate import Halted
 from looper.night.clock import now_iso
@@ -121,7 +121,8 @@ class Loop:
             ctx.night.workers = [main]
         else:
             gpu = ctx.cfg.executor.require_gpu
-            first, count = ctx.cfg.executor.gpu_index, gpu_count(ctx.executor, ctx.cfg.executor.gpu_index + n)
+            first = ctx.cfg.executor.gpu_index  # the GPUs a run's machine shows it (not known: one a worker)
+            count = (ctx.executor.gpu_count() if gpu else None) or first + n
             ctx.night.workers = [Worker(i, ctx.tag.ws.ensure_detached_worktree(ctx.tag.name, i, ctx.tag.wt.head()), ctx.executor,
                                   str(worker_gpu(i, first, count)) if gpu else "cpu", detached=True)
                            for i in range(n)]

@@ -63,6 +63,12 @@ class FakeExecutor:
         self.planned = (data_dir, runs)  # not in ``calls``: once per loop, before them
         return ""
 
+    def gpu_count(self) -> int | None:
+        """A fake GPU machine's count (a test's ``probe``), else not known."""
+        probe = getattr(self, "probe", None)
+        reading = probe.read() if probe is not None else None
+        return reading.count if reading is not None and reading.ok else None
+
     def __init__(self, down: bool = False) -> None:
         self.down = down
         self.calls: list[tuple[str, int | None]] = []

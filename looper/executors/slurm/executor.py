@@ -314,6 +314,11 @@ class SlurmExecutor(DataFolder):
         problems += partition_problems(parts.stdout, self.batch.partition, need_gpu, metrics)
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
 
+    def gpu_count(self) -> int:
+        """One: each job has its own allocation ([executor] gres), its GPUs numbered from 0 there, so every worker's
+        runs take the one ``gpu_index`` names in it (0: the first), never GPU 1 of a one-GPU allocation."""
+        return 1
+
     def train(self, job: TrainJob, on_line: LineSink | None, cancel: threading.Event | None) -> RunResult:
         job.out_dir.mkdir(parents=True, exist_ok=True)
         env = self.train_env(job)

@@ -47,6 +47,7 @@ from looper.executors.common import (
     get,
     train_vars,
 )
+from looper.executors.gpu import device_index
 from looper.executors.sandbox import SandboxPolicy
 from looper.executors.ssh.host import RemoteHost
 from looper.executors.ssh.outcome import data_verdict, gpu_summary, settle_run, unreachable_after
@@ -119,7 +120,7 @@ class SshExecutor(DataFolder):
                     limits: proc.Limits, on_line: LineSink | None, cancel: threading.Event | None,
                     sample_gpu: bool) -> tuple[RunResult, dict[str, Any] | None]:
         """Run ``argv`` remotely under ``limits``: the result and what ``end`` said (None: the host is gone)."""
-        command = self.remote.run_command(run, argv, env, self.gpu_index if sample_gpu else None,
+        command = self.remote.run_command(run, argv, env, device_index(job.device, self.gpu_index) if sample_gpu else None,
                                           limits.budget_seconds)
         s = proc.supervise(command, cwd=job.checkout, env=None, log_path=job.log_path, limits=limits,
                            on_line=on_line, cancel=cancel)
@@ -196,6 +197,11 @@ class SshExecutor(DataFolder):
         problem = probe.verdict(device, tried, str(answer.get("memory_words", "")))
         return (f"torch on {device} in a run's box on {self.host}: {'ok' if not problem else 'failed'} "
                 f"({', '.join(a.where for a in tried)})"), (f"on {self.host}: {problem}" if problem else "")
+
+    def gpu_count(self) -> int | None:
+        """The host's GPUs (NVML there)."""
+        reading, problem = self._remote_gpu()
+        return None if problem else int(reading.get("count") or 0) or None
 
     def _remote_gpu(self) -> tuple[dict, str]:
         """One NVML reading on the host, through the synced looper package and pynvml there."""

@@ -118,6 +118,15 @@ def test_registry_builds_slurm(tmp_path: Path) -> None:
     assert (ex.requeue_limit, ex.start_timeout) == (0, 5)
 
 
+def test_every_worker_s_slurm_job_uses_its_own_allocation_s_gpu(tmp_path: Path) -> None:
+    """Each job sees the GPUs of its own allocation, numbered from 0: workers 0, 1, 2 all take gpu_index there
+    (0), where they once asked for GPUs 1 and 2 of a one-GPU allocation (a crash blamed on the candidate)."""
+    from looper.core.run.slots import worker_gpu
+
+    ex = make_executor(tmp_path, ExecutorConfig(kind="slurm", require_gpu=True))
+    assert [worker_gpu(i, 0, ex.gpu_count()) for i in range(3)] == [0, 0, 0]
+
+
 def test_config_slurm_keys(tmp_path: Path) -> None:
     d = ExecutorConfig().model_dump()
     assert "partition" not in d and "requeue_limit" not in d  # other kinds keep their dump
