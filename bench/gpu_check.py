@@ -394,6 +394,7 @@ def step_night(c: Check, left: float) -> str:
             f"{night['decided']} decided, {night['decisions_per_gpu_hour']}/GPU-hour; {gpu_words(night['gpu'])}"
             + f"; train.py's start-up phases (s since its first line) {night['startup_phases']}"
             + ("" if limits.startswith("ok") or limits == "no prlimit" else "; run limits OFF (torch broke under RLIMIT_DATA)")
+            + (f"; GPU check before the baseline: {night['device_check']}" if night.get("device_check") else "")
             + (f"; halt: {night['halt']}" if night.get("halt") else ""))
 
 

@@ -64,7 +64,7 @@ def night_figures(db: Path, t0: float, t1: float) -> dict:
     import sqlite3
 
     if not db.is_file():
-        return {"experiments": "no database", "runs": 0, "failed_runs": 0, "devices": {}, "decided": 0,
+        return {"experiments": "no database", "device_check": None, "runs": 0, "failed_runs": 0, "devices": {}, "decided": 0,
                 "startup_s": None, "train_s": None, "eval_s": None, "first_train_at": None, "startup_phases": {}}
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     con.row_factory = sqlite3.Row
@@ -89,8 +89,11 @@ def night_figures(db: Path, t0: float, t1: float) -> dict:
     statuses: dict[str, int] = {}
     for e in exps:
         statuses[e["status"]] = statuses.get(e["status"], 0) + 1
+    has_events = "events" in {r[0] for r in con.execute("select name from sqlite_master")}
     halts = [r[0] for r in con.execute("select message from events where kind like '%halt%' order by id desc limit 1")] \
-        if "events" in {r[0] for r in con.execute("select name from sqlite_master")} else []
+        if has_events else []
+    checks = [r[0] for r in con.execute("select message from events where message like '% in a run''s box: %' "
+                                        "order by id desc limit 1")] if has_events else []  # the night's GPU check
     starts = [ts(r["train_started_at"]) for r in runs if r["train_started_at"]]
     phases: dict[str, list[float]] = {}
     for r in runs:
@@ -103,4 +106,5 @@ def night_figures(db: Path, t0: float, t1: float) -> dict:
             "train_s": mean([span(r["train_started_at"], r["train_ended_at"]) for r in runs]),
             "eval_s": mean([span(r["train_ended_at"], r["eval_ended_at"]) for r in runs]),
             "first_train_at": min(starts) if starts else None, "halt": halts[0][:300] if halts else None,
+            "device_check": checks[0][:300] if checks else None,
             "startup_phases": {k: mean(v) for k, v in phases.items()}}

@@ -82,6 +82,7 @@ def test_the_dry_run_answers_every_step_and_passes_what_a_cpu_can_take(tmp_path:
     assert figures["tune"]["iterations"] == 1 and figures["tune"]["width"] == k["WIDTH"], figures["tune"]
     assert figures["night"]["runs"] >= 2 and figures["night"]["failed_runs"] == 0
     assert figures["night"]["devices"] == {"cpu": figures["night"]["runs"]}
+    assert figures["night"]["device_check"] is None  # a CPU night makes no GPU check (on a GPU: its line)
     assert figures["night"]["boxes_ahead"] >= 2 and figures["night"]["eval_boxes_ahead"] >= 2  # prestart on, both
     assert figures["night"]["boxes_cuda_initialised"] == 0 and figures["night"]["imports_left_to_runs"] == []
     assert p.returncode == 0 and summary[-1].endswith("0 step(s) failed"), p.stdout[-2000:] + p.stderr[-2000:]
@@ -106,3 +107,17 @@ def test_the_dry_run_answers_every_step_and_passes_what_a_cpu_can_take(tmp_path:
 def test_the_rlimit_probe_passes_only_on_its_own_last_line_on_the_device_asked_for(
         rc: int, stdout: str, device: str, verdict: str) -> None:
     assert gpu_parts.rlimit_verdict(rc, stdout, 1024, device) == verdict
+
+
+def test_the_night_figures_carry_the_night_s_gpu_check_line(tmp_path: Path) -> None:
+    """The GPU check the preflight makes before the baseline (docs/GPU.md), from the night's journal as the daemon
+    wrote it: the check's line on a GPU; none on a CPU night (the dry run's)."""
+    from looper.store import Store
+
+    store = Store(tmp_path / "experiments.db")
+    store.add_event("t", "baseline", "starting weights: none")
+    assert gpu_parts.night_figures(tmp_path / "experiments.db", 0, 1)["device_check"] is None
+    store.add_event("t", "baseline", "torch on cuda:0 in a run's box: ok (box)")
+    store.close()
+    assert gpu_parts.night_figures(tmp_path / "experiments.db", 0, 1)["device_check"] == \
+        "torch on cuda:0 in a run's box: ok (box)"
