@@ -12,7 +12,7 @@ box of its own), and where that fails, again with one part taken away at a time,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import looper.executors.limits as run_limits
@@ -48,3 +48,15 @@ def _attempt(where: str, device: str, python: str, env: dict[str, str], policy: 
         done = proc.run(box.wrap(argv), cwd=folder / "code", env=env, timeout=probe.TIMEOUT_S)
     said = "\n".join(part.rstrip() for part in (done.stderr, done.stdout) if part.strip())  # its own line last
     return probe.Attempt(where, None if done.timed_out else done.exit_code, said)
+
+
+def once_a_night(held: dict[str, tuple[str, str]], device: str,
+                 check: Callable[[str], tuple[str, str]]) -> tuple[str, str]:
+    """(the check's line, its problem): ``check(device)`` until it passes once, then the pass ``held`` keeps (the
+    preflight runs before every experiment; a fresh box and torch's import cost seconds each time)."""
+    if device in held:
+        return held[device]
+    said, problem = check(device)
+    if not problem:
+        held[device] = (said, "")
+    return said, problem

@@ -122,12 +122,9 @@ class LocalExecutor(DataFolder):
             if not reading.ok:
                 problems.append(f"require_gpu is set but no usable GPU: {reading.problem}")
             elif not problems:  # the GPU is there: can a run use it, in its box, under its limits? (once a night)
-                device = f"cuda:{self.gpu_index}"
-                metrics["device_check"], problem = self.device_checked.get(device) or self.device_check(device)
-                if problem:
-                    problems.append(problem)
-                else:  # a pass holds for the night (the preflight before each experiment reads NVML again)
-                    self.device_checked[device] = (metrics["device_check"], "")
+                metrics["device_check"], problem = devicecheck.once_a_night(self.device_checked,
+                                                                            f"cuda:{self.gpu_index}", self.device_check)
+                problems += [problem] if problem else []
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
 
     def gpu_count(self) -> int | None:
@@ -149,8 +146,7 @@ class LocalExecutor(DataFolder):
         finally:
             trees.remove_tree(folder)
         problem = probe.verdict(device, tried, limits.caps.memory_words())
-        return (f"torch on {device} in a run's box: {'ok' if not problem else 'failed'} "
-                f"({', '.join(a.where for a in tried)})"), problem
+        return probe.summary(device, tried, problem), problem
 
     def ensure_data(self, prepare_py: Path, data_dir: str, scale: str, seed: int) -> Verdict:
         return prepare_local_data(self.python, prepare_py, self._data_path(data_dir), data_dir, scale, seed,

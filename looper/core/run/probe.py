@@ -110,3 +110,10 @@ def verdict(device: str, tried: tuple[Attempt, ...], memory_words: str) -> str:
         return head
     return (f"{head}; not {', not '.join(_WITHOUT[a.where] for a in tried[1:])} either ({tried[-1].said()}): torch "
             f"here cannot use {device} at all (its CUDA build, the driver, CUDA_VISIBLE_DEVICES)")
+
+
+def summary(device: str, tried: tuple[Attempt, ...], problem: str, where: str = "") -> str:
+    """The check in one line, for the night's journal: ``torch on DEVICE in a run's box[ on WHERE]: ok|failed
+    (the attempts)``."""
+    on = f" on {where}" if where else ""
+    return f"torch on {device} in a run's box{on}: {'failed' if problem else 'ok'} ({', '.join(a.where for a in tried)})"

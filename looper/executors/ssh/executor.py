@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import looper
+import looper.executors.devicecheck as devicecheck
 import looper.executors.limits as run_limits
 from looper import proc
 from looper.core.run import limits as core_limits
@@ -170,10 +171,8 @@ class SshExecutor(DataFolder):
         if require_gpu and not problems:
             metrics["gpu"], problem = self._remote_gpu()
             if not problem:  # the GPU is there: can a run use it, in its box, under its limits? (once a night)
-                device = f"cuda:{self.gpu_index}"
-                metrics["device_check"], problem = self.device_checked.get(device) or self.device_check(device)
-                if not problem:
-                    self.device_checked[device] = (metrics["device_check"], "")
+                metrics["device_check"], problem = devicecheck.once_a_night(self.device_checked,
+                                                                            f"cuda:{self.gpu_index}", self.device_check)
             if problem:
                 problems.append(problem)
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
@@ -195,8 +194,7 @@ class SshExecutor(DataFolder):
             words = answer.get("refused") or f"an answer without its attempts ({exc!r})"
             return f"torch on {device} in a run's box on {self.host}: not checked", f"the GPU check on {self.host}: {words}"
         problem = probe.verdict(device, tried, str(answer.get("memory_words", "")))
-        return (f"torch on {device} in a run's box on {self.host}: {'ok' if not problem else 'failed'} "
-                f"({', '.join(a.where for a in tried)})"), (f"on {self.host}: {problem}" if problem else "")
+        return probe.summary(device, tried, problem, self.host), (f"on {self.host}: {problem}" if problem else "")
 
     def gpu_count(self) -> int | None:
         """The host's GPUs (NVML there)."""
