@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from looper.core.run.probe import BARE, BOX, NO_MEMORY_LIMIT, NO_SANDBOX, Attempt, next_attempt, verdict
+from looper.core.run.probe import (
+    BARE,
+    BOX,
+    NO_MEMORY_LIMIT,
+    NO_SANDBOX,
+    Attempt,
+    next_attempt,
+    summary,
+    verdict,
+)
 
 D = "cuda:1"
 OK = f"looper-probe ok {D} True"
@@ -87,3 +96,13 @@ def test_a_check_that_never_ran_in_the_box_is_a_problem_never_a_pass() -> None:
 def test_a_long_output_is_cut_line_by_line_keeping_the_last_three() -> None:
     said = Attempt(BOX, 1, "first\n" + "x" * 500 + "\nsecond\nlast").said()
     assert said.startswith("exit 1: " + "x" * 97 + "...") and said.endswith(" | second | last")
+
+
+@pytest.mark.parametrize(("tried", "problem", "where", "line"), [
+    ((ok(BOX),), "", "", "torch on cuda:1 in a run's box: ok (box)"),
+    ((ok(BOX),), "", "gpu1", "torch on cuda:1 in a run's box on gpu1: ok (box)"),
+    ((bad(BOX), ok(NO_MEMORY_LIMIT)), "torch cannot ...", "",
+     "torch on cuda:1 in a run's box: failed (box, no memory limit)"),
+])
+def test_the_check_s_line_says_ok_only_without_a_problem_and_names_the_attempts(tried, problem, where, line) -> None:
+    assert summary(D, tried, problem, where) == line
