@@ -93,8 +93,9 @@ class Executor(Protocol):
         what the night should say of it ("" for nothing)."""
         ...
 
-    def preflight(self, require_gpu: bool) -> Verdict:
-        """Reachable, enough disk, GPU present when required. Error verdict otherwise."""
+    def preflight(self, require_gpu: bool, gpu: int | None = None) -> Verdict:
+        """Reachable, enough disk, GPU present when required (``gpu``: the GPU this experiment's runs use, a
+        worker's; None: ``[executor] gpu_index``'s) and a run can use it in its box. Error verdict otherwise."""
         ...
 
     def gpu_count(self) -> int | None:

@@ -109,7 +109,7 @@ class LocalExecutor(DataFolder):
                                           pretrained_dir(self.workspace)))
 
     # -- Executor ---------------------------------------------------------------------
-    def preflight(self, require_gpu: bool) -> Verdict:
+    def preflight(self, require_gpu: bool, gpu: int | None = None) -> Verdict:
         metrics, problems = local_preflight(self.name, self.workspace, self.python)
         boxed = sandbox.preflight(self.sandbox)
         metrics.update(boxed.metrics)
@@ -117,13 +117,14 @@ class LocalExecutor(DataFolder):
         metrics["run_limits"], missing = run_limits.preflight()
         problems += missing
         if require_gpu:
-            reading = self.probe.read()
+            index = self.gpu_index if gpu is None else gpu
+            reading = (self.probe if index == self.gpu_index else self.probe.at(index)).read()  # a worker's GPU
             metrics["gpu"] = reading.as_dict()
             if not reading.ok:
                 problems.append(f"require_gpu is set but no usable GPU: {reading.problem}")
             elif not problems:  # the GPU is there: can a run use it, in its box, under its limits? (once a night)
-                metrics["device_check"], problem = devicecheck.once_a_night(self.device_checked,
-                                                                            f"cuda:{self.gpu_index}", self.device_check)
+                metrics["device_check"], problem = devicecheck.once_a_night(self.device_checked, f"cuda:{index}",
+                                                                            self.device_check)
                 problems += [problem] if problem else []
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
 

@@ -58,7 +58,7 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
     from looper.workspace.baselines import unrecorded
 
     planted = unrecorded(ctx.root / "baselines", ctx.store)
-    parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu),
+    parts = {"executor": w.executor.preflight(ctx.cfg.executor.require_gpu, gpu=worker_gpu(ctx, w)),
              # the runtime is compared after each training run, before its evaluation (not here: nothing
              # since the last run's check could change it but the agent, which runs after this preflight)
              "integrity": integrity(ctx, "since the tag began", w.wt.path, w.executor, runtime=False),
@@ -78,6 +78,13 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
     if parts["pretrained"].metrics.get("transfer"):  # a checkpoint of other classes: fine-tuned as a transfer
         metrics["transfer"] = parts["pretrained"].metrics["transfer"]
     return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
+
+def worker_gpu(ctx: Context, w: Worker) -> int | None:
+    """The GPU worker ``w``'s runs use (its ``LOOPER_DEVICE``: ``N``); None without ``[executor] require_gpu``."""
+    from looper.executors.gpu import device_index
+
+    return device_index(w.device, ctx.cfg.executor.gpu_index) if ctx.cfg.executor.require_gpu else None
 
 
 def _data_path(ctx: Context) -> Path:

@@ -24,7 +24,7 @@ from looper.core.run.slots import worker_gpu
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.errors import HarnessError, StuckError
 from looper.executors import Executor
-from looper.executors.gpu import night_gpu
+from looper.executors.gpu import device_index, night_gpu
 from looper.night.baseline import measure_baseline, verify
 from looper.night.candidate import Halted
 from looper.night.clock import now_iso
@@ -103,30 +103,50 @@ class Loop:
             return bad
         changed = pin_tag(ctx, v.metrics["hash"])
         main = ctx.main_worker()
+        devices = self.worker_devices()
         if changed or not ctx.tag.kept_baselines():
             pre = preflight(ctx, main)  # nothing trains, not even the baseline, on a broken harness
             if not pre.ok:
                 raise HarnessError("preflight failed before the baseline: " + "; ".join(pre.blocking))
-            if pre.metrics.get("device_check"):
-                ctx.journal.event("baseline", pre.metrics["device_check"])
-                ctx.display.note(pre.metrics["device_check"])
+            # the other workers' GPUs too: a GPU a run cannot use is found before the baseline, not after it
+            others = [self.other_gpu(int(d)) for d in sorted(set(devices) - {main.device, "cpu"}, key=int)]
+            for line in [pre.metrics.get("device_check"), *others]:
+                if line:
+                    ctx.journal.event("baseline", line)
+                    ctx.display.note(line)
             if pre.metrics.get("transfer"):
                 ctx.journal.event("baseline", f"starting weights: {pre.metrics['transfer']}")
                 ctx.display.note(f"starting weights: {pre.metrics['transfer']}")
             result = measure_baseline(ctx, main)
             if result.halt_error is not None:
                 return Halted(result.halt_error, result.exp_id, result.advice)
-        n = ctx.cfg.loop.workers
-        if n == 1:
+        if len(devices) == 1:
             ctx.night.workers = [main]
         else:
-            gpu = ctx.cfg.executor.require_gpu
-            first = ctx.cfg.executor.gpu_index  # the GPUs a run's machine shows it (not known: one a worker)
-            count = (ctx.executor.gpu_count() if gpu else None) or first + n
             ctx.night.workers = [Worker(i, ctx.tag.ws.ensure_detached_worktree(ctx.tag.name, i, ctx.tag.wt.head()), ctx.executor,
-                                  str(worker_gpu(i, first, count)) if gpu else "cpu", detached=True)
-                           for i in range(n)]
+                                  device, detached=True) for i, device in enumerate(devices)]
         return None
+
+    def worker_devices(self) -> list[str]:
+        """Each worker's device (``LOOPER_DEVICE``): ``cpu``, or the GPU it takes in turn from ``[executor]
+        gpu_index`` on among those a run's machine shows (looper.core.run.slots.worker_gpu; not known: one each)."""
+        cfg = self.ctx.cfg
+        n, first = cfg.loop.workers, cfg.executor.gpu_index
+        if n == 1:
+            return [self.ctx.main_worker().device]
+        if not cfg.executor.require_gpu:
+            return ["cpu"] * n
+        count = self.ctx.executor.gpu_count() or first + n
+        return [str(worker_gpu(i, first, count)) for i in range(n)]
+
+    def other_gpu(self, index: int) -> str:
+        """A worker's GPU that is not the main worker's, as the preflight checks it (NVML, then a run's box); its
+        check's line. A GPU the runs cannot use stops the night here, before the baseline."""
+        v = self.ctx.executor.preflight(True, gpu=index)
+        if not v.ok:
+            raise HarnessError(f"preflight failed before the baseline (GPU {index}, a worker's): "
+                               + "; ".join(v.blocking))
+        return str(v.metrics.get("device_check") or "")
 
     # ------------------------------------------------------------------ the night
     def deadline(self) -> datetime | None:
@@ -203,7 +223,8 @@ class Loop:
             halted = self.setup()
             if halted is not None:
                 return self.halt(halted)
-            with night_gpu(ctx):  # [executor] require_gpu: the GPU sampled the whole night (its busy share)
+            with night_gpu(ctx, {device_index(w.device, ctx.cfg.executor.gpu_index) for w in ctx.night.workers}):
+                # [executor] require_gpu: the workers' GPUs sampled the whole night (each one's busy share)
                 self.run_workers(limit, deadline)
             ctx.display.finish()  # the live panel's last render: its failure still halts, with a page
             if self.halted is not None:  # leave everything as it is for the person

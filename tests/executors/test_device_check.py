@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes.nvml import FakeNvml
 
 from looper.config import LimitsConfig
 from looper.core.run.probe import BARE, BOX, NO_MEMORY_LIMIT, NO_SANDBOX
 from looper.executors import devicecheck, sandbox
 from looper.executors import limits as run_limits
-from looper.executors.gpu import GpuReading
+from looper.executors.gpu import GpuReading, NvmlProbe
 from looper.executors.local import LocalExecutor
 
 pytestmark = pytest.mark.e2e  # torch imported in fresh sandboxed processes: 3-12 s a test
@@ -136,3 +137,25 @@ def test_a_passed_check_holds_for_the_night_and_a_failed_one_is_made_again(tmp_p
     assert not ex.preflight(require_gpu=True).ok
     assert ex.preflight(require_gpu=True).ok and ex.preflight(require_gpu=True).ok
     assert calls == [NO_SUCH_GPU, NO_SUCH_GPU]  # made again after the failure, then held
+
+
+def test_a_worker_s_preflight_reads_and_checks_the_gpu_its_runs_use(tmp_path: Path, limited) -> None:
+    """Workers on GPUs 0 and 1: the preflight before a worker's experiment reads that worker's GPU through the
+    same NVML and checks a run can use it (each GPU's pass held for the night); a GPU NVML does not see is
+    named, and nothing is checked on it."""
+    limited()
+    ex = LocalExecutor(tmp_path / "ws", python=sys.executable, gpu_index=0, probe=NvmlProbe(0, nvml=FakeNvml(count=2)))
+    (tmp_path / "ws").mkdir()
+    checked: list[str] = []
+
+    def check(device: str) -> tuple[str, str]:
+        checked.append(device)
+        return f"torch on {device} in a run's box: ok (box)", ""
+
+    ex.device_check = check  # type: ignore[method-assign]
+    assert ex.preflight(require_gpu=True, gpu=1).metrics["device_check"] == "torch on cuda:1 in a run's box: ok (box)"
+    assert ex.preflight(require_gpu=True).ok and ex.preflight(require_gpu=True, gpu=1).ok
+    assert checked == ["cuda:1", "cuda:0"]  # each GPU once a night
+    v = ex.preflight(require_gpu=True, gpu=5)
+    assert "require_gpu is set but no usable GPU: no GPU at index 5 (NVML sees 2)" in v.blocking
+    assert checked == ["cuda:1", "cuda:0"]

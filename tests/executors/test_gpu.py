@@ -9,93 +9,10 @@ from typing import Any
 
 import pytest
 import tiers
+from fakes.nvml import MB, FakeNvml
 
 from looper.executors import gpu
 from looper.executors.gpu import FATAL_XIDS, GpuSampler, NvmlProbe
-
-MB = 2**20
-
-
-class FakeNvmlError(Exception):
-    pass
-
-
-class NVMLError_Timeout(FakeNvmlError):  # noqa: N801 - the name pynvml uses
-    pass
-
-
-class FakeNvml:
-    """A pynvml stand-in: one or more devices whose answers a test can script."""
-
-    nvmlEventTypeXidCriticalError = 8
-
-    def __init__(self, count: int = 1, used_mb: list[float] | None = None, util: list[float] | None = None,
-                 fail_init: bool = False, lose_after: int | None = None, ecc: list[int] | None = None,
-                 events: list[int] | None = None, retired_pending: bool = False) -> None:
-        self.count = count
-        self.used = list(used_mb or [100.0])
-        self.util = list(util or [50.0])
-        self.fail_init = fail_init
-        self.lose_after = lose_after  # memory reads that succeed before the device is lost
-        self.ecc = list(ecc) if ecc is not None else None
-        self.events = list(events) if events is not None else None
-        self.retired_pending = retired_pending
-        self.mem_calls = 0
-        self.inits = 0
-        self.shutdowns = 0
-
-    def nvmlInit(self) -> None:
-        if self.fail_init:
-            raise FakeNvmlError("Driver Not Loaded")
-        self.inits += 1
-
-    def nvmlShutdown(self) -> None:
-        self.shutdowns += 1
-
-    def nvmlDeviceGetCount(self) -> int:
-        return self.count
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
-        return f"h{i}"
-
-    def nvmlDeviceGetName(self, h: str) -> bytes:
-        return b"Fake GPU 80GB"
-
-    def nvmlDeviceGetMemoryInfo(self, h: str) -> Any:
-        self.mem_calls += 1
-        if self.lose_after is not None and self.mem_calls > self.lose_after:
-            raise FakeNvmlError("GPU is lost")
-        used = self.used[min(self.mem_calls - 1, len(self.used) - 1)]
-        return types.SimpleNamespace(total=81920 * MB, used=used * MB, free=(81920 - used) * MB)
-
-    def nvmlDeviceGetUtilizationRates(self, h: str) -> Any:
-        i = min(max(self.mem_calls - 1, 0), len(self.util) - 1)
-        return types.SimpleNamespace(gpu=self.util[i], memory=0)
-
-    def nvmlDeviceGetTotalEccErrors(self, h: str, err_type: int, counter: int) -> int:
-        if self.ecc is None:
-            raise FakeNvmlError("Not Supported")
-        return self.ecc.pop(0) if len(self.ecc) > 1 else self.ecc[0]
-
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: str) -> int:
-        return 1 if self.retired_pending else 0
-
-    # events: only when the test scripts some
-    def nvmlEventSetCreate(self) -> str:
-        if self.events is None:
-            raise FakeNvmlError("Not Supported")
-        return "set"
-
-    def nvmlDeviceRegisterEvents(self, h: str, kinds: int, s: str) -> None:
-        return None
-
-    def nvmlEventSetWait_v2(self, s: str, timeout_ms: int) -> Any:
-        if self.events:
-            return types.SimpleNamespace(eventData=self.events.pop(0))
-        raise NVMLError_Timeout("Timeout")
-
-    def nvmlEventSetFree(self, s: str) -> None:
-        return None
 
 
 def _probe_without_library() -> NvmlProbe:
@@ -320,3 +237,30 @@ def test_nvml_calls_of_every_sampler_in_the_process_never_overlap() -> None:
     summaries = [s.stop() for s in samplers]
     assert all(s["samples"] > 3 and not s["lost"] for s in summaries), summaries
     assert overlaps[0] == 0
+
+
+def test_the_night_note_says_every_gpu_its_workers_use_each_with_its_own_figures() -> None:
+    """Workers on several GPUs: the night's note sampled gpu_index's GPU alone; now each GPU the workers use,
+    in one note, in GPU order (the report shows the night's last note)."""
+
+    class Named(FakeNvml):
+        def nvmlDeviceGetName(self, h: str) -> bytes:
+            return f"GPU-{h}".encode()
+
+    notes: list[tuple[str, str]] = []
+    ctx = types.SimpleNamespace(cfg=types.SimpleNamespace(executor=types.SimpleNamespace(require_gpu=True, gpu_index=1)),
+                                executor=types.SimpleNamespace(probe=NvmlProbe(1, nvml=Named(count=3))),
+                                journal=types.SimpleNamespace(event=lambda kind, words: notes.append((kind, words))))
+    with gpu.night_gpu(ctx, {2, 1}):
+        pass
+    with gpu.night_gpu(ctx):  # no GPU named: gpu_index's
+        pass
+    ctx.cfg.executor.require_gpu = False
+    with gpu.night_gpu(ctx, {2}):  # a CPU night: no sampler, no note
+        pass
+    assert [kind for kind, _ in notes] == ["note", "note"]
+    both, one = notes[0][1], notes[1][1]
+    assert both.startswith(f"{gpu.NIGHT_GPU} busy 100.0% of 1 samples (1 s), mean utilisation 50.0%"), both
+    assert "on GPU 1 (GPU-h1)" in both and "on GPU 2 (GPU-h2)" in both and "GPU 0" not in both
+    assert both.index("on GPU 1") < both.index("; busy") < both.index("on GPU 2")
+    assert "on GPU 1 (GPU-h1)" in one and "GPU 2" not in one

@@ -78,7 +78,7 @@ class FakeExecutor:
         with self._lock:
             self.calls.append((what, seed))
 
-    def preflight(self, require_gpu: bool) -> Verdict:
+    def preflight(self, require_gpu: bool, gpu: int | None = None) -> Verdict:
         self._called("preflight")
         return Verdict.passed({"executor": self.name})
 

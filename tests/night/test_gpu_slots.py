@@ -39,8 +39,8 @@ class OneGpuExecutor(FakeExecutor):
         super().__init__()
         self.probe = OneGpu(free_mb)
 
-    def preflight(self, require_gpu: bool) -> Verdict:
-        super().preflight(require_gpu)
+    def preflight(self, require_gpu: bool, gpu: int | None = None) -> Verdict:
+        super().preflight(require_gpu, gpu)
         return Verdict.passed({"executor": self.name, "gpu": self.probe.read().as_dict()})
 
 
@@ -90,8 +90,8 @@ class TwoGpuExecutor(OneGpuExecutor):
                                         memory_free_mb=140_000)
         self.devices: list[tuple[str, str]] = []
 
-    def preflight(self, require_gpu: bool) -> Verdict:
-        v = super().preflight(require_gpu)  # as the local executor's says of its check in a run's box
+    def preflight(self, require_gpu: bool, gpu: int | None = None) -> Verdict:
+        v = super().preflight(require_gpu, gpu)  # as the local executor's says of its check in a run's box
         return Verdict.passed({**v.metrics, "device_check": "torch on cuda:1 in a run's box: ok (box)"})
 
     def train(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
@@ -134,3 +134,47 @@ def test_as_many_boxes_may_wait_ahead_as_runs_may_be_at_a_time_as_far_as_memory_
     assert loop.ctx.executor.spares.most == min(runs, fit)
     words = f"prestart: {fit} of the {runs} runs' boxes may wait ahead (a quarter of this machine's"
     assert (words in said.getvalue()) == (fit < runs), said.getvalue()  # fewer boxes than runs: the night says so
+
+
+class CheckedGpus(TwoGpuExecutor):
+    """Two GPUs; the GPU each preflight was asked to check (a run's box check as the local executor's says it);
+    ``broken``: the GPU whose runs cannot use it."""
+
+    def __init__(self, broken: int | None = None) -> None:
+        super().__init__()
+        self.broken, self.asked = broken, []
+
+    def preflight(self, require_gpu: bool, gpu: int | None = None) -> Verdict:
+        self.asked.append(gpu)
+        v = super().preflight(require_gpu, gpu)
+        if gpu == self.broken:
+            return Verdict.errored(f"torch cannot use cuda:{gpu} in a run's box (exit 1: no CUDA here)",
+                                   metrics={**v.metrics, "device_check": f"torch on cuda:{gpu} in a run's box: failed (box)"})
+        return Verdict.passed({**v.metrics, "device_check": f"torch on cuda:{gpu} in a run's box: ok (box)"})
+
+
+def test_every_worker_s_gpu_is_checked_before_the_baseline_and_each_experiment_checks_its_own(tmp_path):
+    """Two workers on a two-GPU machine: the preflight used to check gpu_index's GPU alone (before the baseline and
+    before every experiment, whichever worker's), so a second GPU the runs cannot use was found by its runs."""
+    executor, said = CheckedGpus(), io.StringIO()
+    loop = _loop(tmp_path, executor, said, loop_workers=2)
+    assert loop.setup() is None
+    assert executor.asked[:2] == [0, 1]  # both GPUs, before the baseline's first run
+    first_train = next(i for i, c in enumerate(executor.calls) if c[0] == "train")
+    assert [c[0] for c in executor.calls[:first_train]].count("preflight") == 2
+    assert "torch on cuda:0 in a run's box: ok (box)" in said.getvalue()
+    assert "torch on cuda:1 in a run's box: ok (box)" in said.getvalue()
+    assert [w.device for w in loop.ctx.night.workers] == ["0", "1"]
+    for w in loop.ctx.night.workers:  # the preflight before an experiment: the worker's own GPU
+        assert preflight(loop.ctx, w).ok
+        assert executor.asked[-1] == int(w.device)
+
+
+def test_a_worker_s_gpu_the_runs_cannot_use_stops_the_night_before_the_baseline_naming_it(tmp_path):
+    executor = CheckedGpus(broken=1)
+    loop = _loop(tmp_path, executor, loop_workers=2)
+    with pytest.raises(HarnessError) as caught:
+        loop.setup()
+    assert str(caught.value).startswith("preflight failed before the baseline (GPU 1, a worker's): torch cannot use "
+                                        "cuda:1 in a run's box")
+    assert [c for c in executor.calls if c[0] == "train"] == []  # nothing trained, not even the baseline

@@ -290,7 +290,7 @@ class SlurmExecutor(DataFolder):
                          log_tail="\n".join(tail))
 
     # -- Executor --------------------------------------------------------------------------------
-    def preflight(self, require_gpu: bool) -> Verdict:
+    def preflight(self, require_gpu: bool, gpu: int | None = None) -> Verdict:  # gpu: each job's own allocation
         metrics, problems = local_preflight(self.name, self.workspace, self.python)  # the shared workspace
         boxed = sandbox.preflight(self.sandbox)  # checked here; the nodes must have bwrap too (docs/SECURITY.md)
         metrics.update(boxed.metrics)

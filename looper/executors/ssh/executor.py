@@ -135,7 +135,7 @@ class SshExecutor(DataFolder):
         return settle_run(s, ended, self.host, self.link.drop_words(s.log_tail)), ended
 
     # -- Executor -------------------------------------------------------------------------------
-    def preflight(self, require_gpu: bool) -> Verdict:
+    def preflight(self, require_gpu: bool, gpu: int | None = None) -> Verdict:
         metrics: dict[str, Any] = {"executor": self.name, "host": self.host}
         for tool in ("ssh", "rsync"):
             if shutil.which(tool) is None:
@@ -169,10 +169,11 @@ class SshExecutor(DataFolder):
                 why = boxed.get("why") if isinstance(boxed, dict) else "the host did not answer the sandbox check"
                 problems.append(f"train.py cannot run in its sandbox on {self.host}: {why}")
         if require_gpu and not problems:
-            metrics["gpu"], problem = self._remote_gpu()
+            index = self.gpu_index if gpu is None else gpu
+            metrics["gpu"], problem = self._remote_gpu(index)
             if not problem:  # the GPU is there: can a run use it, in its box, under its limits? (once a night)
-                metrics["device_check"], problem = devicecheck.once_a_night(self.device_checked,
-                                                                            f"cuda:{self.gpu_index}", self.device_check)
+                metrics["device_check"], problem = devicecheck.once_a_night(self.device_checked, f"cuda:{index}",
+                                                                            self.device_check)
             if problem:
                 problems.append(problem)
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
@@ -198,13 +199,13 @@ class SshExecutor(DataFolder):
 
     def gpu_count(self) -> int | None:
         """The host's GPUs (NVML there)."""
-        reading, problem = self._remote_gpu()
+        reading, problem = self._remote_gpu(self.gpu_index)
         return None if problem else int(reading.get("count") or 0) or None
 
-    def _remote_gpu(self) -> tuple[dict, str]:
-        """One NVML reading on the host, through the synced looper package and pynvml there."""
+    def _remote_gpu(self, index: int) -> tuple[dict, str]:
+        """One NVML reading of GPU ``index`` on the host, through the synced looper package and pynvml there."""
         try:
-            reading = self.remote.ask("read", "--index", str(self.gpu_index), module="looper.executors.gpu",
+            reading = self.remote.ask("read", "--index", str(index), module="looper.executors.gpu",
                                       what="the NVML check", timeout=120)
         except TransportFault as fault:
             return {}, f"require_gpu is set but the GPU on {self.host} could not be checked: {fault}"
