@@ -49,13 +49,12 @@ def rlimit_verdict(returncode: int, stdout: str, limit: int, device: str) -> str
     preflight runs in a run's box): "ok (N bytes)" only when it exited 0 and its last line is the program's own
     ``looper-probe ok <device> True`` on the device asked for (a gradient that is not zero was computed there);
     anything else, a word "ok" somewhere included, is "BROKEN at N bytes (...)" with what it printed last."""
-    from looper.core.run.probe import BOX, MARK, Attempt
+    from looper.core.run.probe import BOX, Attempt
 
     attempt = Attempt(BOX, returncode, stdout)
     if attempt.answered(device):
         return f"ok ({limit} bytes)"
-    own = f"{MARK} ok {device} True"
-    why = f"exit {returncode}" if returncode else f"its last line {attempt.last_line()!r}, not {own!r}"
+    why = f"exit {returncode}" if returncode else f"its last line {attempt.last_line()!r}, not {Attempt.expected(device)!r}"
     return f"BROKEN at {limit} bytes ({why})"
 
 

@@ -44,9 +44,14 @@ class Attempt:
     exit_code: int | None
     output: str
 
+    @staticmethod
+    def expected(device: str) -> str:
+        """The program's own last line where it computed a gradient that is not zero on ``device``."""
+        return f"{MARK} ok {device} True"
+
     def answered(self, device: str) -> bool:
         """Exit 0 and its last line the program's own, for ``device``, with a gradient that is not zero."""
-        return self.exit_code == 0 and self.last_line() == f"{MARK} ok {device} True"
+        return self.exit_code == 0 and self.last_line() == self.expected(device)
 
     def last_line(self) -> str:
         return (self.output.strip().splitlines() or [""])[-1].strip()
