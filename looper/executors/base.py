@@ -9,12 +9,15 @@ decides what that means.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from looper.core.verdicts.verdict import Verdict
+
+if TYPE_CHECKING:
+    from looper.executors.nightgpu import GpuWatch
 
 FIXED_FILES = ("prepare.py", "evaluate.py")
 STARTUP_MARK = "LOOPER_STARTUP"  # train.py's line at its first optimizer step (its start-up ends there)
@@ -101,6 +104,11 @@ class Executor(Protocol):
     def gpu_count(self) -> int | None:
         """The GPUs a run's machine shows it, numbered from 0 as ``LOOPER_DEVICE`` names them (workers take them
         from ``[executor] gpu_index`` on in turn: looper.core.run.slots.worker_gpu); None: not known."""
+        ...
+
+    def watch_gpus(self, gpus: Collection[int]) -> GpuWatch | None:
+        """The night's watch of the GPUs its runs use, sampled until its ``stop()`` (looper.executors.nightgpu);
+        None where this executor cannot watch them."""
         ...
 
     def ensure_data(self, prepare_py: Path, data_dir: str, scale: str, seed: int) -> Verdict:

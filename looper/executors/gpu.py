@@ -8,11 +8,10 @@ a machine with no device, or a device that disappears mid-run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,37 +139,6 @@ def device_index(device: str, otherwise: int) -> int:
     """
     last = device.split(":")[-1]
     return int(last) if last.isdigit() else otherwise
-
-
-@contextlib.contextmanager
-def night_gpu(ctx: Any, gpus: Iterable[int] = ()) -> Iterator[None]:
-    """With ``[executor] require_gpu`` on an executor that reads its GPUs here (the local one): every GPU the
-    night's runs use (``gpus``, the workers' own; none named: ``[executor] gpu_index``) sampled every second while
-    the block runs, and one journal note when it ends: for each, the share of samples a kernel was running (busy),
-    the mean utilisation and the peak memory of the whole night, every run on it together."""
-    probe = getattr(ctx.executor, "probe", None)
-    if not ctx.cfg.executor.require_gpu or probe is None:
-        yield
-        return
-    nvml = probe._nvml if isinstance(probe, NvmlProbe) else None  # the executor's own NVML (a test's fake)
-    samplers = [GpuSampler(i, nvml=nvml).start() for i in sorted(set(gpus) or {ctx.cfg.executor.gpu_index})]
-    try:
-        yield
-    finally:
-        figures = [g for g in (s.stop() for s in samplers) if g.get("samples")]
-        if figures:
-            ctx.journal.event("note", night_gpu_line(figures))
-
-
-NIGHT_GPU = "GPU over the night:"  # the note's first words (looper.report.lines reads the last one)
-
-
-def night_gpu_line(figures: list[dict[str, Any]]) -> str:
-    """One note for the night's GPUs, each said in turn (a sampler's summary each)."""
-    return f"{NIGHT_GPU} " + "; ".join(
-        f"busy {g.get('busy_pct')}% of {g.get('samples')} samples (1 s), mean utilisation "
-        f"{g.get('mean_utilization_pct')}%, peak memory {g.get('peak_memory_mb')} MB of "
-        f"{g.get('memory_total_mb')} on GPU {g.get('index')} ({g.get('name') or '?'})" for g in figures)
 
 
 # -- sampling during a run ----------------------------------------------------------------

@@ -10,12 +10,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import looper.executors.devicecheck as devicecheck
 import looper.executors.evaluator as evaluator
 import looper.executors.limits as run_limits
+import looper.executors.nightgpu as nightgpu
 import looper.executors.prestart as prestart
 import looper.executors.sandbox as sandbox
 from looper import proc
@@ -132,6 +134,10 @@ class LocalExecutor(DataFolder):
         """This machine's GPUs (NVML)."""
         reading = self.probe.read()
         return reading.count if reading.ok else None
+
+    def watch_gpus(self, gpus: Collection[int]) -> nightgpu.Samplers:
+        """This machine's GPUs, sampled here through the preflight's NVML."""
+        return nightgpu.Samplers(gpus, nvml=self.probe._nvml if isinstance(self.probe, NvmlProbe) else None)
 
     def device_check(self, device: str) -> tuple[str, str]:
         """(what the check did, the problem or ""): looper.core.run.probe's program on ``device`` as a run runs

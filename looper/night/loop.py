@@ -24,7 +24,8 @@ from looper.core.run.slots import worker_gpu
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.errors import HarnessError, StuckError
 from looper.executors import Executor
-from looper.executors.gpu import device_index, night_gpu
+from looper.executors.gpu import device_index
+from looper.executors.nightgpu import night_gpu
 from looper.night.baseline import measure_baseline, verify
 from looper.night.candidate import Halted
 from looper.night.clock import now_iso

@@ -32,10 +32,19 @@ from looper.proc.trail import (  # noqa: F401 (the choke point's names: proc.set
     reap_trail,
     set_trail,
 )
-from looper.proc.wallclock import Launched, Limits, Supervised, emit_lines, end_launched, launch, supervise
+from looper.proc.wallclock import (
+    Launched,
+    Limits,
+    Supervised,
+    emit_lines,
+    end_launched,
+    finish_launched,
+    launch,
+    supervise,
+)
 
 __all__ = ["CappedLog", "LineCutter", "Launched", "Limits", "Supervised", "capped_log", "emit_lines",  # the choke
-           "end_launched", "launch", "set_output_caps", "supervise"]  # point's names: bounded run output (runlog),
+           "end_launched", "finish_launched", "launch", "set_output_caps", "supervise"]  # point's names: bounded run output (runlog),
 # the wall clock and a child started ahead of its run (wallclock)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from looper.proc.runlog import CAPS, CappedLog, LineCutter, close_quietly
-from looper.proc.trail import _kill_group, _merged_env, _trail_add, _trail_remove
+from looper.proc.trail import Completed, _kill_group, _merged_env, _trail_add, _trail_remove
 
 
 @dataclass
@@ -261,6 +261,27 @@ def end_launched(launched: Launched) -> None:
     for f in (launched.proc.stdin, launched.proc.stdout):
         close_quietly(f)
     _trail_remove(launched.trail)
+
+
+def finish_launched(launched: Launched, timeout: float, max_output: int = 1 << 20) -> Completed:
+    """Close a launched child's standard input (its sign to finish) and collect what it printed (the first
+    ``max_output`` bytes) until it ends; past ``timeout`` seconds its group is killed (``exit_code`` None)."""
+    started = time.monotonic()
+    close_quietly(launched.proc.stdin)
+    out: list[bytes] = []
+    reader = threading.Thread(target=lambda: out.append(launched.proc.stdout.read(max_output)), daemon=True)
+    reader.start()
+    try:
+        code: int | None = launched.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(launched.proc, signal.SIGKILL)
+        launched.proc.wait()
+        code = None
+    reader.join(timeout=5)
+    close_quietly(launched.proc.stdout)
+    _trail_remove(launched.trail)
+    text = b"".join(out).decode(errors="replace")
+    return Completed(tuple(launched.proc.args), code, text, "", code is None, time.monotonic() - started)
 
 
 def _hold(proc: subprocess.Popen, gate: Callable[[], bool], go: bytes = b"") -> bool:

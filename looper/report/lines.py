@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from looper.executors.gpu import NIGHT_GPU
+from looper.executors.nightgpu import NIGHT_GPU
 from looper.report.night import Night
 from looper.store import ExperimentRow
 
@@ -45,7 +45,7 @@ def gpu_line(n: Night) -> str:
     if g["ecc"]:
         parts.append("new uncorrected ECC errors in " + " ".join(f"#{i}" for i in g["ecc"]))
     night = next((e.message for e in reversed(n.events) if e.kind == "note" and e.message.startswith(NIGHT_GPU)), None)
-    if night:  # the whole night's samples (looper.executors.gpu.night_gpu): the busy share of the GPU
+    if night:  # the whole night's samples (looper.executors.nightgpu.night_gpu): the busy share of the GPU
         parts.append(night)
     return "  " + ("; ".join(parts) if parts else "no GPU figures recorded")
 

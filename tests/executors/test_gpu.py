@@ -238,29 +238,3 @@ def test_nvml_calls_of_every_sampler_in_the_process_never_overlap() -> None:
     assert all(s["samples"] > 3 and not s["lost"] for s in summaries), summaries
     assert overlaps[0] == 0
 
-
-def test_the_night_note_says_every_gpu_its_workers_use_each_with_its_own_figures() -> None:
-    """Workers on several GPUs: the night's note sampled gpu_index's GPU alone; now each GPU the workers use,
-    in one note, in GPU order (the report shows the night's last note)."""
-
-    class Named(FakeNvml):
-        def nvmlDeviceGetName(self, h: str) -> bytes:
-            return f"GPU-{h}".encode()
-
-    notes: list[tuple[str, str]] = []
-    ctx = types.SimpleNamespace(cfg=types.SimpleNamespace(executor=types.SimpleNamespace(require_gpu=True, gpu_index=1)),
-                                executor=types.SimpleNamespace(probe=NvmlProbe(1, nvml=Named(count=3))),
-                                journal=types.SimpleNamespace(event=lambda kind, words: notes.append((kind, words))))
-    with gpu.night_gpu(ctx, {2, 1}):
-        pass
-    with gpu.night_gpu(ctx):  # no GPU named: gpu_index's
-        pass
-    ctx.cfg.executor.require_gpu = False
-    with gpu.night_gpu(ctx, {2}):  # a CPU night: no sampler, no note
-        pass
-    assert [kind for kind, _ in notes] == ["note", "note"]
-    both, one = notes[0][1], notes[1][1]
-    assert both.startswith(f"{gpu.NIGHT_GPU} busy 100.0% of 1 samples (1 s), mean utilisation 50.0%"), both
-    assert "on GPU 1 (GPU-h1)" in both and "on GPU 2 (GPU-h2)" in both and "GPU 0" not in both
-    assert both.index("on GPU 1") < both.index("; busy") < both.index("on GPU 2")
-    assert "on GPU 1 (GPU-h1)" in one and "GPU 2" not in one

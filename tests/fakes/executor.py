@@ -69,6 +69,9 @@ class FakeExecutor:
         reading = probe.read() if probe is not None else None
         return reading.count if reading is not None and reading.ok else None
 
+    def watch_gpus(self, gpus: object) -> None:
+        return None  # a fake machine's GPUs are not sampled over the night
+
     def __init__(self, down: bool = False) -> None:
         self.down = down
         self.calls: list[tuple[str, int | None]] = []

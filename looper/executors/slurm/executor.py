@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -313,6 +313,10 @@ class SlurmExecutor(DataFolder):
         need_gpu = require_gpu or self.require_gpu or self.batch.gres.startswith("gpu")
         problems += partition_problems(parts.stdout, self.batch.partition, need_gpu, metrics)
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
+    def watch_gpus(self, gpus: Collection[int]) -> None:
+        """None: a run's node is known only once its job runs (each run's own figures come back from it)."""
+        return None
 
     def gpu_count(self) -> int:
         """One: each job has its own allocation ([executor] gres), its GPUs numbered from 0 there, so every worker's

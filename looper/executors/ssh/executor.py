@@ -27,12 +27,14 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import looper
 import looper.executors.devicecheck as devicecheck
 import looper.executors.limits as run_limits
+import looper.executors.nightgpu as nightgpu
 from looper import proc
 from looper.core.run import limits as core_limits
 from looper.core.verdicts.verdict import Verdict
@@ -196,6 +198,18 @@ class SshExecutor(DataFolder):
             return f"torch on {device} in a run's box on {self.host}: not checked", f"the GPU check on {self.host}: {words}"
         problem = probe.verdict(device, tried, str(answer.get("memory_words", "")))
         return probe.summary(device, tried, problem, self.host), (f"on {self.host}: {problem}" if problem else "")
+
+    def watch_gpus(self, gpus: Collection[int]) -> nightgpu.RemoteWatch | None:
+        """The host's GPUs, sampled there (``python -m looper.executors.nightgpu watch``) over a connection of its
+        own until the night ends (a dropped connection ends it too: its figures are then said missing); None
+        where it cannot even start."""
+        try:
+            line = self.remote.line("watch", *(f"--index={i}" for i in sorted(set(gpus))),
+                                    module="looper.executors.nightgpu")
+            argv = self.link.command(line, solo=True)
+        except TransportFault:
+            return None
+        return nightgpu.RemoteWatch(proc.launch(argv, cwd=self.workspace, env=None, hold=True), self.host, gpus)
 
     def gpu_count(self) -> int | None:
         """The host's GPUs (NVML there)."""

@@ -165,6 +165,30 @@ def test_preflight_require_gpu_without_a_remote_gpu_is_an_error(make_executor: M
     assert any("looper-test" in b and "GPU" in b for b in v.blocking), v.blocking
 
 
+def _watch_the_night(ex: SshExecutor) -> list[dict]:
+    assert ex.preflight(require_gpu=False).ok  # the host's folder and package, as the night has them by then
+    watch = ex.watch_gpus({0})
+    assert watch is not None
+    time.sleep(2)  # the night
+    return watch.stop()
+
+
+@tiers.NEEDS_GPU
+def test_the_night_s_gpu_is_watched_on_the_host_over_its_own_connection(make_executor: Make) -> None:
+    figures = _watch_the_night(make_executor())
+    assert [(g["index"], g["host"]) for g in figures] == [(0, "looper-test")]
+    assert figures[0]["samples"] >= 2 and figures[0]["name"] and figures[0]["busy_pct"] is not None, figures
+
+
+@tiers.NEEDS_NO_GPU
+def test_the_night_s_gpu_watch_on_a_host_without_one_answers_why_from_the_host(make_executor: Make) -> None:
+    """The ssh executor's night watch (looper/executors/nightgpu.py) is the host's own process, told to finish
+    when the night ends: here its answer is NVML's own reason (not a transport's: it ran there and answered)."""
+    figures = _watch_the_night(make_executor())
+    assert [(g["index"], g["host"], g["samples"]) for g in figures] == [(0, "looper-test", 0)]
+    assert "NVML" in figures[0]["problem"] and "the watch ended" not in figures[0]["problem"], figures
+
+
 def test_preflight_connection_refused_is_an_error(make_executor: Make) -> None:
     v = make_executor(host="looper-closed").preflight(require_gpu=False)
     assert v.status is Status.ERROR
