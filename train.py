@@ -50,7 +50,7 @@ DFL_GAIN = 1.5  # distribution focal loss gain
 CLS_PRIOR = 0.01  # initial class probability of the detection head (0: Ultralytics' default bias); from scratch or a fresh class layer (transfer) only: a pretrained head keeps its bias
 VALIDATE = False  # run Ultralytics' validation on the val tiles after each epoch (costs budget)
 WORKERS = 1  # data loader worker processes
-THREADS = 0  # torch CPU threads (0: LOOPER_THREADS when looper runs seeds side by side, else every core this process may use)
+THREADS = 0  # torch CPU threads (0: LOOPER_THREADS when looper runs several side by side, else OMP_NUM_THREADS where set, else every core this process may use)
 AMP = True  # mixed precision (float16) on a GPU, after a local check on this run's own model (amp_check: never a download); off on a CPU
 CACHE = "auto"  # decoded training tiles held in memory: auto (ram while they fit CACHE_LIMIT_MB) | ram | none
 CACHE_LIMIT_MB = 200  # CACHE = "auto": the distinct training tiles' decoded size up to which they are held, MB
@@ -82,6 +82,7 @@ SEED = int(env("LOOPER_SEED", "0"))
 DEVICE = env("LOOPER_DEVICE", "cpu")
 MAX_STEPS = int(os.environ.get("LOOPER_MAX_STEPS") or 0)  # 0: no step budget (wall clock only)
 PRETRAINED_DIR = Path(os.environ.get("LOOPER_PRETRAINED_DIR") or "pretrained").resolve()
+OMP_THREADS = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # the environment's own (Ultralytics sets 1)
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("YOLO_CONFIG_DIR", str(Path(".looper/ultralytics").resolve()))
@@ -424,7 +425,8 @@ def main() -> int:
         PHASES["trainer_setup"] = round(time.time() - T_START, 2)  # loaders, label caches, RAM cache, optimizer
         if not CUDA:  # Ultralytics set cores - 1 threads (1 of 2): the loader's worker is mostly idle here
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # macOS: no affinity
-            torch.set_num_threads(THREADS or int(os.environ.get("LOOPER_THREADS") or 0) or cores or 1)
+            told = int(os.environ.get("LOOPER_THREADS") or 0) or (int(OMP_THREADS) if OMP_THREADS.isdigit() else 0)
+            torch.set_num_threads(THREADS or told or cores or 1)
         if not VALIDATE:  # evaluate.py scores the model; Ultralytics' own validation only costs budget
             trainer.validate = lambda: (trainer.metrics, 0.0)  # type: ignore[attr-defined]
             trainer.final_eval = lambda: None  # type: ignore[attr-defined]

@@ -74,6 +74,7 @@ def launcher(imports: tuple[str, ...] = IMPORTS, *, setup: str = "", shift: int 
         setup
         + "import importlib, json, os, sys, time\n"
         "t0 = time.monotonic()\n"
+        "own_threads = os.environ.get('OMP_NUM_THREADS')  # the box's own; Ultralytics' import sets 1 where unset\n"
         f"for name in {imports!r}:\n"
         "    try:\n"
         "        mod = importlib.import_module(name)\n"
@@ -88,6 +89,8 @@ def launcher(imports: tuple[str, ...] = IMPORTS, *, setup: str = "", shift: int 
         "    print('looper prestart: not started (no run was given to this box)', flush=True)\n"
         f"    sys.exit({NOT_STARTED_EXIT})\n"
         "job = json.loads(line[2:]) if line[2:].strip() else {}\n"
+        "os.environ.pop('OMP_NUM_THREADS', None)  # the script reads the box's own, as started cold it does\n"
+        "os.environ.update({} if own_threads is None else {'OMP_NUM_THREADS': own_threads})\n"
         f"os.environ.update({{k: str(v) for k, v in job.get('env', {{}}).items() if k in {GO_VARS!r}}})\n"
         "null = os.open(os.devnull, os.O_RDONLY)\n"
         "os.dup2(null, 0)  # the script reads nothing from the harness\n"

@@ -18,12 +18,15 @@ def usable_cores() -> list[int]:
 
 
 def run_threads(cfg: Config) -> int:
-    """Each run's threads with ``seed_jobs`` x ``workers`` runs side by side on this process's cores (0
-    with ``seed_jobs`` 1: nothing set); a harness error naming the keys where there are fewer cores than runs."""
-    if cfg.loop.seed_jobs <= 1:
+    """Each run's threads with ``seed_jobs`` x ``workers`` runs side by side on this process's cores (the
+    local executor's; 0 with one run at a time: nothing set); a harness error naming the keys where there are
+    fewer cores than runs. Workers count too: two workers' runs each on every core of this 2-core machine took
+    34 s each where one thread each took 13 s (bench/RESULTS.md, "Threads of runs at the same time")."""
+    runs = core_cores.side_by_side(cfg.loop.seed_jobs, cfg.loop.workers, cfg.executor.kind == "local")
+    if runs <= 1:
         return 0
     try:
-        return core_cores.threads_per_run(len(usable_cores()), cfg.loop.seed_jobs * cfg.loop.workers)
+        return core_cores.threads_per_run(len(usable_cores()), runs)
     except core_cores.TooFewCores as exc:
         raise HarnessError(f"loop.seed_jobs {cfg.loop.seed_jobs} x loop.workers {cfg.loop.workers}: {exc}; "
-                           "lower loop.seed_jobs") from None
+                           "lower loop.seed_jobs or loop.workers") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from looper.core.run.cores import TooFewCores, threads_per_run
+from looper.core.run.cores import TooFewCores, side_by_side, threads_per_run
 
 
 @pytest.mark.parametrize("cores, runs, expected", [
@@ -27,3 +27,12 @@ def test_more_runs_than_cores_is_refused_naming_both(cores, runs):
 def test_no_runs_is_not_a_share(runs):
     with pytest.raises(ValueError, match="must be >= 1"):
         threads_per_run(2, runs)
+
+
+@pytest.mark.parametrize("seed_jobs, workers, here, runs", [
+    (1, 1, True, 1), (2, 1, True, 2), (1, 2, True, 2), (2, 2, True, 4), (4, 2, True, 8),
+    (1, 2, False, 1), (1, 4, False, 1),  # an ssh host's or SLURM nodes' cores are not this machine's
+])
+def test_the_runs_at_once_here_count_every_worker_s_seeds(seed_jobs, workers, here, runs):
+    """Two workers each running one seed at a time were counted as one run (each took every core)."""
+    assert side_by_side(seed_jobs, workers, here) == runs

@@ -41,15 +41,20 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _train(folder: Path, data: Path, steps: int, knobs: dict, pretrained_dir: Path | None = None,
-           cpus: set[int] | None = None) -> Path:
+           cpus: set[int] | None = None, omp: str | None = "") -> Path:
     """train.py (the workspace's, knobs rewritten) for ``steps`` steps in ``folder``, on ``cpus`` (default:
-    the cores this process may use); its LOOPER_OUT."""
+    the cores this process may use), with ``OMP_NUM_THREADS`` ``omp`` ("": as this process has it; None:
+    unset); its LOOPER_OUT."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.py").write_text(rewrite_knobs((ROOT / "train.py").read_text(), knobs))
     out = folder / "out"
     env = _env(LOOPER_DATA=str(data), LOOPER_OUT=str(out), LOOPER_SEED="0", LOOPER_DEVICE="cpu",
                LOOPER_MAX_STEPS=str(steps), LOOPER_BUDGET_SECONDS="600",
                YOLO_CONFIG_DIR=str(folder / "ultralytics"))
+    if omp is None:
+        env.pop("OMP_NUM_THREADS", None)
+    elif omp:
+        env["OMP_NUM_THREADS"] = omp
     if pretrained_dir is not None:
         env["LOOPER_PRETRAINED_DIR"] = str(pretrained_dir)
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
@@ -148,16 +153,19 @@ def test_warm_up_and_freezing_under_a_step_budget(tmp_path: Path, tiny_data: Pat
 
 def test_train_py_steps_on_the_cores_it_may_use(tmp_path: Path, tiny_data: Path) -> None:
     """THREADS = 0: torch's threads are the cores train.py may use, so a run pinned to one core (as
-    bench_search pins its arms) steps on one thread, and THREADS = 1 on a free machine on one too."""
+    bench_search pins its arms) steps on one thread, and THREADS = 1 on a free machine on one too; an
+    environment's own OMP_NUM_THREADS is honoured (torch's default; train.py once overrode it with every core)."""
     cores = os.sched_getaffinity(0)
     if len(cores) < 2:
         pytest.skip("machine condition: one CPU core here; a pinned run cannot be told from a free one")
-    pinned = _train(tmp_path / "pinned", tiny_data, 2, {"PRETRAINED": ""}, cpus={min(cores)})
+    pinned = _train(tmp_path / "pinned", tiny_data, 2, {"PRETRAINED": ""}, cpus={min(cores)}, omp=None)
     assert json.loads((pinned / "train.json").read_text())["threads"] == 1
-    free = _train(tmp_path / "free", tiny_data, 2, {"PRETRAINED": ""})
+    free = _train(tmp_path / "free", tiny_data, 2, {"PRETRAINED": ""}, omp=None)
     assert json.loads((free / "train.json").read_text())["threads"] == len(cores)
-    one = _train(tmp_path / "one", tiny_data, 2, {"PRETRAINED": "", "THREADS": 1})
+    one = _train(tmp_path / "one", tiny_data, 2, {"PRETRAINED": "", "THREADS": 1}, omp=None)
     assert json.loads((one / "train.json").read_text())["threads"] == 1
+    told = _train(tmp_path / "told", tiny_data, 2, {"PRETRAINED": ""}, omp="1")
+    assert json.loads((told / "train.json").read_text())["threads"] == 1
 
 
 @tiers.NEEDS_NO_GPU

@@ -204,6 +204,25 @@ def test_the_launchers_imports_never_initialise_cuda_where_a_gpu_is_there(tmp_pa
     assert len(imports) >= 9  # the lazy imports are in the list this checks
 
 
+@pytest.mark.parametrize("own", [None, "3"])
+def test_the_script_sees_the_box_s_own_thread_setting_not_the_one_its_imports_set(tmp_path: Path, own) -> None:
+    """Ultralytics' import sets OMP_NUM_THREADS=1 where it is unset; the launcher imports it before go, so a
+    prestarted train.py read 1 where a cold one (its own import later) read the environment's own: the threads
+    of the two differed (train.py honours the environment's OMP_NUM_THREADS, read before its own imports)."""
+    import subprocess
+
+    from looper.executors.prestart import LAUNCHER, go_line
+
+    (tmp_path / "train.py").write_text("import os\nprint('SEEN', os.environ.get('OMP_NUM_THREADS'), flush=True)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "YOLO_CONFIG_DIR")}
+    env.update({"YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp_path / "cfg")}, **({"OMP_NUM_THREADS": own} if own else {}))
+    p = subprocess.run([sys.executable, "-c", LAUNCHER, "train.py"], input=go_line({"LOOPER_SEED": "0"}),
+                       capture_output=True, timeout=180, cwd=tmp_path, env=env)
+    out = p.stdout.decode()
+    assert p.returncode == 0 and "not imported" not in out, out + p.stderr.decode()
+    assert f"SEEN {own}" in out, out
+
+
 def _eval(ex: LocalExecutor, ck: Path, weights: Path, rd: Path, ahead: bool):  # noqa: ANN202
     rd.mkdir()
     return ex.evaluate(EvalJob(checkout=ck, weights=weights, metrics_path=rd / "METRICS.json", log_path=rd / "eval.log",

@@ -33,3 +33,14 @@ def threads_per_run(cores: int, runs: int) -> int:
     if runs > cores:
         raise TooFewCores(f"{runs} runs side by side need a core each, but this process may use {cores}")
     return cores // runs
+
+
+def side_by_side(seed_jobs: int, workers: int, here: bool) -> int:
+    """The runs that train at once on the daemon's machine: each worker's ``seed_jobs`` seeds (the local
+    executor's only), and the workers' runs too where they run here (``here``; on an ssh host or SLURM nodes
+    the cores are not this machine's, and a worker's seeds run one at a time there).
+
+    >>> side_by_side(2, 2, True), side_by_side(1, 2, True), side_by_side(1, 2, False), side_by_side(1, 1, True)
+    (4, 2, 1, 1)
+    """
+    return seed_jobs * (workers if here else 1)
