@@ -171,8 +171,12 @@ def test_side_by_side_raises_what_a_call_raised():
 
 
 def test_each_run_s_threads_are_its_share_of_this_process_s_cores_by_seed_jobs_times_workers():
-    assert run_threads(config_from_dict({"loop": {"seed_jobs": 1, "workers": 2}})) == 0  # one at a time: unset
+    assert run_threads(config_from_dict({"loop": {"seed_jobs": 1, "workers": 1}})) == 0  # one at a time: unset
     assert run_threads(config_from_dict({"loop": {"seed_jobs": 2, "workers": 1}})) == len(CORES) // 2
+    # two workers' runs train at once here too (each on every core, they took 2.7 x as long each)
+    assert run_threads(config_from_dict({"loop": {"seed_jobs": 1, "workers": 2}})) == len(CORES) // 2
+    remote = {"kind": "ssh", "host": "gpu-box", "remote_dir": "looper"}  # the host's cores: not this machine's
+    assert run_threads(config_from_dict({"loop": {"workers": 2}, "executor": remote})) == 0
     too_many = len(CORES) + 1
     cfg = config_from_dict({"loop": {"seed_jobs": too_many, "workers": 1}})
     with pytest.raises(HarnessError, match=f"loop.seed_jobs {too_many} x loop.workers 1: {too_many} runs side by "
