@@ -30,6 +30,8 @@ Commands:
   is this command's own (128+N for a signal N). ``--gpu-index``: sample that GPU into
   ``DIR/gpu.json`` meanwhile. A ``LOOPER_LIMITS`` entry it cannot read: no run, the words in
   ``DIR/refused``, exit :data:`REFUSED_CODE` (the daemon's bug: its harness error, never the candidate's).
+  Where that entry says several runs at a time (the daemon's workers), the run gets its share of this host's
+  cores as ``LOOPER_THREADS``, ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` (looper.core.run.cores.host_threads).
 - ``check-device DEVICE [--sandbox isolated|network] --env K=V ...``: the daemon's GPU check on this host
   (looper/executors/devicecheck.py): torch on DEVICE as a run runs here, its attempts as JSON (``refused``: a
   ``LOOPER_LIMITS`` it cannot read).
@@ -60,6 +62,7 @@ import looper.executors.evaluator as evaluator
 import looper.executors.limits as limits
 import looper.executors.sandbox as sandbox
 from looper import proc
+from looper.core.run.cores import host_threads
 from looper.executors.common import label_index
 from looper.workspace.hashes import TEST_SEED_ENV, file_sha256, secret_seed_file, tree_hash
 
@@ -262,6 +265,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return REFUSED_CODE
     if box.on:  # what the run runs under here (limits [limits] left at 0 are this host's own): `end` hands it back
         _write_json(run / "caps.json", dataclasses.asdict(box.caps))
+    threads = 0 if "LOOPER_THREADS" in env else host_threads(limits.machine()["cores"], box.runs)
+    if threads:  # the daemon's workers' runs at a time on this host: each on its share of its cores
+        env.update({var: str(threads) for var in ("LOOPER_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     argv, after = wrap_on_host(args.argv, run, env, box.caps.tmp_max_bytes)  # LOOPER_SANDBOX=train|eval: this host's sandbox
     sampler = None
     if args.gpu_index is not None:

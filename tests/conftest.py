@@ -69,8 +69,8 @@ def _a_worker_s_share_of_the_cores() -> None:
     """Under pytest-xdist (``make test``: two workers on two cores), each worker's torch, and the runs its tests
     start, on its share of the cores (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``: the sandbox passes them on,
     train.py and evaluate.py's torch honour them; a night's runs side by side still get their explicit share).
-    Two workers' runs each on every core oversubscribed them: two tiny trainings at once took 34 s each where
-    one thread each took 13 s (bench/RESULTS.md, "Threads of runs at the same time"). A value already set wins."""
+    Two workers' runs each on every core oversubscribed them: two tiny trainings at once took 30.2 s each where
+    one thread each took 11.1 s (bench/RESULTS.md, "Threads of runs at the same time"). A value already set wins."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     if workers <= 1:
         return

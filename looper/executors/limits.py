@@ -293,7 +293,7 @@ def from_request(env: dict[str, str], out_dir: Path | None) -> Box:
     asked = core.read_request(parsed)
     m = machine()
     caps = core.on_host(asked.caps, asked.derive, core.derived(m["memory"], m["cores"], m["pid_max"], asked.runs), asked.runs)
-    return Box(caps, out_dir, asked.oom_score_adj, asked.min_free_bytes)
+    return Box(caps, out_dir, asked.oom_score_adj, asked.min_free_bytes, max(1, asked.runs))
 
 
 def box(out_dir: Path | None = None) -> Box:
@@ -312,6 +312,7 @@ class Box:
     out_dir: Path | None = None
     oom_score_adj: int = 1000
     min_free_bytes: int = 0
+    runs: int = 1  # the runs at a time that share the machine (an ssh host's: the daemon's request)
 
     def __post_init__(self) -> None:
         self.cgroups: dict[str, Path] = {}

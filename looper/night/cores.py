@@ -20,8 +20,9 @@ def usable_cores() -> list[int]:
 def run_threads(cfg: Config) -> int:
     """Each run's threads with ``seed_jobs`` x ``workers`` runs side by side on this process's cores (the
     local executor's; 0 with one run at a time: nothing set); a harness error naming the keys where there are
-    fewer cores than runs. Workers count too: two workers' runs each on every core of this 2-core machine took
-    34 s each where one thread each took 13 s (bench/RESULTS.md, "Threads of runs at the same time")."""
+    fewer cores than runs. Workers count too: two tiny trainings at once, each on every core of this 2-core
+    machine, took 30.2 s each where one thread each took 11.1 s (bench/RESULTS.md, "Threads of runs at the same
+    time"). An ssh host shares its own cores among the workers' runs (looper.remote run)."""
     runs = core_cores.side_by_side(cfg.loop.seed_jobs, cfg.loop.workers, cfg.executor.kind == "local")
     if runs <= 1:
         return 0

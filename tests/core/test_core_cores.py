@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from looper.core.run.cores import TooFewCores, side_by_side, threads_per_run
+from looper.core.run.cores import TooFewCores, host_threads, side_by_side, threads_per_run
 
 
 @pytest.mark.parametrize("cores, runs, expected", [
@@ -36,3 +36,9 @@ def test_no_runs_is_not_a_share(runs):
 def test_the_runs_at_once_here_count_every_worker_s_seeds(seed_jobs, workers, here, runs):
     """Two workers each running one seed at a time were counted as one run (each took every core)."""
     assert side_by_side(seed_jobs, workers, here) == runs
+
+
+@pytest.mark.parametrize("cores, runs, threads", [(16, 2, 8), (16, 3, 5), (2, 2, 1), (2, 3, 1), (1, 4, 1),
+                                                  (8, 1, 0), (8, 0, 0)])
+def test_an_ssh_host_s_runs_get_a_share_of_its_own_cores_and_at_least_one(cores, runs, threads):
+    assert host_threads(cores, runs) == threads

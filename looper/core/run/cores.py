@@ -44,3 +44,14 @@ def side_by_side(seed_jobs: int, workers: int, here: bool) -> int:
     (4, 2, 1, 1)
     """
     return seed_jobs * (workers if here else 1)
+
+
+def host_threads(cores: int, runs: int) -> int:
+    """The threads of each run on an ssh host where the daemon puts ``runs`` runs at a time (its workers) on its
+    ``cores``: an equal share, at least one (the host refuses nothing: the daemon cannot preflight its cores);
+    0 with one run at a time (nothing set: every core, or the environment's own setting).
+
+    >>> host_threads(16, 2), host_threads(2, 3), host_threads(8, 1)
+    (8, 1, 0)
+    """
+    return max(1, cores // runs) if runs > 1 else 0

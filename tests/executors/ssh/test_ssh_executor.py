@@ -611,6 +611,30 @@ def test_limits_left_at_0_are_the_host_s_own_and_the_result_says_so(make_executo
         limits._SETTINGS[0] = before
 
 
+@pytest.mark.parametrize("runs", [1, 2])
+def test_the_workers_runs_at_a_time_on_the_host_each_get_a_share_of_its_cores(make_executor: Make, checkout: Path,
+                                                                             tmp_path: Path, runs: int) -> None:
+    """Two workers on one ssh host ran each run on every core of it (the daemon sets threads for its own machine
+    only): the host now gives each run its share of its own cores (looper.core.run.cores.host_threads)."""
+    from looper.core.run.limits import Caps
+    from looper.executors import limits
+
+    before = limits.current()
+    limits._SETTINGS[0] = limits.Settings(Caps(pids_max=512), runs=runs)
+    try:
+        (checkout / "train.py").write_text(
+            "import os, json\nout = os.environ['LOOPER_OUT']\nnames = ('LOOPER_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS')\n"
+            "open(os.path.join(out, 'threads.json'), 'w').write(json.dumps([os.environ.get(k) for k in names]))\n")
+        job = _job(checkout, tmp_path, name=f"threads-{runs}")
+        r = make_executor().train(job, None, None)
+        assert r.clean_exit, (r, r.log_tail)
+        seen = json.loads((job.out_dir / "threads.json").read_text())
+        share = str(max(1, (os.cpu_count() or 1) // 2))  # the host is this machine here
+        assert seen[0] == (share if runs == 2 else None) and (runs == 1 or seen == [share] * 3), seen
+    finally:
+        limits._SETTINGS[0] = before
+
+
 def test_a_limits_request_the_host_cannot_read_is_a_harness_error_and_nothing_runs(make_executor: Make, checkout: Path,
                                                                                     tmp_path: Path) -> None:
     """The daemon writes LOOPER_LIMITS itself: one the host cannot read (here ``runs`` 0) is a harness bug. The host
