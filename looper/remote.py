@@ -63,7 +63,7 @@ import looper.executors.limits as limits
 import looper.executors.sandbox as sandbox
 from looper import proc
 from looper.core.run.cores import host_threads
-from looper.executors.common import label_index
+from looper.executors.common import THREAD_VARS, label_index
 from looper.workspace.hashes import TEST_SEED_ENV, file_sha256, secret_seed_file, tree_hash
 
 REFUSED_CODE = 70  # EX_SOFTWARE: `run` refused a request it could not read; DIR/refused says why
@@ -267,7 +267,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _write_json(run / "caps.json", dataclasses.asdict(box.caps))
     threads = 0 if "LOOPER_THREADS" in env else host_threads(limits.machine()["cores"], box.runs)
     if threads:  # the daemon's workers' runs at a time on this host: each on its share of its cores
-        env.update({var: str(threads) for var in ("LOOPER_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
+        env.update({var: str(threads) for var in ("LOOPER_THREADS", *THREAD_VARS)})
     argv, after = wrap_on_host(args.argv, run, env, box.caps.tmp_max_bytes)  # LOOPER_SANDBOX=train|eval: this host's sandbox
     sampler = None
     if args.gpu_index is not None:

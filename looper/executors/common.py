@@ -31,6 +31,9 @@ def last_lines(text: str, n: int = 3) -> str:
     return " | ".join(lines[-n:])
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # a run side by side: its thread pools, its share of the cores
+
+
 def child_env(yolo_config_dir: str, extra: dict[str, str] | None = None, **values: str) -> dict[str, str]:
     """The environment every child run gets (offline Ultralytics, unbuffered Python; CUDA numbers the GPUs as NVML
     does, by PCI bus, so that ``[executor] gpu_index`` N is the GPU the preflight and the sampler read: CUDA's own

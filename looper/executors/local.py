@@ -26,6 +26,7 @@ from looper.core.run.slots import boxes_ahead, boxes_ahead_words
 from looper.core.verdicts.verdict import Verdict
 from looper.executors.base import STARTUP_MARK, EvalJob, LineSink, RunResult, TrainJob
 from looper.executors.common import (
+    THREAD_VARS,
     DataFolder,
     child_env,
     eval_command,
@@ -40,8 +41,6 @@ from looper.executors.common import (
 from looper.executors.gpu import NvmlProbe
 from looper.executors.sandbox import SandboxPolicy
 from looper.workspace import trees
-
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # a run side by side: its thread pools, its share of the cores
 
 
 class LocalExecutor(DataFolder):
