@@ -269,10 +269,12 @@ REQUEST = "LOOPER_LIMITS"  # the environment entry asking ``looper.remote run`` 
 
 def request() -> dict[str, str]:
     """The daemon's limits as an environment entry for a run on an ssh host (none when off), with the names of
-    those ``[limits]`` left at 0 (``derive``): the host derives them from its own machine (:func:`from_request`)."""
+    those ``[limits]`` left at 0 (``derive``): the host derives them from its own machine (:func:`from_request`).
+    With no limits (``run_limits = false``) it still carries the runs at a time (the host's share of its cores
+    for each run, looper.remote ``cmd_run``), and nothing else."""
     s = current()
     if s.caps == core.Caps():
-        return {}
+        return {REQUEST: json.dumps({"runs": s.runs})} if s.runs > 1 else {}
     return {REQUEST: json.dumps({**dataclasses.asdict(s.caps), "oom_score_adj": s.oom_score_adj,
                                  "min_free_bytes": s.min_free_bytes, "derive": list(s.derived), "runs": s.runs},
                                 sort_keys=True)}

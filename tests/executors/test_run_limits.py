@@ -176,7 +176,7 @@ def test_an_ssh_host_derives_from_its_own_machine_what_the_daemon_left_at_0(sect
         limits._SETTINGS[0] = before
 
 
-def test_run_limits_off_ask_the_host_for_nothing() -> None:
+def test_run_limits_off_ask_the_host_for_no_limit_only_the_runs_at_a_time() -> None:
     from looper.config import config_from_dict
 
     before = limits.current()
@@ -184,5 +184,10 @@ def test_run_limits_off_ask_the_host_for_nothing() -> None:
         limits.configure(config_from_dict({"limits": {"run_limits": False}}).limits)
         assert limits.current().derived == () and limits.request() == {}
         assert limits.from_request({}, None).caps == Caps()
+        limits.configure(config_from_dict({"limits": {"run_limits": False}}).limits, runs=2)
+        asked = limits.request()  # two workers on the host: the count alone (each run's share of its cores)
+        assert json.loads(asked[limits.REQUEST]) == {"runs": 2}
+        box = limits.from_request(dict(asked), None)
+        assert box.caps == Caps() and not box.on and box.runs == 2
     finally:
         limits._SETTINGS[0] = before

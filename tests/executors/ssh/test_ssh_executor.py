@@ -611,16 +611,19 @@ def test_limits_left_at_0_are_the_host_s_own_and_the_result_says_so(make_executo
         limits._SETTINGS[0] = before
 
 
+@pytest.mark.parametrize("limited", [True, False], ids=["run-limits", "no-run-limits"])
 @pytest.mark.parametrize("runs", [1, 2])
 def test_the_workers_runs_at_a_time_on_the_host_each_get_a_share_of_its_cores(make_executor: Make, checkout: Path,
-                                                                             tmp_path: Path, runs: int) -> None:
+                                                                             tmp_path: Path, runs: int,
+                                                                             limited: bool) -> None:
     """Two workers on one ssh host ran each run on every core of it (the daemon sets threads for its own machine
-    only): the host now gives each run its share of its own cores (looper.core.run.cores.host_threads)."""
+    only): the host now gives each run its share of its own cores (looper.core.run.cores.host_threads), with
+    run limits and without (``[limits] run_limits = false``: the count travels alone, and no limit is set)."""
     from looper.core.run.limits import Caps
     from looper.executors import limits
 
     before = limits.current()
-    limits._SETTINGS[0] = limits.Settings(Caps(pids_max=512), runs=runs)
+    limits._SETTINGS[0] = limits.Settings(Caps(pids_max=512) if limited else Caps(), runs=runs)
     try:
         (checkout / "train.py").write_text(
             "import os, json\nout = os.environ['LOOPER_OUT']\nnames = ('LOOPER_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS')\n"
@@ -631,6 +634,7 @@ def test_the_workers_runs_at_a_time_on_the_host_each_get_a_share_of_its_cores(ma
         seen = json.loads((job.out_dir / "threads.json").read_text())
         share = str(max(1, (os.cpu_count() or 1) // 2))  # the host is this machine here
         assert seen[0] == (share if runs == 2 else None) and (runs == 1 or seen == [share] * 3), seen
+        assert bool(r.caps) == limited, r.caps  # no limits asked: none set on the host, the share all the same
     finally:
         limits._SETTINGS[0] = before
 
