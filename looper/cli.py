@@ -7,10 +7,12 @@ Exit codes (docs/REFERENCE.md section 7): ``looper run`` 0 stop rule or signal, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,22 @@ def _require_sandbox(cfg: Any) -> None:
                          f"{INSTALL_COMMAND}  (or opt out explicitly: [executor] sandbox = \"none\")")
 
 
+@contextlib.contextmanager
+def _daemon(root: Path, cfg: Any) -> Iterator[tuple[Any, Any]]:
+    """The commands that run experiments (run, confirm): the sandbox required, the workspace's daemon lock held
+    (one daemon a workspace) while they run, with the store and the executor."""
+    from looper.executors import make_executor
+    from looper.workspace.lock import DaemonLock
+
+    _require_sandbox(cfg)
+    lock = DaemonLock(root / ".looper" / "daemon.lock")
+    lock.acquire()
+    try:
+        yield _store(root), make_executor(root, cfg.executor)
+    finally:
+        lock.release()
+
+
 @app.command()
 @cli_errors
 def run(max_experiments: int | None = typer.Option(None, "--max-experiments", min=0),
@@ -122,11 +140,9 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
         pass
     from looper.agents import make_agent
     from looper.config import notify_urls
-    from looper.executors import make_executor
     from looper.night.display import make_display
     from looper.night.loop import Loop
     from looper.night.notify import AppriseNotifier
-    from looper.workspace.lock import DaemonLock
 
     root = _root()
     _require_workspace(root)
@@ -134,12 +150,7 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
     program_text, program = _program(root)
     if cfg.agent.kind in STRATEGIES and getattr(program, "problems", None):
         raise UsageError(f"program.md cannot drive the {cfg.agent.kind} agent: " + "; ".join(program.problems))
-    _require_sandbox(cfg)
-    lock = DaemonLock(root / ".looper" / "daemon.lock")
-    lock.acquire()
-    try:
-        store = _store(root)
-        executor = make_executor(root, cfg.executor)
+    with _daemon(root, cfg) as (store, executor):
         agent = make_agent(cfg.agent, program, workspace=root)
         notifier = AppriseNotifier(notify_urls(cfg, os.environ), secrets=_secrets(cfg))
         log_path = root / ".looper" / "logs" / f"looper-{time.strftime('%Y%m%d')}.log"
@@ -147,8 +158,6 @@ def run(max_experiments: int | None = typer.Option(None, "--max-experiments", mi
                     program_md=program_text)
         loop.install_signals()
         code = loop.run()
-    finally:
-        lock.release()
     raise typer.Exit(code)
 
 
@@ -268,22 +277,15 @@ def confirm(tag: str | None = typer.Option(None, "--tag"),
             transfer: bool = typer.Option(False, "--transfer", help="Then the transfer check: the best and the "
                                                                     "baseline trained at \\[confirm] transfer_steps.")) -> None:
     """Re-run the tag's best on fresh seeds and compare it with the tag's baseline (the confirmed figure)."""
-    from looper.executors import make_executor
     from looper.night.display import Display
     from looper.night.loop import Loop
     from looper.night.notify import AppriseNotifier
     from looper.store import queries
-    from looper.workspace.lock import DaemonLock
 
     root = _root()
     _require_workspace(root)
     cfg = _config(root, **{"loop.tag": tag})
-    _require_sandbox(cfg)
-    lock = DaemonLock(root / ".looper" / "daemon.lock")
-    lock.acquire()
-    try:
-        store = _store(root)
-        executor = make_executor(root, cfg.executor)
+    with _daemon(root, cfg) as (store, executor):
         loop = Loop(root, cfg, store, executor, agent=None, notifier=AppriseNotifier([]),
                     display=Display(sys.stderr), secrets=_secrets(cfg))
         loop.install_signals()  # a signal ends the current run; what was confirmed so far is recorded
@@ -295,8 +297,6 @@ def confirm(tag: str | None = typer.Option(None, "--tag"),
             error = loop.transfer(cid, "command") if transfer else None
         finally:
             executor.close()  # boxes started ahead of runs ([loop] prestart)
-    finally:
-        lock.release()
     record = next(c for c in queries.confirmations(store, cfg.loop.tag) if c.id == cid)
     typer.echo(record.headline)
     typer.echo(f"{record.runs} run(s), {record.seconds / 60:.1f} min of runs, {record.wall_seconds / 60:.1f} min wall")
