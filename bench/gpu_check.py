@@ -391,7 +391,8 @@ def step_night(c: Check, left: float) -> str:
             + (f", not imported before go: {', '.join(night['imports_left_to_runs'])}" if night["imports_left_to_runs"] else "")
             + f"), training {night['train_s']} s, evaluation "
             f"{night['eval_s']} s; "
-            f"{night['decided']} decided, {night['decisions_per_gpu_hour']}/GPU-hour; {gpu_words(night['gpu'])}"
+            f"{night['decided']} decided, {night['decisions_per_gpu_hour']}/GPU-hour; {gpu_words(night['gpu'])}; "
+            f"runs training {night['runs_training']}"
             + f"; train.py's start-up phases (s since its first line) {night['startup_phases']}"
             + ("" if limits.startswith("ok") or limits == "no prlimit" else "; run limits OFF (torch broke under RLIMIT_DATA)")
             + (f"; GPU check before the baseline: {night['device_check']}" if night.get("device_check") else "")

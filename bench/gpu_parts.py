@@ -62,9 +62,12 @@ def night_figures(db: Path, t0: float, t1: float) -> dict:
     import datetime as dt
     import sqlite3
 
+    from looper.core.run.phases import night_cover
+
     if not db.is_file():
         return {"experiments": "no database", "device_check": None, "runs": 0, "failed_runs": 0, "devices": {}, "decided": 0,
-                "startup_s": None, "train_s": None, "eval_s": None, "first_train_at": None, "startup_phases": {}}
+                "startup_s": None, "train_s": None, "eval_s": None, "first_train_at": None, "startup_phases": {},
+                "runs_training": None}
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     con.row_factory = sqlite3.Row
     exps = [dict(r) for r in con.execute("select id, kind, status, score, description from experiments order by id")]
@@ -106,4 +109,15 @@ def night_figures(db: Path, t0: float, t1: float) -> dict:
             "eval_s": mean([span(r["train_ended_at"], r["eval_ended_at"]) for r in runs]),
             "first_train_at": min(starts) if starts else None, "halt": halts[0][:300] if halts else None,
             "device_check": checks[0][:300] if checks else None,
-            "startup_phases": {k: mean(v) for k, v in phases.items()}}
+            "startup_phases": {k: mean(v) for k, v in phases.items()},
+            "runs_training": _cover_words(night_cover((r["started_at"], r["train_started_at"], r["train_ended_at"],
+                                                       r["eval_ended_at"] or r["finished_at"]) for r in runs))}
+
+
+def _cover_words(c: object) -> str | None:
+    """The share of the night's runs' clock some run trained (the report's "runs training" line, in short): on the
+    GPU, the scheduling's part of its idle time beside NVML's busy share."""
+    if c is None:
+        return None
+    return (f"{100 * c.share:.1f}% of {c.wall_s:.0f} s, {c.at_once:.1f} at a time, "  # type: ignore[attr-defined]
+            f"longest stretch with none {c.longest_gap_s:.0f} s")  # type: ignore[attr-defined]

@@ -37,7 +37,7 @@ from looper.night.integrity import preflight
 from looper.night.notify import Notifier
 from looper.night.tagstart import check_data, pin_tag, recover, restore_last_kept
 from looper.night.tuned import measure_thresholds
-from looper.store import Store
+from looper.store import EventRecord, Store
 
 ADVICE = {
     "halt": "Fix the harness problem named above (GPU, data, host, fixed files, database), then start "
@@ -255,7 +255,7 @@ class Loop:
             return self.halt(Halted(HarnessError(f"internal error in looper: {type(exc).__name__}: {exc}")))
         finally:
             ctx.executor.close()  # boxes started ahead of runs that will not come ([loop] prestart)
-            ctx.journal.event("stop", f"daemon stopped after {ctx.night.stats.experiments} experiment(s)")
+            ctx.journal.event("stop", f"{EventRecord.DAEMON_STOPPED} {ctx.night.stats.experiments} experiment(s)")
             ctx.display.close()
 
     def run_workers(self, limit: int, deadline: datetime | None) -> None:

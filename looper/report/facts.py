@@ -24,6 +24,7 @@ from typing import Any
 
 from looper.core.keep.score import PAIRED_TEST
 from looper.core.propose import exclusions as core_excl
+from looper.core.run.phases import Cover, night_cover
 from looper.core.scoring.classes import CLASSES
 from looper.core.verdicts.verdict import Outcome
 from looper.data.manifest import manifest_classes, workspace_data_dir
@@ -48,6 +49,7 @@ from looper.store.queries import (
     kept_texts,
     latest_start,
     lean_experiments,
+    run_clock,
     running_best,
     tag_baseline,
 )
@@ -124,9 +126,20 @@ def gather(store: Store, root: Path, since: str | None = None) -> Night:
         reference_seeds=_seeds(ref.metrics), baseline_scores=_baseline_scores(store, experiments),
         unfinished_baselines=_unfinished_baselines(store, experiments),
         sigma=tag_sigma(store, tag), class_order=order,
+        cover=_last_night_cover(store, since, events, start_tag or tag),
     )
     night.attention = attention(night, ref.approved)
     return night
+
+
+def _last_night_cover(store: Store, since: str | None, events: list[EventRecord], tag: str | None) -> Cover | None:
+    """How much of the window's last daemon night some run trained: its runs from its "start" (else the window's
+    own start) to its last entry (a later ``looper confirm``'s runs are not the night's)."""
+    starts = [i for i, e in enumerate(events) if e.kind == "start"]
+    first = starts[-1] + 1 if starts else 0
+    begin = events[starts[-1]].at if starts else since
+    until = next((e.at for e in events[first:] if e.ends_daemon), None)
+    return night_cover(run_clock(store, tag=tag, since=begin, until=until))
 
 
 def _class_order(root: Path) -> tuple[str, ...]:

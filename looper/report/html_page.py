@@ -17,7 +17,7 @@ from looper.core.verdicts.untrusted import clean as untrusted_clean
 from looper.report.classes import class_intervals, class_rows, with_intervals
 from looper.report.facts import gather
 from looper.report.fmt import OUTCOME_ORDER, clean, fmt, secs, shown, signed
-from looper.report.lines import gpu_line, step_budget_line, worker_lines
+from looper.report.lines import cover_line, gpu_line, step_budget_line, worker_lines
 from looper.report.night import Night
 from looper.report.noise import nothing_kept
 from looper.report.pictures import Pictures, pictures
@@ -301,9 +301,11 @@ def _intervals_html(n: Night) -> str:
 def _time_html(n: Night) -> str:
     rows = "".join(f'<tr><td><i class="sw" style="background:{TIME_COLORS[p]}"></i>{p}</td><td class="n" data-seconds="{n.time[p]:.3f}">{secs(n.time[p])}</td>'
                    f'<td class="n">{n.time_ids[p]}</td></tr>' for p in TIME_PARTS)
+    cover = cover_line(n)
     return (f'<section id="time"><h2>Where the time went</h2>{time_svg(n)}'
             f'<table><tr><th>part</th><th>time</th><th>experiments reporting it</th></tr>{rows}</table>'
-            f'<p>{html.escape(gpu_line(n).strip())}</p>'
+            + (f'<p id="runs-training">{html.escape(cover.strip())}</p>' if cover else "")
+            + f'<p>{html.escape(gpu_line(n).strip())}</p>'
             + "".join(f"<p>{html.escape(line)}</p>" for line in worker_lines(n)) + "</section>")
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from looper.executors.nightgpu import NIGHT_GPU
+from looper.report.fmt import secs
 from looper.report.night import Night
 from looper.store import ExperimentRow
 
-__all__ = ["gpu_line", "step_budget_line", "worker_lines"]
+__all__ = ["cover_line", "gpu_line", "step_budget_line", "worker_lines"]
 
 
 def worker_lines(n: Night) -> list[str]:
@@ -48,6 +49,19 @@ def gpu_line(n: Night) -> str:
     if night:  # the whole night's samples (looper.executors.nightgpu.night_gpu): the busy share of the GPU
         parts.append(night)
     return "  " + ("; ".join(parts) if parts else "no GPU figures recorded")
+
+
+def cover_line(n: Night) -> str | None:
+    """How much of the runs' clock some run was training (looper.core.run.phases.night_cover): on a GPU the
+    stretches with none are stretches the GPU had nothing to train. None when no run recorded its phases."""
+    c = n.cover
+    if c is None:
+        return None
+    line = (f"  runs training: {100 * c.share:.1f}% of the runs' clock ({secs(c.wall_s)} from the first run's start "
+            f"to the last one's end), {c.at_once:.1f} at a time on average")
+    if c.longest_gap_s > 0:
+        line += f"; the longest stretch with none training {secs(c.longest_gap_s)}, {secs(c.gap_starts_at)} in"
+    return line
 
 
 def step_budget_line(n: Night) -> str | None:

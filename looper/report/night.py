@@ -11,6 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from looper.core.run.phases import Cover
 from looper.core.scoring.classes import CLASSES
 from looper.report.fmt import num
 from looper.store import EventRecord, ExperimentRecord, ExperimentRow
@@ -234,6 +235,7 @@ class Night(Sorted):
     unfinished_baselines: dict[int, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     sigma: float | None = None          # the score noise the tag's baseline measured (for rounding, fmt.shown)
     class_order: tuple[str, ...] = CLASSES  # the data's classes in its manifest's order (looper's 26 by default)
+    cover: Cover | None = None          # how much of the runs' clock some run trained (None: no run's phases)
 
     @property
     def scored(self) -> list[ExperimentRow]:

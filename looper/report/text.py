@@ -21,7 +21,7 @@ from looper.report.fmt import (
     shown,
     signed,
 )
-from looper.report.lines import gpu_line, step_budget_line, worker_lines
+from looper.report.lines import cover_line, gpu_line, step_budget_line, worker_lines
 from looper.report.night import Night
 from looper.report.noise import nothing_kept
 from looper.report.pictures import glance_lines, pictures
@@ -246,6 +246,9 @@ def _time(con: Any, n: Night) -> None:
     for part in TIME_PARTS:
         share = 100.0 * n.time[part] / total_s if total_s else 0.0
         con.print(Text(f"  {part:<8} {secs(n.time[part]):>10}  {share:5.1f}%  ({n.time_ids[part]} experiment(s))"))
+    cover = cover_line(n)
+    if cover:
+        con.print(Text(cover))
     con.print(Text(gpu_line(n)))
     workers = worker_lines(n)
     if len(workers) > 1:

@@ -230,3 +230,21 @@ def run_figures(store: Store, tag: str | None = None, since: str | None = None) 
                 "role": role, "seed": seed, "score": score, "device": device, "train_peak_memory_mb": train_peak,
                 "gpu_utilization_pct": util, "gpu_busy_pct": busy, "gpu_peak_memory_mb": gpu_peak})
     return out
+
+
+def run_clock(store: Store, tag: str | None = None, since: str | None = None,
+              until: str | None = None) -> list[tuple[str | None, ...]]:
+    """The clock readings of ``tag``'s runs that started in ``since`` .. ``until`` (one daemon's night: a later
+    command's runs are not its), in one query: (started, training started, training ended, its last reading:
+    evaluated, else finished), ISO times or None (looper.core.run.phases.night_cover reads them)."""
+    r, t = m.runs, m.experiments
+    q = (select(r.c.started_at, r.c.train_started_at, r.c.train_ended_at, func.coalesce(r.c.eval_ended_at, r.c.finished_at))
+         .select_from(r.join(t, r.c.experiment_id == t.c.id)))
+    if tag is not None:
+        q = q.where(t.c.tag == tag)
+    if since is not None:
+        q = q.where(r.c.started_at >= since)
+    if until is not None:
+        q = q.where(r.c.started_at < until)
+    with store._ro() as conn:  # noqa: SLF001 - queries are part of the store package
+        return [tuple(row) for row in conn.execute(q.order_by(r.c.id))]

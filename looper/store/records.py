@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from looper.core.run.phases import Split, split
 from looper.core.verdicts.verdict import Outcome
@@ -232,6 +232,8 @@ class RunRecord(_Record):
 class EventRecord(_Record):
     """One journal entry."""
 
+    DAEMON_STOPPED: ClassVar[str] = "daemon stopped after"  # the "stop" the daemon journals as it ends (night/loop)
+
     id: int
     at: str
     tag: str
@@ -244,6 +246,11 @@ class EventRecord(_Record):
     def from_row(cls, row: Mapping[str, Any]) -> EventRecord:
         return cls(id=row["id"], at=row["at"], tag=row["tag"], experiment_id=row["experiment_id"],
                    kind=row["kind"], message=row["message"], data=_loads(row["data_json"]))
+
+    @property
+    def ends_daemon(self) -> bool:
+        """The daemon's last entry of its night (a stop rule's "stop" is not: the night's best is confirmed after)."""
+        return self.kind == "stop" and self.message.startswith(self.DAEMON_STOPPED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,3 +121,21 @@ def test_the_night_figures_carry_the_night_s_gpu_check_line(tmp_path: Path) -> N
     store.close()
     assert gpu_parts.night_figures(tmp_path / "experiments.db", 0, 1)["device_check"] == \
         "torch on cuda:0 in a run's box: ok (box)"
+
+
+def test_the_night_figures_say_how_much_of_the_runs_clock_some_run_trained(tmp_path: Path) -> None:
+    """The night step's "runs training" beside NVML's busy share: the scheduling's part of the GPU's idle time,
+    from the runs' phases in the night's database (the report's line, looper.core.run.phases.night_cover)."""
+    from looper.store import Store
+
+    store = Store(tmp_path / "experiments.db")
+    eid = store.start_experiment(tag="t", kind="baseline", config={}, description="baseline")
+    t = "2026-12-07T22:00:{:02d}.000000+00:00".format
+    store.add_run(eid, role="main", seed=0, started_at=t(0), train_started_at=t(2), train_ended_at=t(12),
+                  eval_ended_at=t(14), finished_at=t(14))
+    store.add_run(eid, role="main", seed=1, started_at=t(14), train_started_at=t(16), train_ended_at=t(26),
+                  eval_ended_at=None, finished_at=t(30))
+    store.close()
+    figures = gpu_parts.night_figures(tmp_path / "experiments.db", 0, 1)
+    assert figures["runs_training"] == "66.7% of 30 s, 0.7 at a time, longest stretch with none 4 s"
+    assert gpu_parts.night_figures(tmp_path / "none.db", 0, 1)["runs_training"] is None

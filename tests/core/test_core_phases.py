@@ -51,3 +51,45 @@ def test_useful_share(sp: Split, share: float | None) -> None:
 def test_as_dict_rounds_and_keeps_unknowns() -> None:
     assert Split(1.23456, None, 2.0).as_dict() == {"startup_seconds": 1.235, "train_seconds": None,
                                                    "eval_seconds": 2.0}
+
+
+@pytest.mark.parametrize(("spans", "window", "expected"), [
+    # two runs overlapping, then one after a gap
+    ([(0, 4), (2, 6), (8, 10)], (0, 10), phases.Cover(10.0, 8.0, 1.0, 2.0, 6.0)),
+    # the window's own start and end: no run trained before 2 or after 7
+    ([(2, 5), (3, 7)], (0, 10), phases.Cover(10.0, 5.0, 0.7, 3.0, 7.0)),
+    # the longest gap at the start wins over a later shorter one
+    ([(4, 5), (6, 10)], (0, 10), phases.Cover(10.0, 5.0, 0.5, 4.0, 0.0)),
+    # one run nested inside another: counted once in training_s, twice in at_once
+    ([(0, 10), (2, 4)], (0, 10), phases.Cover(10.0, 10.0, 1.2, 0.0, 0.0)),
+    # intervals clipped to the window; an empty or reversed one counts for nothing
+    ([(-5, 3), (9, 15), (5, 5), (7, 6)], (0, 10), phases.Cover(10.0, 4.0, 0.4, 6.0, 3.0)),
+    # nothing trained: all gap
+    ([], (0, 10), phases.Cover(10.0, 0.0, 0.0, 10.0, 0.0)),
+    # an empty window
+    ([(0, 1)], (5, 5), phases.Cover(0.0, 0.0, 0.0, 0.0, 0.0)),
+])
+def test_cover_of_training_intervals(spans: list, window: tuple, expected: phases.Cover) -> None:
+    got = phases.cover(spans, *window)
+    assert got == expected, got
+
+
+def test_cover_share() -> None:
+    assert phases.cover([(0, 9)], 0, 10).share == pytest.approx(0.9)
+    assert phases.cover([], 3, 3).share == 0.0
+
+
+def test_night_cover_from_the_runs_readings() -> None:
+    """The window runs from the earliest start to the latest reading of any run; a run that never reached its
+    first step adds to the window, not to the training; no run with both training ends: None, never 0 %."""
+    runs = [(T0, at(2), at(10), at(12)),         # trained 2-10, evaluated until 12
+            (at(1), at(4), at(11), at(14)),      # trained 4-11
+            (at(13), None, None, at(20)),        # crashed before its first step: the window ends at 20
+            (at(15), at(16), at(18), None)]      # trained 16-18, never evaluated
+    c = phases.night_cover(runs)
+    assert c is not None
+    assert (c.wall_s, c.training_s, c.longest_gap_s, c.gap_starts_at) == (20.0, 11.0, 5.0, 11.0)
+    assert c.at_once == pytest.approx((8 + 7 + 2) / 20)
+    assert phases.night_cover([(T0, None, None, at(5))]) is None
+    assert phases.night_cover([]) is None
+    assert phases.night_cover([(T0, at(5), at(3), at(6))]) is None  # out of order: not a training phase

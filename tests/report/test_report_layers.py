@@ -16,7 +16,7 @@ LAYERS: dict[str, set[str]] = {
     "attention": {"fmt", "night"},
     "classes": {"fmt", "night"},
     "noise": {"fmt", "night"},
-    "lines": {"night"},
+    "lines": {"fmt", "night"},
     "facts": {"fmt", "night", "attention", "classes", "noise", "lines"},
     "confirm": {"fmt"},
     "history": {"fmt", "confirm"},

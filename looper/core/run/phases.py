@@ -68,3 +68,66 @@ def add(splits: Iterable[Split]) -> Split:
             v, t = getattr(s, p), total[p]
             total[p] = None if v is None or t is None else t + v
     return Split(**total)
+
+
+@dataclass(frozen=True)
+class Cover:
+    """How much of a night's clock some run was training: the union of the runs' training phases over the
+    window from the first run's start to the last run's end. On a GPU night a stretch with no run training is
+    a stretch the GPU had nothing to train (an agent's proposal, a decision, every run of a look starting or
+    being evaluated at once); on any machine it is the scheduling's own part of the GPU's idle time."""
+
+    wall_s: float  # the window: the first run's start to the last run's end
+    training_s: float  # of it, the seconds in which at least one run trained
+    at_once: float  # the runs training at a time, on average over the window (their training seconds / wall_s)
+    longest_gap_s: float  # the longest stretch of the window with no run training
+    gap_starts_at: float  # where that stretch starts, in seconds from the window's start
+
+    @property
+    def share(self) -> float:
+        """The share of the window in which some run trained (0 when the window is empty)."""
+        return self.training_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def cover(training: Iterable[tuple[float, float]], start: float, end: float) -> Cover:
+    """The :class:`Cover` of the training intervals ``(began, ended)`` (seconds on one clock) over the window
+    ``start`` .. ``end``; an interval is clipped to the window, one that ends before it begins counts for
+    nothing.
+
+    >>> c = cover([(0, 4), (2, 6), (8, 10)], 0, 10)
+    >>> c.training_s, c.longest_gap_s, c.gap_starts_at, c.at_once
+    (8.0, 2.0, 6.0, 1.0)
+    """
+    wall = max(0.0, float(end) - float(start))
+    spans = sorted((max(float(a), start), min(float(b), end)) for a, b in training)
+    spans = [(a, b) for a, b in spans if b > a]
+    covered = busy = 0.0
+    gap, gap_at = 0.0, 0.0
+    reach = float(start)  # the end of the union so far
+    for a, b in spans:
+        busy += b - a
+        if a > reach and a - reach > gap:
+            gap, gap_at = a - reach, reach - start
+        covered += max(0.0, b - max(a, reach))
+        reach = max(reach, b)
+    if end - reach > gap:
+        gap, gap_at = end - reach, reach - start
+    return Cover(wall_s=wall, training_s=covered, at_once=busy / wall if wall > 0 else 0.0,
+                 longest_gap_s=max(0.0, gap), gap_starts_at=gap_at if wall > 0 else 0.0)
+
+
+def night_cover(runs: Iterable[tuple[str | None, str | None, str | None, str | None]]) -> Cover | None:
+    """The :class:`Cover` of a night's runs from each one's readings (started, training started, training
+    ended, its last reading: evaluated or finished; ISO times): the window from the earliest start to the
+    latest reading. None when no run has both ends of its training (nothing to say, never a 0 %)."""
+    rows = [tuple(_at(x) for x in r) for r in runs]
+    spans = [(a, b) for _, a, b, _ in rows if a is not None and b is not None and b >= a]
+    if not spans:
+        return None
+    zero = min(t for row in rows for t in row if t is not None)
+    last = max(t for row in rows for t in row if t is not None)
+
+    def s(t: datetime) -> float:
+        return (t - zero).total_seconds()
+
+    return cover(((s(a), s(b)) for a, b in spans), 0.0, s(last))
