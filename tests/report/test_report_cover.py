@@ -12,6 +12,7 @@ from pathlib import Path
 
 from looper.core.verdicts.verdict import Outcome
 from looper.report import gather, report_text, write_html
+from looper.report.json_report import report_json
 from looper.store import Store
 
 T0 = datetime(2026, 12, 7, 22, 0, 0, tzinfo=UTC)
@@ -54,6 +55,9 @@ def test_the_runs_training_line_covers_the_daemon_s_night_and_names_its_longest_
     assert line in report_text(store, tmp_path, console_width=400)
     page = write_html(store, tmp_path, tmp_path / "r.html").read_text()
     assert f'<p id="runs-training">{line.replace(chr(39), "&#x27;")}</p>' in page
+    assert report_json(store, tmp_path)["runs_training"] == {
+        "share": round(20 / 31, 4), "wall_seconds": 31.0, "training_seconds": 20.0, "runs_at_a_time": round(28 / 31, 3),
+        "longest_gap_seconds": 7.0, "longest_gap_at_seconds": 12.0}
 
 
 def test_a_night_still_running_counts_every_run_since_its_start(tmp_path: Path) -> None:
@@ -72,3 +76,4 @@ def test_no_run_with_its_training_phase_no_line(tmp_path: Path) -> None:
     store.add_run(bid, role="main", seed=0, exit_code=1, score=None)
     assert gather(store, tmp_path).cover is None
     assert "runs training:" not in report_text(store, tmp_path, console_width=400)
+    assert report_json(store, tmp_path)["runs_training"] is None
