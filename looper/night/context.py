@@ -90,6 +90,7 @@ class NightState:
         self._cfg = cfg
         self._threads: int | None = None  # [loop] seed_jobs > 1: each run's share of the cores
         self._threads_lock = threading.Lock()
+        self._said: set[str] = set()  # what the night says once (first_time)
 
     def wlabel(self, w: Worker) -> str:
         return f"[{w.label}] " if len(self.workers) > 1 else ""
@@ -101,6 +102,14 @@ class NightState:
             if self._threads is None:
                 self._threads = run_threads(self._cfg)
             return self._threads
+
+    def first_time(self, what: str) -> bool:
+        """True the first time the night asks about ``what``, False after (a note said once a night)."""
+        with self.count_lock:
+            if what in self._said:
+                return False
+            self._said.add(what)
+            return True
 
     def count(self, outcome: Outcome) -> None:
         with self.count_lock:

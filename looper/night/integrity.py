@@ -73,6 +73,12 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
     metrics: dict[str, Any] = {k: v.status.value for k, v in parts.items()}
     if parts["gpu_slots"].metrics:
         metrics["gpu_slots"] = parts["gpu_slots"].metrics
+        fill = parts["gpu_slots"].metrics.get("fill")
+        if fill and ctx.night.first_time("gpu_fill"):  # said once a night: the slots the workers leave empty
+            from looper.core.run.slots import FILL_NOTE
+
+            ctx.journal.event("note", FILL_NOTE + fill)
+            ctx.display.note(FILL_NOTE + fill)
     if parts["executor"].metrics.get("device_check"):  # the GPU check in a run's box (docs/GPU.md)
         metrics["device_check"] = parts["executor"].metrics["device_check"]
     if parts["pretrained"].metrics.get("transfer"):  # a checkpoint of other classes: fine-tuned as a transfer
@@ -105,7 +111,7 @@ def _gpu_slots(ctx: Context, gpu: dict[str, Any] | None) -> Verdict:
     """With ``require_gpu``: the runs at a time on the busiest GPU (``seed_jobs`` x the workers on it) fit its
     free memory at the tag's measured peak a run (looper.core.run.slots); more would fail as out-of-memory
     crashes blamed on the candidates."""
-    from looper.core.run.slots import gpu_slots, prestart, runs_per_gpu
+    from looper.core.run.slots import fill_words, gpu_slots, prestart, runs_per_gpu
     from looper.night.cores import usable_cores
     from looper.store.queries import gpu_run_peak_mb
 
@@ -114,9 +120,11 @@ def _gpu_slots(ctx: Context, gpu: dict[str, Any] | None) -> Verdict:
     loop = ctx.cfg.loop
     plan = gpu_slots(float(gpu.get("memory_free_mb") or 0), gpu_run_peak_mb(ctx.store, loop.tag), len(usable_cores()))
     overlap = prestart(loop.prestart, ctx.cfg.executor.require_gpu)
-    runs = runs_per_gpu(loop.seed_jobs, loop.workers, ctx.cfg.executor.gpu_index, int(gpu.get("count") or 0),
-                        prestart=overlap)
+    first, count = ctx.cfg.executor.gpu_index, int(gpu.get("count") or 0)
+    runs = runs_per_gpu(loop.seed_jobs, loop.workers, first, count, prestart=overlap)
     metrics = {"slots": plan.slots, "runs_per_gpu": runs, "plan": plan.line(), "prestart": overlap}
+    if ctx.cfg.executor.kind == "local":  # the cores that feed the GPU are this machine's (an ssh host's are not known)
+        metrics["fill"] = fill_words(plan, loop.seed_jobs, loop.workers, first, count, overlap)
     if runs > plan.by_memory:
         both = " (training and, with loop.prestart, as many evaluated beside them)" if overlap and loop.seed_jobs > 1 else ""
         return Verdict.errored(f"loop.seed_jobs {loop.seed_jobs} x loop.workers {loop.workers} put {runs} runs at a "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from looper.core.run.slots import FILL_NOTE
 from looper.report.fmt import MAX_ATTENTION, clean, id_list
 from looper.report.night import Attention, Night
 
@@ -104,6 +105,9 @@ def _notes(n: Night, approved: bool) -> list[Attention]:
     if len(n.interrupted) > MAX_ATTENTION:
         rest = n.interrupted[MAX_ATTENTION:]
         out.append(Attention("note", f"{len(rest)} more interrupted: {id_list(e.id for e in rest)}"))
+    fill = next((e.message for e in reversed(n.events) if e.kind == "note" and e.message.startswith(FILL_NOTE)), None)
+    if fill:  # the night's GPU had room for more runs than its workers trained (looper.core.run.slots.fill_words)
+        out.append(Attention("note", fill))
     if not approved and n.baseline is not None:
         out.append(Attention("note", f"no approved baseline yet: the gates compare against the tag-start baseline "
                                      f"#{n.baseline.id}", n.baseline.id, f"looper baseline approve {n.baseline.id}"))

@@ -12,11 +12,13 @@ from looper.core.run.slots import (
     MAX_SLOTS,
     boxes_ahead,
     boxes_ahead_words,
+    fill_words,
     gpu_slots,
     host_runs,
     prestart,
     runs_per_gpu,
     worker_gpu,
+    workers_to_fill,
 )
 
 
@@ -115,3 +117,30 @@ def test_boxes_wait_ahead_one_a_run_as_far_as_a_quarter_of_the_memory_holds_them
                      f"{expected} of the {runs} runs' boxes may wait ahead (a quarter of this machine's "
                      f"{memory // GIB} GiB, about 768 MiB a box, beside the daemon); the others start when their "
                      "runs come")
+
+
+@pytest.mark.parametrize("free_mb, peak, cores, seed_jobs, workers, count, overlap, expected", [
+    (140_000, 137, 16, 4, 1, 1, False, 2),    # 8 slots by the cores, 4 a worker: two workers fill them
+    (140_000, 137, 16, 4, 1, 1, True, 2),     # with prestart: 16 processes, memory for 119
+    (140_000, 137, 16, 4, 2, 1, True, 2),     # full already: the workers asked
+    (140_000, 137, 16, 8, 1, 1, False, 1),    # one worker of 8 seeds fills 8 slots
+    (140_000, 137, 16, 4, 3, 1, False, 3),    # more than fill them (the preflight judges it): never fewer
+    (140_000, 137, 16, 4, 1, 2, False, 4),    # two GPUs, 8 slots each: 2 workers a GPU
+    (140_000, 137, 16, 1, 1, 1, False, 8),    # one seed at a time: 8 workers
+    (140_000, 137, 64, 1, 1, 1, False, MAX_SLOTS),  # the cap
+    (20_000, 3200, 16, 2, 1, 1, True, 1),     # memory for 4 processes: 2 training + 2 evaluated beside them
+    (20_000, 3200, 16, 2, 1, 1, False, 2),    # the same without prestart: 4 trainings
+])
+def test_workers_to_fill_the_slots(free_mb, peak, cores, seed_jobs, workers, count, overlap, expected):
+    plan = gpu_slots(free_mb, peak, cores)
+    assert workers_to_fill(plan, seed_jobs, workers, 0, count, prestart=overlap) == expected
+
+
+def test_the_words_name_the_workers_that_fill_a_gpu_and_say_nothing_where_it_is_full():
+    plan = gpu_slots(140_000, 137, 16)
+    words = fill_words(plan, 4, 1, 0, 1)
+    assert words.startswith(f"the GPU takes {plan.line()}; this night trains 4 at a time on it "
+                            "(loop.seed_jobs 4 x loop.workers 1): loop.workers = 2 would fill it"), words
+    many = fill_words(plan, 4, 1, 0, 2)
+    assert many.startswith("each of the 2 GPUs from 0 on takes 8 runs at a time") and "loop.workers = 4 would fill them" in many
+    assert fill_words(plan, 4, 2, 0, 1) == "" and fill_words(plan, 8, 1, 0, 1) == ""

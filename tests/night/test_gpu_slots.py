@@ -178,3 +178,31 @@ def test_a_worker_s_gpu_the_runs_cannot_use_stops_the_night_before_the_baseline_
     assert str(caught.value).startswith("preflight failed before the baseline (GPU 1, a worker's): torch cannot use "
                                         "cuda:1 in a run's box")
     assert [c for c in executor.calls if c[0] == "train"] == []  # nothing trained, not even the baseline
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_gpu_the_night_leaves_half_empty_is_said_once_naming_the_workers_that_fill_it(tmp_path, monkeypatch, workers):
+    """A GPU machine's 16 cores feed 8 runs on its GPU (looper.core.run.slots.gpu_slots); 4 seeds side by side on
+    one worker train 4: the GPU waits while the agent proposes and each look is judged. The night says so once,
+    naming loop.workers = 2; with 2 workers it says nothing."""
+    import looper.night.cores as cores
+
+    monkeypatch.setattr(cores, "usable_cores", lambda: list(range(16)))  # a GPU machine's cores (this one has 2)
+    stream = io.StringIO()
+    loop = _loop(tmp_path, OneGpuExecutor(free_mb=140_000), stream, loop_seed_jobs=4, loop_workers=workers)
+    assert loop.setup() is None
+    preflight(loop.ctx, loop.ctx.main_worker())  # the preflight before an experiment: not said again
+    notes = [e.message for e in loop.ctx.store.journal(kind="note") if e.message.startswith("GPU slots: ")]
+    if workers == 2:
+        assert notes == [] and "GPU slots: " not in stream.getvalue()
+        return
+    words = ("GPU slots: the GPU takes 8 runs at a time (limited by cores: 140000 MB free / 4096 MB a run -> 27; "
+             "16 cores / 2 a run -> 8; at most 16); this night trains 4 at a time on it (loop.seed_jobs 4 x "
+             "loop.workers 1): loop.workers = 2 would fill it (one worker's runs train while another's agent "
+             "proposes and its looks are judged)")
+    assert notes == [words]
+    assert stream.getvalue().count("GPU slots: ") == 1
+    from looper.report import gather
+
+    attention = [a for a in gather(loop.ctx.store, loop.ctx.root).attention if a.text.startswith("GPU slots: ")]
+    assert [(a.level, a.text) for a in attention] == [("note", words)]  # the morning's report says it too

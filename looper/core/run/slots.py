@@ -19,6 +19,7 @@ CUDA_CONTEXT_MB = 800.0
 HEADROOM = 0.8  # the share of the GPU's free memory runs may plan on (the CUDA context and fragmentation)
 CORES_PER_RUN = 2  # a run's main process and its data loader worker (train.py's WORKERS = 1)
 MAX_SLOTS = 16  # more runs on one GPU than this: contention, not throughput (8 copies: 5.2x of 1, 4: 3.7x)
+FILL_NOTE = "GPU slots: "  # the night's note of the slots its workers leave empty (fill_words), once a night
 
 
 @dataclass(frozen=True)
@@ -143,3 +144,44 @@ def prestart(mode: str, require_gpu: bool) -> bool:
     (True, False, True, False)
     """
     return mode == "on" or (mode == "auto" and require_gpu)
+
+
+def workers_to_fill(plan: SlotPlan, seed_jobs: int, workers: int, first: int, count: int,
+                    prestart: bool = False) -> int:
+    """The most workers (at least ``workers``) whose runs the GPUs still take at a time: on the busiest GPU its
+    trainings within ``plan.slots``, and with ``prestart`` the evaluations beside them within its memory
+    (``plan.by_memory``), as :func:`runs_per_gpu` counts them.
+
+    >>> plan = gpu_slots(140_000, 137, 16)  # 8 slots, limited by the cores
+    >>> workers_to_fill(plan, 4, 1, 0, 1), workers_to_fill(plan, 4, 1, 0, 1, prestart=True), workers_to_fill(plan, 8, 1, 0, 1)
+    (2, 2, 1)
+    """
+    def fits(w: int) -> bool:
+        return (runs_per_gpu(seed_jobs, w, first, count) <= plan.slots
+                and runs_per_gpu(seed_jobs, w, first, count, prestart) <= plan.by_memory)
+
+    most = max(1, workers)
+    while most < MAX_SLOTS * max(1, count - first) and fits(most + 1):
+        most += 1
+    return most
+
+
+def fill_words(plan: SlotPlan, seed_jobs: int, workers: int, first: int, count: int, prestart: bool = False) -> str:
+    """The words, where the night's runs leave a GPU's slots empty (:func:`workers_to_fill` more than
+    ``workers``), naming the key that fills them; "" where they are full. One worker leaves its GPU idle while its
+    agent proposes and while the last runs of each look are evaluated and judged; another worker's runs fill it.
+
+    >>> print(fill_words(gpu_slots(140_000, 137, 16), 4, 1, 0, 1))
+    the GPU takes 8 runs at a time (limited by cores: 140000 MB free / 937 MB a run -> 119; 16 cores / 2 a run -> 8; at most 16); this night trains 4 at a time on it (loop.seed_jobs 4 x loop.workers 1): loop.workers = 2 would fill it (one worker's runs train while another's agent proposes and its looks are judged)
+    >>> fill_words(gpu_slots(140_000, 137, 16), 4, 2, 0, 1)
+    ''
+    """
+    most = workers_to_fill(plan, seed_jobs, workers, first, count, prestart)
+    if most <= workers:
+        return ""
+    gpus = max(1, count - first)
+    where, on = ("the GPU", "it") if gpus == 1 else (f"each of the {gpus} GPUs from {first} on", "the busiest")
+    return (f"{where} takes {plan.line()}; this night trains {runs_per_gpu(seed_jobs, workers, first, count)} at a "
+            f"time on {on} (loop.seed_jobs {seed_jobs} x loop.workers {workers}): loop.workers = {most} would fill "
+            f"{'it' if gpus == 1 else 'them'} (one worker's runs train while another's agent proposes and its looks "
+            "are judged)")
