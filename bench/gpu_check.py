@@ -154,6 +154,7 @@ def step_facts(c: Check, left: float) -> str:
     facts = json.loads(torch.stdout.strip().splitlines()[-1]) if torch.returncode == 0 else {"torch": _tail(torch)}
     facts["nvidia_smi"] = smi.stdout.strip() if smi and smi.returncode == 0 else None
     facts["cores"] = os.cpu_count()
+    facts["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")  # the runs get it: it renumbers their GPUs
     facts["bwrap"] = carried(c, "bwrap", ("bubblewrap", "libcap2", "libselinux1"))
     facts["git"] = carried(c, "git", ("git",))
     facts["cuda_under_rlimit_data"] = cuda_under_rlimit(c)
@@ -165,7 +166,8 @@ def step_facts(c: Check, left: float) -> str:
                 f"with [limits] run_limits = false")
     return (f"ok {facts.get('device') or 'cpu (dry run)'}; driver {facts['nvidia_smi'] or '-'}; torch "
             f"{facts.get('torch')} cuda {facts.get('cuda_build')}; {facts['cores']} cores; bwrap {facts['bwrap']}; "
-            f"git {facts['git']}; torch under looper's RLIMIT_DATA: {facts['cuda_under_rlimit_data']}")
+            f"git {facts['git']}; torch under looper's RLIMIT_DATA: {facts['cuda_under_rlimit_data']}"
+            + (f"; CUDA_VISIBLE_DEVICES={facts['cuda_visible_devices']}" if facts["cuda_visible_devices"] is not None else ""))
 
 
 def night_shape(c: Check) -> tuple[int, int]:

@@ -22,7 +22,7 @@ import looper.executors.prestart as prestart
 import looper.executors.sandbox as sandbox
 from looper import proc
 from looper.core.run import probe
-from looper.core.run.slots import boxes_ahead, boxes_ahead_words
+from looper.core.run.slots import boxes_ahead, boxes_ahead_words, renumbered
 from looper.core.verdicts.verdict import Verdict
 from looper.executors.base import STARTUP_MARK, EvalJob, LineSink, RunResult, TrainJob
 from looper.executors.common import (
@@ -121,9 +121,12 @@ class LocalExecutor(DataFolder):
             index = self.gpu_index if gpu is None else gpu
             reading = (self.probe if index == self.gpu_index else self.probe.at(index)).read()  # a worker's GPU
             metrics["gpu"] = reading.as_dict()
+            moved = renumbered(os.environ.get("CUDA_VISIBLE_DEVICES"), [index], reading.count)  # the runs get it here
             if not reading.ok:
                 problems.append(f"require_gpu is set but no usable GPU: {reading.problem}")
-            elif not problems:  # the GPU is there: can a run use it, in its box, under its limits? (once a night)
+            if moved:  # the runs would train on another GPU than the one checked, sampled and sized
+                problems.append(moved)
+            if reading.ok and not problems:  # the GPU is there: can a run use it, in its box, under its limits? (once a night)
                 metrics["device_check"], problem = devicecheck.once_a_night(self.device_checked, f"cuda:{index}",
                                                                             self.device_check)
                 problems += [problem] if problem else []

@@ -16,6 +16,7 @@ from looper.core.run.slots import (
     gpu_slots,
     host_runs,
     prestart,
+    renumbered,
     runs_per_gpu,
     worker_gpu,
     workers_to_fill,
@@ -144,3 +145,33 @@ def test_the_words_name_the_workers_that_fill_a_gpu_and_say_nothing_where_it_is_
     many = fill_words(plan, 4, 1, 0, 2)
     assert many.startswith("each of the 2 GPUs from 0 on takes 8 runs at a time") and "loop.workers = 4 would fill them" in many
     assert fill_words(plan, 4, 2, 0, 1) == "" and fill_words(plan, 8, 1, 0, 1) == ""
+
+
+@pytest.mark.parametrize("visible, count", [("GPU-8d5c9b7e-aaaa", 1), ("1", 1), ("", 1), ("2", 0)])
+def test_one_gpu_nvml_sees_is_the_only_one_a_run_can_train_on(visible, count):
+    """A container given one GPU (often by UUID): no other GPU to train on; the GPU check says whether cuda:0 works.
+    An unknown count (0) is not one GPU."""
+    assert (renumbered(visible, [0], count) == "") is (count == 1)
+
+
+@pytest.mark.parametrize("visible, gpus, seen, fix", [
+    (None, [0], None, None),           # unset: the runs number the GPUs as NVML does
+    ("0", [0], None, None),
+    ("0,1,2", [0, 2], None, None),     # every GPU the workers use keeps its number
+    ("0,3", [0], None, None),          # cuda:0 is NVML's 0; cuda:1 (NVML's 3) is not used
+    ("2", [0], "their cuda:0 is NVML's GPU 2", "set [executor] gpu_index = 2"),
+    ("1,0", [0], "their cuda:0 is NVML's GPU 1", "set [executor] gpu_index = 1"),
+    ("0,3", [0, 1], "their cuda:1 is NVML's GPU 3", "name the GPU by [executor] gpu_index alone"),
+    ("0", [1], "their cuda:1 is no GPU", "name the GPU by [executor] gpu_index alone"),
+    ("", [0], "their cuda:0 is no GPU", "name the GPU by [executor] gpu_index alone"),  # every GPU hidden
+    ("GPU-8d5c9b7e-aaaa", [0], "their cuda:0 is 'GPU-8d5c9b7e-aaaa'", "name the GPU by [executor] gpu_index alone"),
+    ("MIG-1234,0", [0], "their cuda:0 is 'MIG-1234'", "name the GPU by [executor] gpu_index alone"),
+])
+def test_a_cuda_visible_devices_that_renumbers_the_runs_gpus_is_named_with_the_key_to_set(visible, gpus, seen, fix):
+    words = renumbered(visible, gpus, count=4, where="the environment of gpu-box")
+    if seen is None:
+        assert words == ""
+        return
+    assert words.startswith(f"CUDA_VISIBLE_DEVICES={visible} in the environment of gpu-box renumbers the GPUs for "
+                            f"the runs ({seen}) but not for NVML"), words
+    assert words.endswith(f"unset CUDA_VISIBLE_DEVICES there and {fix} (nvidia-smi's index)"), words

@@ -159,3 +159,37 @@ def test_a_worker_s_preflight_reads_and_checks_the_gpu_its_runs_use(tmp_path: Pa
     v = ex.preflight(require_gpu=True, gpu=5)
     assert "require_gpu is set but no usable GPU: no GPU at index 5 (NVML sees 2)" in v.blocking
     assert checked == ["cuda:1", "cuda:0"]
+
+
+@pytest.mark.parametrize("visible, blocked", [("1", True), ("1,0", True), ("0,1", False), ("0", False), (None, False)])
+def test_a_cuda_visible_devices_that_renumbers_the_runs_gpus_stops_the_preflight_before_the_check(
+        tmp_path: Path, limited, monkeypatch, visible, blocked) -> None:
+    """The runs get the daemon's CUDA_VISIBLE_DEVICES (the sandbox passes it), and number the GPUs by PCI bus: with
+    ``1`` a run told cuda:0 trains on NVML's GPU 1, while the preflight, the sampler and the slots read NVML's GPU 0.
+    On a machine of 2 GPUs that is a harness error naming the key to set, and nothing is checked in a box."""
+    limited()
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    boxed = sandbox._env_args({}, clear=True)  # what a sandboxed run's environment is built from
+    passed = [boxed[i + 2] for i, a in enumerate(boxed) if a == "--setenv" and boxed[i + 1] == "CUDA_VISIBLE_DEVICES"]
+    assert passed == ([] if visible is None else [visible])
+    ex = LocalExecutor(tmp_path / "ws", python=sys.executable, gpu_index=0, probe=NvmlProbe(0, nvml=FakeNvml(count=2)))
+    (tmp_path / "ws").mkdir()
+    checked: list[str] = []
+
+    def check(device: str) -> tuple[str, str]:
+        checked.append(device)
+        return f"torch on {device} in a run's box: ok (box)", ""
+
+    ex.device_check = check  # type: ignore[method-assign]
+    v = ex.preflight(require_gpu=True)
+    if not blocked:
+        assert v.ok and checked == ["cuda:0"], v.blocking
+        return
+    assert v.blocking == [f"CUDA_VISIBLE_DEVICES={visible} in looper's environment renumbers the GPUs for the runs "
+                          "(their cuda:0 is NVML's GPU 1) but not for NVML, by which [executor] gpu_index names the GPU "
+                          "the night checks, samples and sizes: unset CUDA_VISIBLE_DEVICES there and set [executor] "
+                          "gpu_index = 1 (nvidia-smi's index)"], v.blocking
+    assert checked == []

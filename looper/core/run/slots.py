@@ -9,6 +9,7 @@ the CPU cores that feed them (each run's process and its data loader): :func:`gp
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 DEFAULT_RUN_PEAK_MB = 4096.0  # a run's GPU memory before any run of the tag measured it (a demo run: < 1 GB)
@@ -185,3 +186,38 @@ def fill_words(plan: SlotPlan, seed_jobs: int, workers: int, first: int, count: 
             f"time on {on} (loop.seed_jobs {seed_jobs} x loop.workers {workers}): loop.workers = {most} would fill "
             f"{'it' if gpus == 1 else 'them'} (one worker's runs train while another's agent proposes and its looks "
             "are judged)")
+
+
+def renumbered(visible: str | None, gpus: Iterable[int], count: int = 0, where: str = "looper's environment") -> str:
+    """Why the runs would train on another GPU than the one NVML's ``gpus`` name, where ``CUDA_VISIBLE_DEVICES``
+    (``visible``, as the runs get it from ``where``) renumbers theirs; "" where it is unset or keeps each of
+    ``gpus`` its own number. The runs number the GPUs by PCI bus (``CUDA_DEVICE_ORDER``, set for them), so an
+    entry N is NVML's GPU N, and a run told ``cuda:i`` trains on the i-th entry; the preflight, the sampler and
+    the slots read NVML's GPU i: the GPU checked, sampled and sized would not be the one trained on. Where NVML
+    sees one GPU (``count`` 1: a container given one, whose variable often names it by UUID) there is no other to
+    train on: whether a run can use ``cuda:0`` is the GPU check's to say.
+
+    >>> renumbered(None, [0]), renumbered("0,1", [0, 1]), renumbered("0,3", [0]), renumbered("GPU-8d5c", [0], 1)
+    ('', '', '', '')
+    >>> print(renumbered("2", [0]))
+    CUDA_VISIBLE_DEVICES=2 in looper's environment renumbers the GPUs for the runs (their cuda:0 is NVML's GPU 2) but not for NVML, by which [executor] gpu_index names the GPU the night checks, samples and sizes: unset CUDA_VISIBLE_DEVICES there and set [executor] gpu_index = 2 (nvidia-smi's index)
+    """
+    if visible is None:
+        return ""
+    entries = [e.strip() for e in visible.split(",")]
+
+    def own(i: int) -> bool:  # the runs' cuda:i is NVML's GPU i
+        return i < len(entries) and entries[i].isdigit() and int(entries[i]) == i
+
+    moved = [i for i in sorted(set(gpus)) if not own(i)]
+    if not moved or (count == 1 and moved == [0]):
+        return ""
+    first = moved[0]
+    target = entries[first] if first < len(entries) and entries[first].isdigit() else None
+    seen = f"their cuda:{first} is NVML's GPU {target}" if target is not None else \
+        f"their cuda:{first} is {'no GPU' if first >= len(entries) or not entries[first] else repr(entries[first])}"
+    fix = f"set [executor] gpu_index = {target} (nvidia-smi's index)" if target is not None and first == 0 else \
+        "name the GPU by [executor] gpu_index alone (nvidia-smi's index)"
+    return (f"CUDA_VISIBLE_DEVICES={visible} in {where} renumbers the GPUs for the runs ({seen}) but not for NVML, "
+            f"by which [executor] gpu_index names the GPU the night checks, samples and sizes: unset "
+            f"CUDA_VISIBLE_DEVICES there and {fix}")

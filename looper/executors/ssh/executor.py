@@ -37,6 +37,7 @@ import looper.executors.limits as run_limits
 import looper.executors.nightgpu as nightgpu
 from looper import proc
 from looper.core.run import limits as core_limits
+from looper.core.run.slots import renumbered
 from looper.core.verdicts.verdict import Verdict
 from looper.errors import ConfigError
 from looper.executors.base import EvalJob, LineSink, RunResult, TrainJob
@@ -173,11 +174,14 @@ class SshExecutor(DataFolder):
         if require_gpu and not problems:
             index = self.gpu_index if gpu is None else gpu
             metrics["gpu"], problem = self._remote_gpu(index)
-            if not problem:  # the GPU is there: can a run use it, in its box, under its limits? (once a night)
+            visible = facts.get("cuda_visible_devices")
+            count = metrics["gpu"].get("count") if isinstance(metrics["gpu"], dict) else 0
+            moved = renumbered(visible if isinstance(visible, str) else None, [index], int(count or 0),
+                               f"the environment of {self.host}")
+            if not problem and not moved:  # the GPU is there: can a run use it, in its box, under its limits? (once a night)
                 metrics["device_check"], problem = devicecheck.once_a_night(self.device_checked, f"cuda:{index}",
                                                                             self.device_check)
-            if problem:
-                problems.append(problem)
+            problems += [p for p in (problem, moved) if p]  # moved: its runs would train on another GPU than the one checked
         return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
 
     def device_check(self, device: str) -> tuple[str, str]:

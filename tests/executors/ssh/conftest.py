@@ -27,6 +27,7 @@ from looper.executors.ssh.executor import SshExecutor
 
 SSHD = "/usr/sbin/sshd"
 HOST = "looper-test"
+CUDA1_HOST = "looper-cuda1"  # the same host, its sessions with CUDA_VISIBLE_DEVICES=1
 
 
 def _require_tools() -> None:
@@ -93,13 +94,16 @@ class SshServer:
             "MaxSessions 64\nMaxStartups 64\nLogLevel ERROR\n"
             # bash reads ~/.bashrc for commands sshd starts unless SHLVL says it is nested; a
             # heavy .bashrc (pyenv init) would add ~0.5 s to every remote command of the suite
-            "SetEnv SHLVL=1\n")
+            "SetEnv SHLVL=1\n"
+            # a host whose sessions get CUDA_VISIBLE_DEVICES (the looper-cuda1 alias sends it, as a login's rc would set it)
+            "AcceptEnv CUDA_VISIBLE_DEVICES\n")
         common = ("  HostName 127.0.0.1\n"
                   f"  Port {self.port}\n  User {user}\n  IdentitiesOnly yes\n"
                   "  UserKnownHostsFile /dev/null\n  StrictHostKeyChecking no\n  LogLevel ERROR\n")
         (home / "ssh_config").write_text(
             f"Host {HOST}\n{common}  IdentityFile {home / 'user_key'}\n  ConnectTimeout 5\n\n"
             f"Host looper-badkey\n{common}  IdentityFile {home / 'other_key'}\n\n"
+            f"Host {CUDA1_HOST}\n{common}  IdentityFile {home / 'user_key'}\n  SetEnv CUDA_VISIBLE_DEVICES=1\n\n"
             f"Host looper-closed\n  HostName 127.0.0.1\n  Port {_free_port()}\n  User {user}\n"
             "  UserKnownHostsFile /dev/null\n  StrictHostKeyChecking no\n")
         self.ssh_config = home / "ssh_config"
