@@ -139,11 +139,9 @@ def test_a_passed_check_holds_for_the_night_and_a_failed_one_is_made_again(tmp_p
     assert calls == [NO_SUCH_GPU, NO_SUCH_GPU]  # made again after the failure, then held
 
 
-def test_a_worker_s_preflight_reads_and_checks_the_gpu_its_runs_use(tmp_path: Path, limited) -> None:
-    """Workers on GPUs 0 and 1: the preflight before a worker's experiment reads that worker's GPU through the
-    same NVML and checks a run can use it (each GPU's pass held for the night); a GPU NVML does not see is
-    named, and nothing is checked on it."""
-    limited()
+def _two_gpus(tmp_path: Path) -> tuple[LocalExecutor, list[str]]:
+    """The local executor on a machine of 2 GPUs (a fake NVML), its check in a run's box recorded (the devices it
+    was asked for) and passing."""
     ex = LocalExecutor(tmp_path / "ws", python=sys.executable, gpu_index=0, probe=NvmlProbe(0, nvml=FakeNvml(count=2)))
     (tmp_path / "ws").mkdir()
     checked: list[str] = []
@@ -153,6 +151,15 @@ def test_a_worker_s_preflight_reads_and_checks_the_gpu_its_runs_use(tmp_path: Pa
         return f"torch on {device} in a run's box: ok (box)", ""
 
     ex.device_check = check  # type: ignore[method-assign]
+    return ex, checked
+
+
+def test_a_worker_s_preflight_reads_and_checks_the_gpu_its_runs_use(tmp_path: Path, limited) -> None:
+    """Workers on GPUs 0 and 1: the preflight before a worker's experiment reads that worker's GPU through the
+    same NVML and checks a run can use it (each GPU's pass held for the night); a GPU NVML does not see is
+    named, and nothing is checked on it."""
+    limited()
+    ex, checked = _two_gpus(tmp_path)
     assert ex.preflight(require_gpu=True, gpu=1).metrics["device_check"] == "torch on cuda:1 in a run's box: ok (box)"
     assert ex.preflight(require_gpu=True).ok and ex.preflight(require_gpu=True, gpu=1).ok
     assert checked == ["cuda:1", "cuda:0"]  # each GPU once a night
@@ -175,15 +182,7 @@ def test_a_cuda_visible_devices_that_renumbers_the_runs_gpus_stops_the_preflight
     boxed = sandbox._env_args({}, clear=True)  # what a sandboxed run's environment is built from
     passed = [boxed[i + 2] for i, a in enumerate(boxed) if a == "--setenv" and boxed[i + 1] == "CUDA_VISIBLE_DEVICES"]
     assert passed == ([] if visible is None else [visible])
-    ex = LocalExecutor(tmp_path / "ws", python=sys.executable, gpu_index=0, probe=NvmlProbe(0, nvml=FakeNvml(count=2)))
-    (tmp_path / "ws").mkdir()
-    checked: list[str] = []
-
-    def check(device: str) -> tuple[str, str]:
-        checked.append(device)
-        return f"torch on {device} in a run's box: ok (box)", ""
-
-    ex.device_check = check  # type: ignore[method-assign]
+    ex, checked = _two_gpus(tmp_path)
     v = ex.preflight(require_gpu=True)
     if not blocked:
         assert v.ok and checked == ["cuda:0"], v.blocking
