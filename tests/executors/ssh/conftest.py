@@ -154,6 +154,12 @@ def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]
 
 
 @pytest.fixture
+def cuda1_host() -> str:
+    """The alias of the test host whose sessions get CUDA_VISIBLE_DEVICES=1 (its ssh client sends it)."""
+    return CUDA1_HOST
+
+
+@pytest.fixture
 def sshd(sshd_server: SshServer) -> SshServer:
     sshd_server.start()  # a test before may have stopped it
     return sshd_server

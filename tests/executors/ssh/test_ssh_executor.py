@@ -189,18 +189,17 @@ def test_the_night_s_gpu_watch_on_a_host_without_one_answers_why_from_the_host(m
     assert "NVML" in figures[0]["problem"] and "the watch ended" not in figures[0]["problem"], figures
 
 
-def test_a_host_whose_sessions_renumber_the_gpus_stops_the_gpu_preflight_naming_the_variable(make_executor: Make) -> None:
+def test_a_host_whose_sessions_renumber_the_gpus_stops_the_gpu_preflight_naming_the_variable(make_executor: Make,
+                                                                                           cuda1_host: str) -> None:
     """A host whose sessions set CUDA_VISIBLE_DEVICES=1 (a login's rc file; here the ssh client sends it): its runs get
     it (the host's sandbox passes it) and number the GPUs by PCI bus, so a run told cuda:0 trains on NVML's GPU 1
     while the preflight and the night's watch read GPU 0. The host says what its sessions get (``facts``); the
     preflight names it and checks nothing in a box. Where NVML sees one GPU there is no other to train on, and the
     GPU check in a run's box is what fails (cuda:0 is no GPU to torch there)."""
-    from conftest import CUDA1_HOST
-
-    ex = make_executor(host=CUDA1_HOST)
+    ex = make_executor(host=cuda1_host)
     v = ex.preflight(require_gpu=True)
     assert ex.remote.ask("facts", what="the host's facts")["cuda_visible_devices"] == "1"
-    words = (f"CUDA_VISIBLE_DEVICES=1 in the environment of {CUDA1_HOST} renumbers the GPUs for the runs (their "
+    words = (f"CUDA_VISIBLE_DEVICES=1 in the environment of {cuda1_host} renumbers the GPUs for the runs (their "
              "cuda:0 is NVML's GPU 1) but not for NVML")
     if (v.metrics.get("gpu") or {}).get("count") == 1:
         assert any("torch cannot use cuda:0" in b for b in v.blocking), v.blocking
