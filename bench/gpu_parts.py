@@ -8,6 +8,10 @@ import json
 import statistics
 import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from looper.core.run.phases import Cover
 
 
 def unpack_deb(deb: Path, root: Path) -> None:
@@ -114,10 +118,10 @@ def night_figures(db: Path, t0: float, t1: float) -> dict:
                                                        r["eval_ended_at"] or r["finished_at"]) for r in runs))}
 
 
-def _cover_words(c: object) -> str | None:
+def _cover_words(c: Cover | None) -> str | None:
     """The share of the night's runs' clock some run trained (the report's "runs training" line, in short): on the
     GPU, the scheduling's part of its idle time beside NVML's busy share."""
     if c is None:
         return None
-    return (f"{100 * c.share:.1f}% of {c.wall_s:.0f} s, {c.at_once:.1f} at a time, "  # type: ignore[attr-defined]
-            f"longest stretch with none {c.longest_gap_s:.0f} s")  # type: ignore[attr-defined]
+    return (f"{100 * c.share:.1f}% of {c.wall_s:.0f} s, {c.at_once:.1f} at a time, "
+            f"longest stretch with none {c.longest_gap_s:.0f} s")
