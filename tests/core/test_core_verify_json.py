@@ -186,6 +186,22 @@ def test_clock_reads_a_finished_run() -> None:
     assert "OVER its 4 s budget" in vj.pytest_clock.clock_line(clock, fast=True, budget_s=4)
 
 
+@pytest.mark.parametrize(("markexpr", "covered", "paths", "fast"), [
+    ("not e2e", False, ["/r/tests"], True),                # make test-fast, make verify-json (testpaths)
+    ("not  e2e", False, ["tests"], True),
+    ("not e2e", False, ["/r"], True),
+    ("not e2e", True, ["/r/tests/core"], False),           # make test's coverage step: not the tier
+    ("not e2e", True, ["/r/tests"], False),                # coverage tracing slows every test
+    ("not e2e", False, ["/r/tests/core"], False),          # a part of the tier
+    ("not e2e", False, ["tests/core/test_core_gate.py"], False),
+    ("", False, ["/r/tests"], False),                      # every tier
+    ("e2e", False, ["/r/tests"], False),
+])
+def test_only_the_whole_fast_tier_untraced_is_held_to_its_budget(markexpr: str, covered: bool, paths: list[str],
+                                                                   fast: bool) -> None:
+    assert vj.pytest_clock.is_fast_tier(markexpr, covered, paths, "/r") is fast
+
+
 def test_clock_of_a_killed_run_keeps_what_finished_and_names_the_running_test() -> None:
     text = _events({"event": "collected", "tests": 3, "at": 1.0},
                    {"event": "start", "test": "t::a", "at": 1.0}, {"event": "done", "test": "t::a", "seconds": 2.0, "at": 3.0},
