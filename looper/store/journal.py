@@ -50,8 +50,10 @@ class JournalRows:
         since: str | _dt.datetime | None = None,
         kind: str | Iterable[str] | None = None,
         limit: int | None = None,
+        startswith: str | None = None,
     ) -> list[EventRecord]:
-        """Journal entries by id; ``since`` bounds ``at`` (inclusive); ``limit`` keeps the newest N."""
+        """Journal entries by id; ``since`` bounds ``at`` (inclusive); ``startswith``: only messages that begin with
+        it (taken literally: ``%`` and ``_`` are no wildcards); ``limit`` keeps the newest N."""
         t = m.events
         q = select(t)
         if tag is not None:
@@ -60,4 +62,6 @@ class JournalRows:
             q = q.where(t.c.at >= _bound(since, "since"))
         if kind is not None:
             q = q.where(t.c.kind.in_([kind] if isinstance(kind, str) else list(kind)))
+        if startswith is not None:
+            q = q.where(t.c.message.startswith(startswith, autoescape=True))
         return [EventRecord.from_row(r._mapping) for r in self._newest(q, t.c.id, limit)]

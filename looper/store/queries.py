@@ -163,6 +163,16 @@ def latest_start(store: Store) -> EventRecord | None:
     return starts[-1] if starts else None
 
 
+def night_note(store: Store, prefix: str) -> EventRecord | None:
+    """The latest ``note`` beginning with ``prefix`` journaled since the last daemon run began (None before any, or
+    where that night has none: an earlier night's note, of other keys perhaps, is not this one's)."""
+    start = latest_start(store)
+    if start is None:
+        return None
+    notes = store.journal(kind="note", since=start.at, startswith=prefix, limit=1)
+    return notes[-1] if notes and notes[-1].id > start.id else None
+
+
 def tag_baseline(store: Store, tag: str) -> ExperimentRecord | None:
     """The tag-start baseline: the tag's latest kept baseline experiment, or None."""
     rows = store.find_experiments(tag=tag, kind="baseline", status=Outcome.KEEP, limit=1)

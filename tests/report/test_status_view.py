@@ -100,3 +100,22 @@ def test_status_says_each_run_s_share_of_the_machine_s_memory(seeded: Seeded) ->
     cfg.executor.kind, cfg.executor.host, cfg.loop.workers = "ssh", "gpu1", 2  # the host derives its own share
     assert status_text(seeded.store, cfg, lock).splitlines()[1].endswith(
         "each run's memory: its share of 75 % of the host's (2 runs at a time there)")
+
+
+def test_status_shows_the_last_night_s_gpu_slots_note_and_no_earlier_night_s(seeded: Seeded) -> None:
+    """The note a night with a GPU it leaves half empty journals once (looper.core.run.slots.fill_words): shown under
+    the slots while that night is the last one; a later night without it (its workers changed, say) shows none."""
+    from looper.core.run.slots import FILL_NOTE
+
+    def fill_lines() -> list[str]:
+        return [x for x in _status(seeded).splitlines() if FILL_NOTE in x]
+
+    seeded.store.add_event(TAG, "start", "daemon started (pid 1, 1 worker(s))")
+    assert fill_lines() == []
+    seeded.store.add_event(TAG, "note", "say GPU slots: only at the beginning")
+    seeded.store.add_event(TAG, "note", FILL_NOTE + "the GPU takes 8 runs at a time; loop.workers = 2 would fill it")
+    lines = _status(seeded).splitlines()
+    assert lines[2] == "  GPU slots: the GPU takes 8 runs at a time; loop.workers = 2 would fill it", lines
+    seeded.store.add_event(TAG, "start", "daemon started (pid 2, 2 worker(s))")
+    assert fill_lines() == []
+

@@ -290,6 +290,19 @@ def test_events_journal(store: Store) -> None:
         store.add_event("t", "note", "x", experiment_id=4242)
 
 
+def test_the_journal_filters_on_a_message_s_beginning_taken_literally(store: Store) -> None:
+    store.add_event("t", "note", "GPU slots: 8 at a time")
+    store.add_event("t", "note", "GPU slotsX: a wildcard would match this")
+    store.add_event("t", "note", "100% of it")
+    store.add_event("t", "note", "10 of it")
+    store.add_event("t", "note", "said of GPU slots: not at the beginning")
+    assert [e.message for e in store.journal(startswith="GPU slots: ")] == ["GPU slots: 8 at a time"]
+    assert [e.message for e in store.journal(startswith="GPU slots_")] == []  # "_" is no one-character wildcard
+    assert [e.message for e in store.journal(startswith="10")] == ["100% of it", "10 of it"]
+    assert [e.message for e in store.journal(startswith="10%")] == []  # "%" is no wildcard either
+    assert [e.message for e in store.journal(startswith="10", limit=1)] == ["10 of it"]
+
+
 def test_tags_pin_what_was_true_at_start(store: Store) -> None:
     assert store.tag_record("t") is None
     store.put_tag("t", branch="looper/t", base_commit="abc", fixed_hashes={"evaluate.py": "h1"},
