@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -41,7 +40,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_parts import night_figures, rlimit_verdict, toml_set, unpack_deb  # noqa: E402
+from gpu_parts import (  # noqa: E402
+    gpu_window,
+    gpu_words,
+    night_figures,
+    rlimit_verdict,
+    sampler,
+    tail,
+    toml_set,
+    unpack_deb,
+    weights_digest,
+)
 
 PY = sys.executable
 STEPS = ("facts", "install", "tests", "amp", "determinism", "night", "probe", "tune")
@@ -100,50 +109,6 @@ class Check:
         return self.run([PY, "-c", code], seconds, log, **kw)  # type: ignore[arg-type]
 
 
-def _text(b: bytes | str | None) -> str:
-    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
-
-
-def _tail(p: subprocess.CompletedProcess[str], n: int = 1) -> str:
-    lines = [x for x in (p.stdout + "\n" + p.stderr).splitlines() if x.strip()]
-    return " | ".join(lines[-n:])[:300]
-
-
-# ---------------------------------------------------------------------------------------------- GPU samples
-def sampler(c: Check, stop: threading.Event) -> None:
-    """GPU 0's utilisation and memory through NVML every 0.5 s into ``c.samples`` until ``stop``."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-    except Exception as exc:  # noqa: BLE001 (no NVML: no samples, and the figures say so)
-        c.figures["sampler"] = f"no NVML: {exc}"
-        return
-    while not stop.is_set():
-        try:
-            u = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
-            m = pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20
-            c.samples.append((time.time(), float(u), float(m)))
-        except Exception:  # noqa: BLE001, S110
-            pass
-        stop.wait(0.5)
-
-
-def gpu_window(c: Check, t0: float, t1: float) -> dict[str, float | int | None]:
-    s = [x for x in c.samples if t0 <= x[0] <= t1]
-    if not s:
-        return {"samples": 0, "busy_pct": None, "mean_util_pct": None, "peak_mem_mib": None}
-    return {"samples": len(s), "busy_pct": round(100 * sum(1 for x in s if x[1] > 0) / len(s), 1),
-            "mean_util_pct": round(statistics.fmean(x[1] for x in s), 1),
-            "peak_mem_mib": round(max(x[2] for x in s))}
-
-
-def gpu_words(g: dict[str, float | int | None]) -> str:
-    return (f"gpu busy {g['busy_pct']}% util {g['mean_util_pct']}% peak {g['peak_mem_mib']} MiB ({g['samples']} samples)"
-            if g["samples"] else "gpu: no samples")
-
-
 # ---------------------------------------------------------------------------------------------- the steps
 def step_facts(c: Check, left: float) -> str:
     smi = c.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], 10,
@@ -151,7 +116,7 @@ def step_facts(c: Check, left: float) -> str:
     torch = c.python("import torch, json; ok = torch.cuda.is_available(); print(json.dumps({'torch': "
                      "torch.__version__, 'cuda_build': torch.version.cuda, 'cuda': ok, 'device': "
                      "torch.cuda.get_device_name(0) if ok else None}))", 60, "facts.log")
-    facts = json.loads(torch.stdout.strip().splitlines()[-1]) if torch.returncode == 0 else {"torch": _tail(torch)}
+    facts = json.loads(torch.stdout.strip().splitlines()[-1]) if torch.returncode == 0 else {"torch": tail(torch)}
     facts["nvidia_smi"] = smi.stdout.strip() if smi and smi.returncode == 0 else None
     facts["cores"] = os.cpu_count()
     facts["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")  # the runs get it: it renumbers their GPUs
@@ -191,7 +156,7 @@ def cuda_under_rlimit(c: Check) -> str:
     device = "cpu" if c.dry else "cuda"  # on a GPU, CUDA itself: a fall back to the CPU would prove nothing
     p = c.run(["prlimit", f"--data={mem}:{mem}", "--", PY, "-c", PROGRAM, device], 60, "facts.log")
     verdict = rlimit_verdict(p.returncode, p.stdout, mem, device)
-    return verdict if verdict.startswith("ok") else f"{verdict[:-1]}: {_tail(p)[:120]})"
+    return verdict if verdict.startswith("ok") else f"{verdict[:-1]}: {tail(p)[:120]})"
 
 
 def carried(c: Check, tool: str, packages: tuple[str, ...]) -> str:
@@ -215,7 +180,7 @@ def carried(c: Check, tool: str, packages: tuple[str, ...]) -> str:
     c.env["PATH"] = f"{shim.parent}:{c.env['PATH']}"
     os.environ.update(c.env)
     v = c.run([tool, "--version"], 10, "facts.log")
-    return f"carried ({(v.stdout.strip() or _tail(v))[:60]})"
+    return f"carried ({(v.stdout.strip() or tail(v))[:60]})"
 
 
 def step_install(c: Check, left: float) -> str:
@@ -228,19 +193,19 @@ def step_install(c: Check, left: float) -> str:
     if wheels:
         p = c.run(pip + wheels, left / 2, "install.log")
         if p.returncode != 0:
-            return f"FAIL wheels: {_tail(p, 3)}"
+            return f"FAIL wheels: {tail(p, 3)}"
     p = c.run(pip + ["--no-build-isolation", str(REPO)], left / 2, "install.log")
     if p.returncode != 0:
-        return f"FAIL looper: {_tail(p, 3)}"
+        return f"FAIL looper: {tail(p, 3)}"
     imp = c.python("import looper.cli, ultralytics, sqlalchemy, git, apprise, pydantic, openai, pynvml; "
                    "print('ultralytics', ultralytics.__version__)", 60, "install.log", cwd=c.work)
-    return f"ok {len(wheels)} wheels + looper; {_tail(imp)}" if imp.returncode == 0 else f"FAIL import: {_tail(imp, 2)}"
+    return f"ok {len(wheels)} wheels + looper; {tail(imp)}" if imp.returncode == 0 else f"FAIL import: {tail(imp, 2)}"
 
 
 def step_tests(c: Check, left: float) -> str:
     p = c.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--timeout", "120",
                "tests/executors/test_gpu.py", "tests/e2e/test_offline.py", "-k", "not export"], left, "tests.log")
-    return ("ok " if p.returncode == 0 else "FAIL ") + _tail(p)
+    return ("ok " if p.returncode == 0 else "FAIL ") + tail(p)
 
 
 def demo_data(c: Check) -> Path:
@@ -288,22 +253,7 @@ print(r.stderr[-4000:], file=sys.stderr); sys.exit(r.returncode)
     c.figures["amp"] = {"outside": amp_a, "sandbox": amp_b, "downloads_tried": tried, "exit": [a.returncode, b.returncode]}
     return (f"{'ok' if ok else 'FAIL'} outside the box (downloads fail): exit {a.returncode} {amp_a}; in looper's "
             f"sandbox: exit {b.returncode} {amp_b}; downloads tried: {tried or 'none'}"
-            + ("" if b.returncode == 0 else f"; box said: {_tail(b, 2)}"))
-
-
-def weights_digest(out: Path) -> str | None:
-    """A digest of the run's tensors (not of the file: its header names the run's own folder)."""
-    import hashlib
-
-    from safetensors.torch import load_file
-
-    w = out / "weights.pt"
-    if not w.is_file():
-        return None
-    h = hashlib.sha256()
-    for name, t in sorted(load_file(str(w)).items()):
-        h.update(name.encode() + t.cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
+            + ("" if b.returncode == 0 else f"; box said: {tail(b, 2)}"))
 
 
 def step_determinism(c: Check, left: float) -> str:
@@ -340,7 +290,7 @@ def step_night(c: Check, left: float) -> str:
     looper = [PY, "-m", "looper.cli"]
     p = c.run(looper + ["init", str(ws), "--preset", "tiny" if c.dry else "demo"], 120, "night.log")
     if p.returncode != 0:
-        return f"FAIL init: {_tail(p, 2)}"
+        return f"FAIL init: {tail(p, 2)}"
     jobs, workers = night_shape(c)
     toml_set(ws / "looper.toml", {
         "loop": {"seed_jobs": jobs, "workers": workers, "baseline_seeds": max(2, jobs), "noise_reruns": max(1, jobs - 1),
@@ -370,7 +320,7 @@ def step_night(c: Check, left: float) -> str:
         r = c.run(looper + cmd, 30, "night.log", cwd=ws)
         (c.work / name).write_text(r.stdout)
     night = night_figures(ws / "experiments.db", t0, t1)
-    night.update(gpu=gpu_window(c, night.pop("first_train_at") or t0, t1), exit=rc, wall_s=round(t1 - t0, 1),
+    night.update(gpu=gpu_window(c.samples, night.pop("first_train_at") or t0, t1), exit=rc, wall_s=round(t1 - t0, 1),
                  seed_jobs=jobs, workers=workers)
     night["decisions_per_gpu_hour"] = round(night["decided"] / ((t1 - t0) / 3600), 1) if t1 > t0 else None
     said = {log: [ln for f in (ws / "runs").rglob(log) for ln in f.read_text(errors="replace").splitlines()
@@ -430,7 +380,7 @@ def step_probe(c: Check, left: float) -> str:
             except (OSError, ValueError, KeyError):
                 pass
         rates[n] = round(sum(per), 1)
-        g = gpu_window(c, t0, t1)
+        g = gpu_window(c.samples, t0, t1)
         parts.append(f"x{n} {rates[n]} steps/s ({len(per)}/{n} ok; {gpu_words(g)})")
     c.figures["probe"] = {"steps": steps, "rates": rates}
     return ("ok " if rates else "FAIL ") + "; ".join(parts)
@@ -481,7 +431,7 @@ YOLO({str(model)!r}).tune(data={str(yaml)!r}, epochs=epochs, iterations={1 if c.
             f"{shape.get('imgsz')}, batch {shape.get('batch')}, {shape.get('epochs')} epochs ~ {steps} steps a run"
             if shape else "its model was never built")
     return (f"{'ok' if iters and shape else 'FAIL'} model.tune(): {iters} iterations done in {t1 - t0:.0f} s "
-            f"({rate}/GPU-hour; {what}, its own validation each, amp off) {gpu_words(gpu_window(c, t0, t1))}")
+            f"({rate}/GPU-hour; {what}, its own validation each, amp off) {gpu_words(gpu_window(c.samples, t0, t1))}")
 
 
 # ---------------------------------------------------------------------------------------------- the runner
@@ -499,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     c.line(f"looper GPU check {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} dry_run={c.dry} "
            f"commit={_commit()} total={args.total_seconds:.0f}s")
     stop = threading.Event()
-    threading.Thread(target=sampler, args=(c, stop), daemon=True).start()
+    threading.Thread(target=sampler, args=(c.samples, c.figures, stop), daemon=True).start()
     failed = 0
     for name in STEPS:
         if name not in c.only:

@@ -1,12 +1,16 @@
 """What the GPU check (bench/gpu_check.py) reads and writes beside its steps: a carried Debian package unpacked
-without dpkg, keys set in a workspace's looper.toml, a night's figures read from its database."""
+without dpkg, keys set in a workspace's looper.toml, the GPU sampled through NVML and a window of its samples, a
+run's weights digested, a night's figures read from its database."""
 
 from __future__ import annotations
 
 import io
 import json
 import statistics
+import subprocess
 import tarfile
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,3 +129,62 @@ def _cover_words(c: Cover | None) -> str | None:
         return None
     return (f"{100 * c.share:.1f}% of {c.wall_s:.0f} s, {c.at_once:.1f} at a time, "
             f"longest stretch with none {c.longest_gap_s:.0f} s")
+
+
+# -- GPU samples, weights, command output ------------------------------------------------------------------
+def tail(p: subprocess.CompletedProcess[str], n: int = 1) -> str:
+    """The last ``n`` lines a command printed (stdout then stderr), as one line of at most 300 characters."""
+    lines = [x for x in (p.stdout + "\n" + p.stderr).splitlines() if x.strip()]
+    return " | ".join(lines[-n:])[:300]
+
+
+def sampler(samples: list[tuple[float, float, float]], figures: dict[str, object], stop: threading.Event) -> None:
+    """GPU 0's utilisation and memory through NVML every 0.5 s into ``samples`` (time, utilisation %, memory MiB)
+    until ``stop``; without NVML, none, and ``figures["sampler"]`` says why."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception as exc:  # noqa: BLE001 (no NVML: no samples, and the figures say so)
+        figures["sampler"] = f"no NVML: {exc}"
+        return
+    while not stop.is_set():
+        try:
+            u = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
+            m = pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20
+            samples.append((time.time(), float(u), float(m)))
+        except Exception:  # noqa: BLE001, S110
+            pass
+        stop.wait(0.5)
+
+
+def gpu_window(samples: list[tuple[float, float, float]], t0: float, t1: float) -> dict[str, float | int | None]:
+    """The samples from ``t0`` to ``t1``: how many, the share busy (utilisation above 0), the mean utilisation and
+    the peak memory; ``None`` for each where there is no sample (never a 0 % that was not measured)."""
+    s = [x for x in samples if t0 <= x[0] <= t1]
+    if not s:
+        return {"samples": 0, "busy_pct": None, "mean_util_pct": None, "peak_mem_mib": None}
+    return {"samples": len(s), "busy_pct": round(100 * sum(1 for x in s if x[1] > 0) / len(s), 1),
+            "mean_util_pct": round(statistics.fmean(x[1] for x in s), 1),
+            "peak_mem_mib": round(max(x[2] for x in s))}
+
+
+def gpu_words(g: dict[str, float | int | None]) -> str:
+    return (f"gpu busy {g['busy_pct']}% util {g['mean_util_pct']}% peak {g['peak_mem_mib']} MiB ({g['samples']} samples)"
+            if g["samples"] else "gpu: no samples")
+
+
+def weights_digest(out: Path) -> str | None:
+    """A digest of the run's tensors (not of the file: its header names the run's own folder)."""
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    w = out / "weights.pt"
+    if not w.is_file():
+        return None
+    h = hashlib.sha256()
+    for name, t in sorted(load_file(str(w)).items()):
+        h.update(name.encode() + t.cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]

@@ -59,6 +59,18 @@ def test_toml_set_changes_only_the_keys_named(tmp_path: Path) -> None:
     assert got["executor"] == {"kind": "local", "require_gpu": True} and got["confirm"] == {"transfer_steps": 0}
 
 
+def test_a_window_of_gpu_samples_counts_busy_samples_and_says_none_where_none_were_taken() -> None:
+    """The night's and the probe's GPU figures (a CPU's dry run has no samples, so only this test reads some): the busy
+    share is the samples with utilisation above 0, inside the window, ends included."""
+    samples = [(10.0, 0.0, 500.0), (10.5, 80.0, 3000.0), (11.0, 40.0, 3900.0), (11.5, 0.0, 1200.0), (20.0, 99.0, 9000.0)]
+    g = gpu_parts.gpu_window(samples, 10.0, 11.5)
+    assert g == {"samples": 4, "busy_pct": 50.0, "mean_util_pct": 30.0, "peak_mem_mib": 3900}
+    assert gpu_parts.gpu_words(g) == "gpu busy 50.0% util 30.0% peak 3900 MiB (4 samples)"
+    none = gpu_parts.gpu_window(samples, 12.0, 19.9)
+    assert none == {"samples": 0, "busy_pct": None, "mean_util_pct": None, "peak_mem_mib": None}
+    assert gpu_parts.gpu_words(none) == "gpu: no samples"
+
+
 @pytest.mark.e2e
 def test_the_dry_run_answers_every_step_and_passes_what_a_cpu_can_take(tmp_path: Path) -> None:
     out = tmp_path / "out"
