@@ -1,5 +1,5 @@
 """The night's watch of its GPUs (looper/executors/nightgpu.py): sampled here through a fake NVML, on a host by a
-real ``python -m looper.executors.nightgpu watch`` process (its ssh end is tests/executors/ssh/test_ssh_executor.py)."""
+real ``python -m looper.executors.nightgpu watch`` process (its ssh end is tests/executors/ssh/test_ssh_executor_gpu.py)."""
 
 from __future__ import annotations
 
