@@ -79,11 +79,28 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
 
             ctx.journal.event("note", FILL_NOTE + fill)
             ctx.display.note(FILL_NOTE + fill)
+    if not ctx.cfg.executor.require_gpu and ctx.night.first_time("gpu_unused"):  # once a night: a GPU left idle
+        _unused_gpu(ctx, w)
     if parts["executor"].metrics.get("device_check"):  # the GPU check in a run's box (docs/GPU.md)
         metrics["device_check"] = parts["executor"].metrics["device_check"]
     if parts["pretrained"].metrics.get("transfer"):  # a checkpoint of other classes: fine-tuned as a transfer
         metrics["transfer"] = parts["pretrained"].metrics["transfer"]
     return Verdict.errored(*problems, metrics=metrics) if problems else Verdict.passed(metrics)
+
+
+def _unused_gpu(ctx: Context, w: Worker) -> None:
+    """Where the runs train on the CPU of a machine with a GPU, the night says so (journal, screen; the report and
+    ``looper status`` show it). Not on SLURM: a job's GPUs are its allocation (``[executor] gres``)."""
+    from looper.core.run.slots import UNUSED_NOTE, unused_words
+
+    kind = ctx.cfg.executor.kind
+    if kind not in ("local", "ssh"):
+        return
+    words = unused_words(w.executor.gpu_count(), "this machine" if kind == "local" else
+                         f"the ssh host {ctx.cfg.executor.host}")
+    if words:
+        ctx.journal.event("note", UNUSED_NOTE + words)
+        ctx.display.note(UNUSED_NOTE + words)
 
 
 def worker_gpu(ctx: Context, w: Worker) -> int | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from looper.core.run.slots import FILL_NOTE
+from looper.core.run.slots import FILL_NOTE, UNUSED_NOTE
 from looper.report.fmt import MAX_ATTENTION, clean, id_list
 from looper.report.night import Attention, Night
 
@@ -62,6 +62,11 @@ def _sandbox_warnings(n: Night) -> list[Attention]:
     return out
 
 
+def _last_note(n: Night, prefix: str) -> str | None:
+    """The window's last journal note beginning with ``prefix``."""
+    return next((e.message for e in reversed(n.events) if e.kind == "note" and e.message.startswith(prefix)), None)
+
+
 def _cut_short_warning(n: Night) -> list[Attention]:
     """Experiments whose runs the wall clock ended before the tag's step budget (not comparable)."""
     cut = [i for i, f in n.figures.items() if f.get("cut_short")]
@@ -75,6 +80,9 @@ def _cut_short_warning(n: Night) -> list[Attention]:
 
 def _warnings(n: Night) -> list[Attention]:
     out: list[Attention] = [*_sandbox_warnings(n), *_cut_short_warning(n)]
+    unused = _last_note(n, UNUSED_NOTE)
+    if unused:  # the night trained on the CPU of a machine with a GPU (looper.core.run.slots.unused_words)
+        out.append(Attention("warn", unused))
     starts = [ev for ev in n.events if ev.kind == "start"]
     if starts:
         after = [ev for ev in n.events if ev.id > starts[-1].id and ev.kind in ("stop", "halt", "stuck")]
@@ -105,7 +113,7 @@ def _notes(n: Night, approved: bool) -> list[Attention]:
     if len(n.interrupted) > MAX_ATTENTION:
         rest = n.interrupted[MAX_ATTENTION:]
         out.append(Attention("note", f"{len(rest)} more interrupted: {id_list(e.id for e in rest)}"))
-    fill = next((e.message for e in reversed(n.events) if e.kind == "note" and e.message.startswith(FILL_NOTE)), None)
+    fill = _last_note(n, FILL_NOTE)
     if fill:  # the night's GPU had room for more runs than its workers trained (looper.core.run.slots.fill_words)
         out.append(Attention("note", fill))
     if not approved and n.baseline is not None:

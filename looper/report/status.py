@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from looper.core.run.slots import FILL_NOTE
+from looper.core.run.slots import FILL_NOTE, UNUSED_NOTE
 from looper.report.fmt import shown, tag_sigma
 from looper.store import Store
 from looper.store.queries import lean_experiments, night_note
@@ -19,9 +19,10 @@ def status_text(store: Store, cfg: Any, lock: Any) -> str:
     else:
         lines.append("daemon: not running")
     lines.append(slots_line(cfg))
-    fill = night_note(store, FILL_NOTE)  # the last night's GPU had room for more runs than its workers trained
-    if fill is not None:
-        lines.append(f"  {fill.message}")
+    for prefix in (UNUSED_NOTE, FILL_NOTE):  # the last night's GPU left idle, or with room its workers left empty
+        said = night_note(store, prefix)
+        if said is not None:
+            lines.append(f"  {said.message}")
     for r in store.open_experiments():
         lines.append(f"now: #{r.id} [{r.tag}] {r.phase or r.status.value} since {r.started_at}"
                      f" on {r.worker or 'local'}: {r.description}")

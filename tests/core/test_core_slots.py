@@ -18,6 +18,7 @@ from looper.core.run.slots import (
     prestart,
     renumbered,
     runs_per_gpu,
+    unused_words,
     worker_gpu,
     workers_to_fill,
 )
@@ -175,3 +176,19 @@ def test_a_cuda_visible_devices_that_renumbers_the_runs_gpus_is_named_with_the_k
     assert words.startswith(f"CUDA_VISIBLE_DEVICES={visible} in the environment of gpu-box renumbers the GPUs for "
                             f"the runs ({seen}) but not for NVML"), words
     assert words.endswith(f"unset CUDA_VISIBLE_DEVICES there and {fix} (nvidia-smi's index)"), words
+
+
+@pytest.mark.parametrize(("count", "where", "words"), [
+    (None, "this machine", ""),  # NVML not read (no driver, no library): nothing said
+    (0, "this machine", ""),
+    (1, "this machine", "this machine has 1 GPU and [executor] require_gpu = false: the runs train on the CPU. Set "
+                        "[executor] require_gpu = true to train on the GPU (docs/GPU.md), or leave it false to keep "
+                        "the GPU for other work"),
+    (2, "the ssh host gpu1", "the ssh host gpu1 has 2 GPUs and [executor] require_gpu = false: the runs train on the "
+                             "CPU. Set [executor] require_gpu = true to train on them (docs/GPU.md), or leave it false "
+                             "to keep them for other work"),
+])
+def test_a_gpu_the_runs_leave_idle_is_named_with_the_key_that_uses_it(count: int | None, where: str,
+                                                                       words: str) -> None:
+    assert unused_words(count, where) == words
+

@@ -206,3 +206,43 @@ def test_a_gpu_the_night_leaves_half_empty_is_said_once_naming_the_workers_that_
 
     attention = [a for a in gather(loop.ctx.store, loop.ctx.root).attention if a.text.startswith("GPU slots: ")]
     assert [(a.level, a.text) for a in attention] == [("note", words)]  # the morning's report says it too
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_a_night_on_the_cpu_of_a_machine_with_a_gpu_says_once_that_the_gpu_is_unused(tmp_path, gpu):
+    """require_gpu = false on a machine whose NVML sees a GPU: the runs train on the CPU, and the night says so once
+    (journal, screen), the morning's report warns, and `looper status` shows it; a machine without one: nothing."""
+    from looper.core.run.slots import UNUSED_NOTE
+    from looper.report import gather
+    from looper.report.status import status_text
+    from looper.workspace.lock import DaemonLock
+
+    stream = io.StringIO()
+    executor = OneGpuExecutor(free_mb=140_000) if gpu else FakeExecutor()
+    ws = build_ws(tmp_path / "ws", tmp_path / "queue", "", exec_sandbox="none", exec_require_gpu=False)
+    loop = Loop(ws.root, load_config(ws.root / "looper.toml"), Store(ws.root / "experiments.db"), executor,
+                ScriptedAgent({}), AppriseNotifier([]), display=Display(stream), program_md="")
+    store, tag = loop.ctx.store, loop.ctx.cfg.loop.tag
+
+    def status() -> list[str]:
+        text = status_text(store, loop.ctx.cfg, DaemonLock(ws.root / ".looper" / "daemon.lock"))
+        return [line.strip() for line in text.splitlines() if UNUSED_NOTE in line]
+
+    store.add_event(tag, "start", "daemon started (pid 1, 1 worker(s))")  # as `looper run` journals it
+    assert loop.setup() is None
+    preflight(loop.ctx, loop.ctx.main_worker())  # the preflight before an experiment: not said again
+    assert loop.ctx.main_worker().device == "cpu" and [c for c in executor.calls if c[0] == "train"]  # the baseline
+    notes = [e.message for e in store.journal(kind="note") if e.message.startswith(UNUSED_NOTE)]
+    attention = [(a.level, a.text) for a in gather(store, loop.ctx.root).attention if a.text.startswith(UNUSED_NOTE)]
+    if not gpu:
+        assert notes == [] and attention == [] and status() == [] and UNUSED_NOTE not in stream.getvalue()
+        return
+    words = ("GPU unused: this machine has 1 GPU and [executor] require_gpu = false: the runs train on the CPU. Set "
+             "[executor] require_gpu = true to train on the GPU (docs/GPU.md), or leave it false to keep the GPU for "
+             "other work")
+    assert notes == [words] and stream.getvalue().count(UNUSED_NOTE) == 1
+    assert attention == [("warn", words)]  # the morning's report
+    assert status() == [words]
+    store.add_event(tag, "start", "daemon started (pid 2, 1 worker(s))")  # the next night has not said it (yet)
+    assert status() == []
+

@@ -21,6 +21,7 @@ HEADROOM = 0.8  # the share of the GPU's free memory runs may plan on (the CUDA 
 CORES_PER_RUN = 2  # a run's main process and its data loader worker (train.py's WORKERS = 1)
 MAX_SLOTS = 16  # more runs on one GPU than this: contention, not throughput (8 copies: 5.2x of 1, 4: 3.7x)
 FILL_NOTE = "GPU slots: "  # the night's note of the slots its workers leave empty (fill_words), once a night
+UNUSED_NOTE = "GPU unused: "  # the night's note of a GPU its runs leave idle, training on the CPU (unused_words)
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,25 @@ def fill_words(plan: SlotPlan, seed_jobs: int, workers: int, first: int, count: 
             f"time on {on} (loop.seed_jobs {seed_jobs} x loop.workers {workers}): loop.workers = {most} would fill "
             f"{'it' if gpus == 1 else 'them'} (one worker's runs train while another's agent proposes and its looks "
             "are judged)")
+
+
+def unused_words(count: int | None, where: str) -> str:
+    """The words, where a night trains on the CPU (``[executor] require_gpu = false``) of a machine whose NVML sees
+    ``count`` GPUs (``where``: this machine, or an ssh host); "" where it sees none or could not be read. A person
+    who rents a GPU for a night and forgets the key would otherwise find in the morning a CPU's night: a fraction
+    of the decisions, and nothing said.
+
+    >>> unused_words(None, "this machine"), unused_words(0, "this machine")
+    ('', '')
+    >>> print(unused_words(1, "this machine"))
+    this machine has 1 GPU and [executor] require_gpu = false: the runs train on the CPU. Set [executor] require_gpu = true to train on the GPU (docs/GPU.md), or leave it false to keep the GPU for other work
+    """
+    if not count:
+        return ""
+    gpus = "1 GPU" if count == 1 else f"{count} GPUs"
+    return (f"{where} has {gpus} and [executor] require_gpu = false: the runs train on the CPU. Set [executor] "
+            f"require_gpu = true to train on {'the GPU' if count == 1 else 'them'} (docs/GPU.md), or leave it false "
+            f"to keep {'the GPU' if count == 1 else 'them'} for other work")
 
 
 def renumbered(visible: str | None, gpus: Iterable[int], count: int = 0, where: str = "looper's environment") -> str:
