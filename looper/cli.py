@@ -90,13 +90,24 @@ def init(directory: Path = typer.Argument(Path("."), help="Folder for the new wo
          data: Path | None = typer.Option(None, "--data", help="A labelled export (COCO .json, Ultralytics "
                                                                "data.yaml, looper data folder) to import into data/."),
          data_format: str | None = typer.Option(None, "--format", help="The export's format (guessed when not given)."),
-         images: Path | None = typer.Option(None, "--images", help="COCO: the folder of its images.")) -> None:
+         images: Path | None = typer.Option(None, "--images", help="COCO: the folder of its images."),
+         gpu: bool = typer.Option(False, "--gpu", help="Train on this machine's GPU: [executor] require_gpu = true, "
+                                                       "[loop] seed_jobs and workers sized from its free memory and "
+                                                       "cores (docs/GPU.md).")) -> None:
     """Make a new workspace: the same files as looper's root, in a new git repository."""
-    from looper.workspace.create import init_workspace
+    from looper.night.cores import usable_cores
+    from looper.workspace.create import init_workspace, template_toml
+    from looper.workspace.gpu import read_gpu, size_night, unused_hint
 
-    path = init_workspace(directory, preset, data=data, data_format=data_format, images=images)
+    reading = read_gpu()
+    night = size_night(reading, len(usable_cores()), template_toml(preset)) if gpu else None
+    path = init_workspace(directory, preset, data=data, data_format=data_format, images=images,
+                          keys=night.keys if night else None)
     if data is not None:
         typer.echo(f"data imported from {data} into {path / 'data'}")
+    said = night.words if night else unused_hint(reading)
+    if said:
+        typer.echo(said)
     typer.echo(f"workspace ready: {path}\nnext: cd {path} && looper run")
 
 

@@ -71,27 +71,31 @@ def _toml_value(v: object) -> str:
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def set_keys(toml_text: str, keys: dict[str, dict[str, object]]) -> str:
+    """Each ``[section] key = value`` of ``keys`` set in a looper.toml text, keeping its comments; a key the text
+    does not hold is an error (the template holds every key looper writes)."""
+    lines = toml_text.splitlines()
+    for section, values in keys.items():
+        for key, value in values.items():
+            now = ""
+            for i, line in enumerate(lines):
+                s = line.strip()
+                if s.startswith("["):
+                    now = s
+                elif now == f"[{section}]" and s.split("=")[0].strip() == key:
+                    comment = line[line.index("#"):] if "#" in line else ""
+                    lines[i] = f"{key} = {_toml_value(value)}" + (f"  {comment}" if comment else "")
+                    break
+            else:
+                raise WorkspaceError(f"looper.toml template has no {section}.{key} to set")
+    return "\n".join(lines) + "\n"
+
+
 def apply_preset(toml_text: str, preset: str) -> str:
     """Set the preset's keys in a looper.toml text, keeping its comments."""
     if preset not in PRESETS:
         raise WorkspaceError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    lines = toml_text.splitlines()
-    for section, values in PRESETS[preset].items():
-        for key, value in values.items():
-            in_section, done = False, False
-            for i, line in enumerate(lines):
-                s = line.strip()
-                if s.startswith("["):
-                    in_section = s == f"[{section}]"
-                    continue
-                if in_section and s.split("=")[0].strip() == key:
-                    comment = line[line.index("#"):] if "#" in line else ""
-                    lines[i] = f"{key} = {_toml_value(value)}" + (f"  {comment}" if comment else "")
-                    done = True
-                    break
-            if not done:
-                raise WorkspaceError(f"looper.toml template has no {section}.{key} to set")
-    return "\n".join(lines) + "\n"
+    return set_keys(toml_text, PRESETS[preset])
 
 
 def shipped_pretrained() -> Traversable:
@@ -150,23 +154,21 @@ def program_data_facts(text: str, classes: tuple[str, ...], instances: dict[str,
 
 def set_data_dir(toml_text: str, value: str) -> str:
     """``[data] dir = value`` in a looper.toml text, keeping its comments."""
-    lines = toml_text.splitlines()
-    section = ""
-    for i, line in enumerate(lines):
-        s = line.strip()
-        if s.startswith("["):
-            section = s
-        elif section == "[data]" and s.split("=")[0].strip() == "dir":
-            comment = line[line.index("#"):] if "#" in line else ""
-            lines[i] = f"dir = {_toml_value(value)}" + (f"  {comment}" if comment else "")
-            return "\n".join(lines) + "\n"
-    raise WorkspaceError("looper.toml template has no [data] dir to set")
+    return set_keys(toml_text, {"data": {"dir": value}})
+
+
+def template_toml(preset: str | None = None) -> str:
+    """The looper.toml ``looper init`` writes, with ``preset``'s keys."""
+    text = (template_root() / "looper.toml").read_text()
+    return apply_preset(text, preset) if preset else text
 
 
 def init_workspace(target: Path, preset: str | None = None, data: Path | None = None,
-                   data_format: str | None = None, images: Path | None = None) -> Path:
+                   data_format: str | None = None, images: Path | None = None,
+                   keys: dict[str, dict[str, object]] | None = None) -> Path:
     """A new workspace in ``target``; with ``data``, that export imported into its data/ folder (the
-    default ``[data] dir``; looper.data.importer) before anything is written when it has errors."""
+    default ``[data] dir``; looper.data.importer) before anything is written when it has errors; ``keys``
+    (``[section] key = value``, as ``looper init --gpu`` sizes them) set in its looper.toml after the preset's."""
     target = Path(target).resolve()
     if target.exists() and any(target.iterdir()):
         raise WorkspaceError(f"{target} exists and is not empty: choose a new folder")
@@ -181,9 +183,9 @@ def init_workspace(target: Path, preset: str | None = None, data: Path | None = 
     try:
         for name in WORKSPACE_FILES:
             (target / name).write_bytes((src / name).read_bytes())
-        if preset:
+        if preset or keys:
             p = target / "looper.toml"
-            p.write_text(apply_preset(p.read_text(), preset))
+            p.write_text(set_keys(template_toml(preset), keys or {}))
         (target / ".gitignore").write_text(GITIGNORE)
         start = shipped_pretrained()  # train.py's PRETRAINED: weights as data, outside git like data/
         if not start.is_file():

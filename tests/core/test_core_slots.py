@@ -15,6 +15,7 @@ from looper.core.run.slots import (
     fill_words,
     gpu_slots,
     host_runs,
+    night_sizes,
     prestart,
     renumbered,
     runs_per_gpu,
@@ -127,7 +128,8 @@ def test_boxes_wait_ahead_one_a_run_as_far_as_a_quarter_of_the_memory_holds_them
     (140_000, 137, 16, 4, 2, 1, True, 2),     # full already: the workers asked
     (140_000, 137, 16, 8, 1, 1, False, 1),    # one worker of 8 seeds fills 8 slots
     (140_000, 137, 16, 4, 3, 1, False, 3),    # more than fill them (the preflight judges it): never fewer
-    (140_000, 137, 16, 4, 1, 2, False, 4),    # two GPUs, 8 slots each: 2 workers a GPU
+    (140_000, 137, 16, 4, 1, 2, False, 2),    # two GPUs, 8 slots each, but 16 cores feed both: 8 runs in all
+    (140_000, 137, 32, 4, 1, 2, False, 4),    # two GPUs and 32 cores: 2 workers a GPU
     (140_000, 137, 16, 1, 1, 1, False, 8),    # one seed at a time: 8 workers
     (140_000, 137, 64, 1, 1, 1, False, MAX_SLOTS),  # the cap
     (20_000, 3200, 16, 2, 1, 1, True, 1),     # memory for 4 processes: 2 training + 2 evaluated beside them
@@ -138,13 +140,37 @@ def test_workers_to_fill_the_slots(free_mb, peak, cores, seed_jobs, workers, cou
     assert workers_to_fill(plan, seed_jobs, workers, 0, count, prestart=overlap) == expected
 
 
+@pytest.mark.parametrize("free_mb, peak, cores, cap, count, expected", [
+    (79_000, None, 16, 4, 1, (4, 1)),    # an H100 before any run measured: 8 slots; 2 x 4 processes fit 15
+    (140_000, 137, 16, 4, 1, (4, 2)),    # measured: two workers of 4 seeds fill 8 slots
+    (140_000, 137, 16, 8, 1, (8, 1)),    # a cap of 8 (noise_reruns 7): one look of 8 seeds fills them
+    (79_000, None, 16, 8, 1, (4, 1)),    # 8 and their evaluations would need 16 processes' memory, 15 fit
+    (140_000, 137, 16, 3, 1, (2, 4)),    # a cap of 3: a power of two, 2 (looks of 2, then 3 seeds)
+    (140_000, 137, 12, 8, 1, (4, 1)),    # 6 slots: 4 side by side, a second worker would need 8
+    (140_000, 137, 16, 2, 1, (2, 4)),    # a cap of 2: four workers
+    (20_000, 3200, 16, 4, 1, (2, 1)),    # memory for 4 processes: 2 training + 2 evaluated beside them
+    (10_000, 4096, 16, 4, 1, (1, 1)),    # memory for one: one run at a time
+    (140_000, 137, 2, 4, 1, (1, 1)),     # 2 cores: one run
+    (140_000, 137, 16, 4, 2, (4, 2)),    # two GPUs fed by 16 cores: 8 runs in all, one worker a GPU
+    (140_000, 137, 64, 4, 2, (4, 8)),    # two GPUs, 64 cores: 16 slots each
+])
+def test_init_sizes_a_gpu_night_the_preflight_allows_and_fills(free_mb, peak, cores, cap, count, expected):
+    plan = gpu_slots(free_mb, peak, cores)
+    seed_jobs, workers = night_sizes(plan, cap, 0, count)
+    assert (seed_jobs, workers) == expected
+    assert runs_per_gpu(seed_jobs, workers, 0, count) <= plan.slots  # the trainings fit the slots
+    assert runs_per_gpu(seed_jobs, workers, 0, count, prestart=True) <= plan.by_memory  # and with evaluations
+    assert seed_jobs * workers <= max(1, cores // CORES_PER_RUN)  # and the machine's cores
+    assert fill_words(plan, seed_jobs, workers, 0, count, prestart=True) == ""  # the night asks for no more
+
+
 def test_the_words_name_the_workers_that_fill_a_gpu_and_say_nothing_where_it_is_full():
     plan = gpu_slots(140_000, 137, 16)
     words = fill_words(plan, 4, 1, 0, 1)
     assert words.startswith(f"the GPU takes {plan.line()}; this night trains 4 at a time on it "
                             "(loop.seed_jobs 4 x loop.workers 1): loop.workers = 2 would fill it"), words
     many = fill_words(plan, 4, 1, 0, 2)
-    assert many.startswith("each of the 2 GPUs from 0 on takes 8 runs at a time") and "loop.workers = 4 would fill them" in many
+    assert many.startswith("each of the 2 GPUs from 0 on takes 8 runs at a time") and "loop.workers = 2 would fill them" in many
     assert fill_words(plan, 4, 2, 0, 1) == "" and fill_words(plan, 8, 1, 0, 1) == ""
 
 

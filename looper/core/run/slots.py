@@ -152,7 +152,8 @@ def workers_to_fill(plan: SlotPlan, seed_jobs: int, workers: int, first: int, co
                     prestart: bool = False) -> int:
     """The most workers (at least ``workers``) whose runs the GPUs still take at a time: on the busiest GPU its
     trainings within ``plan.slots``, and with ``prestart`` the evaluations beside them within its memory
-    (``plan.by_memory``), as :func:`runs_per_gpu` counts them.
+    (``plan.by_memory``), as :func:`runs_per_gpu` counts them; and every GPU's trainings within the machine's
+    cores (``plan.by_cores``: the cores feed every GPU, not each).
 
     >>> plan = gpu_slots(140_000, 137, 16)  # 8 slots, limited by the cores
     >>> workers_to_fill(plan, 4, 1, 0, 1), workers_to_fill(plan, 4, 1, 0, 1, prestart=True), workers_to_fill(plan, 8, 1, 0, 1)
@@ -160,12 +161,32 @@ def workers_to_fill(plan: SlotPlan, seed_jobs: int, workers: int, first: int, co
     """
     def fits(w: int) -> bool:
         return (runs_per_gpu(seed_jobs, w, first, count) <= plan.slots
-                and runs_per_gpu(seed_jobs, w, first, count, prestart) <= plan.by_memory)
+                and runs_per_gpu(seed_jobs, w, first, count, prestart) <= plan.by_memory
+                and seed_jobs * w <= plan.by_cores)
 
     most = max(1, workers)
     while most < MAX_SLOTS * max(1, count - first) and fits(most + 1):
         most += 1
     return most
+
+
+def night_sizes(plan: SlotPlan, cap: int, first: int = 0, count: int = 1) -> tuple[int, int]:
+    """``[loop] seed_jobs`` and ``[loop] workers`` for a night on the GPUs from ``first`` of ``count`` (``looper init
+    --gpu``), which the night's own preflight allows for the same reading: a challenger's seeds side by side up
+    to its ``cap`` (1 + ``noise_reruns``: one look takes them all), as many as ``plan.slots`` take and, with
+    prestart (on in a GPU night), each evaluated beside the next training within the GPU's memory, a power of two
+    (a challenger's looks double its seeds: each fills whole rounds); then the workers that fill the slots left
+    (:func:`workers_to_fill`).
+
+    >>> night_sizes(gpu_slots(79_000, None, 16), 4)  # an H100 before a run of the tag measured its peak
+    (4, 1)
+    >>> night_sizes(gpu_slots(140_000, 137, 16), 4), night_sizes(gpu_slots(140_000, 137, 16), 8)
+    ((4, 2), (8, 1))
+    """
+    seed_jobs = 1
+    while 2 * seed_jobs <= min(cap, plan.slots) and _per_worker(2 * seed_jobs, True) <= plan.by_memory:
+        seed_jobs *= 2
+    return seed_jobs, workers_to_fill(plan, seed_jobs, 1, first, count, prestart=True)
 
 
 def fill_words(plan: SlotPlan, seed_jobs: int, workers: int, first: int, count: int, prestart: bool = False) -> str:
