@@ -68,9 +68,21 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from scipy import special as _special
-from scipy import stats as _st
+
+def _st() -> Any:
+    """scipy.stats, imported where a test is computed: importing it takes about 0.7 s, which every command that
+    reads looper.toml (``looper status``, the report) would pay for nothing."""
+    from scipy import stats
+
+    return stats
+
+
+def _special() -> Any:
+    from scipy import special
+
+    return special
 
 
 @dataclass(frozen=True)
@@ -117,8 +129,8 @@ def mcnemar_exact(lost: int, gained: int, dispersion: float = 1.0) -> float:
     if lost == 0:
         return 1.0
     if dispersion == 1.0:
-        return float(_st.binomtest(lost, lost + gained, 0.5, alternative="greater").pvalue)
-    return float(_special.betainc(lost / dispersion, gained / dispersion + 1.0, 0.5))
+        return float(_st().binomtest(lost, lost + gained, 0.5, alternative="greater").pvalue)
+    return float(_special().betainc(lost / dispersion, gained / dispersion + 1.0, 0.5))
 
 
 def lost_found_unpaired(ref_found: int, ref_total: int, cand_found: int, cand_total: int) -> float:
@@ -132,7 +144,7 @@ def lost_found_unpaired(ref_found: int, ref_total: int, cand_found: int, cand_to
     if ref_total == 0 or cand_total == 0:
         return 1.0
     table = [[ref_found, ref_total - ref_found], [cand_found, cand_total - cand_found]]
-    return float(_st.fisher_exact(table, alternative="greater").pvalue)
+    return float(_st().fisher_exact(table, alternative="greater").pvalue)
 
 
 def class_p_value(counts: ClassCounts, dispersion: float = 1.0) -> float:
@@ -308,7 +320,7 @@ def score_test(candidate: Sequence[float], best: Sequence[float], sigma: float, 
         t = math.copysign(math.inf, diff) if diff else 0.0
         return ScoreTest(diff, sigma, df, se, t, 0.0 if diff > 0 else 1.0, 0.0 if diff < 0 else 1.0)
     t = diff / se
-    return ScoreTest(diff, sigma, df, se, t, float(_st.t.sf(t, df)), float(_st.t.cdf(t, df)))
+    return ScoreTest(diff, sigma, df, se, t, float(_st().t.sf(t, df)), float(_st().t.cdf(t, df)))
 
 
 def score_band(sigma: float, df: int, n_candidate: int, n_best: int, alpha: float) -> float:
@@ -319,7 +331,7 @@ def score_band(sigma: float, df: int, n_candidate: int, n_best: int, alpha: floa
     """
     if df < 1 or n_candidate < 1 or n_best < 1:
         raise ValueError("a band needs df >= 1 and at least one run per side")
-    return float(_st.t.ppf(1.0 - alpha, df)) * sigma * math.sqrt(1 / n_candidate + 1 / n_best)
+    return float(_st().t.ppf(1.0 - alpha, df)) * sigma * math.sqrt(1 / n_candidate + 1 / n_best)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -335,7 +347,7 @@ def recall_interval(found: int, total: int, confidence: float = 0.95) -> tuple[f
         raise ValueError(f"found must lie in [0, {total}], got {found}")
     if total == 0:
         return 0.0, 1.0
-    ci = _st.binomtest(found, total).proportion_ci(confidence_level=confidence, method="wilson")
+    ci = _st().binomtest(found, total).proportion_ci(confidence_level=confidence, method="wilson")
     return max(0.0, float(ci.low)), min(1.0, float(ci.high))
 
 
@@ -373,14 +385,14 @@ def paired_score_test(candidate: Sequence[float], best: Sequence[float]) -> Pair
         t = math.copysign(math.inf, diff) if diff else 0.0
         return PairedTest(diff, sd, n - 1, se, t, 0.0 if diff > 0 else 1.0, 0.0 if diff < 0 else 1.0, n, corr)
     t = diff / se
-    return PairedTest(diff, sd, n - 1, se, t, float(_st.t.sf(t, n - 1)), float(_st.t.cdf(t, n - 1)), n, corr)
+    return PairedTest(diff, sd, n - 1, se, t, float(_st().t.sf(t, n - 1)), float(_st().t.cdf(t, n - 1)), n, corr)
 
 
 def paired_band(sd: float, pairs: int, alpha: float) -> float:
     """The smallest |mean difference| :func:`paired_score_test` calls significant at one-sided ``alpha``."""
     if pairs < 2:
         raise ValueError("a paired band needs at least 2 pairs")
-    return float(_st.t.ppf(1.0 - alpha, pairs - 1)) * sd / math.sqrt(pairs)
+    return float(_st().t.ppf(1.0 - alpha, pairs - 1)) * sd / math.sqrt(pairs)
 
 
 @dataclass(frozen=True)
@@ -411,7 +423,7 @@ def pooled_interval(a: Sequence[float], b: Sequence[float], confidence: float = 
     ``df = n_a + n_b - 2``: the Student interval, which assumes both groups spread alike."""
     diff, q = _interval_inputs(a, b, confidence)
     sigma, df = pooled_sigma([a, b])
-    half = float(_st.t.ppf(q, df)) * sigma * math.sqrt(1 / len(a) + 1 / len(b))
+    half = float(_st().t.ppf(q, df)) * sigma * math.sqrt(1 / len(a) + 1 / len(b))
     return Interval(diff, diff - half, diff + half, sigma, df, confidence, "pooled")
 
 
@@ -430,5 +442,5 @@ def diff_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.
     se = math.sqrt(va + vb)
     df = ((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0
           else float(len(a) + len(b) - 2))  # both sides reproduce exactly: no spread to weigh
-    half = float(_st.t.ppf(q, df)) * se
+    half = float(_st().t.ppf(q, df)) * se
     return Interval(diff, diff - half, diff + half, se, df, confidence, "welch")
