@@ -7,6 +7,7 @@ import dataclasses
 import shutil
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from looper.core.fault import seeds as core_seeds
 from looper.core.keep import gate as core_gate
 from looper.core.propose import scope as core_scope
 from looper.core.run import budget as core_budget
+from looper.core.run import cores as core_cores
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.executors.base import FIXED_FILES
 from looper.night.candidate import Candidate, Result
@@ -92,63 +94,100 @@ def baseline_failed(m: Measurement, when: str, prefix: str, what: str) -> Result
                   halt=f"the baseline train.py {what}: " + "; ".join(m.blocking))
 
 
-def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
-    """``[loop] max_steps = "auto"``: train the baseline once under the wall clock alone (it also takes
-    the tag's cold start) and pin the tag's step budget from the steps it fitted (core.run.budget). Returns
-    what is pinned, or the Result that ends the baseline when the warm-up could not train."""
-    from looper.core.run.budget import HEADROOM, step_budget
+def _probe_runs(ctx: Context, cand: Candidate, budget: float) -> list[Measurement]:
+    """The warm-up's or the fit run's training under the load the night's runs train under: as many runs side by
+    side as train at once on this machine (``[loop] seed_jobs`` x the workers, looper.core.run.cores.side_by_side;
+    seeds from ``[data] seed``; looper.night.slots), each on the threads a run gets. A run alone would train
+    faster than the seeds it budgets (on a GPU they share it, on a CPU each has its share of the cores), and
+    they would be cut short. Their training time is the baseline's cost; the runs up to the first that did not
+    train (as :func:`looper.night.slots.side_by_side` returns them)."""
     from looper.night.measure import train
+    from looper.night.slots import side_by_side
+
+    threads, ck = ctx.night.run_threads(), cand.checkout or cand.worker.wt.path
+
+    def run(seed: int) -> Callable[[], Measurement]:
+        def call() -> Measurement:
+            rd = ctx.tag.runs_dir(cand.exp_id, "warmup", seed)
+            (rd / "out").mkdir()
+            return train(ctx, cand.worker, cand.exp_id, "warmup", seed, budget, ck, rd, threads)
+        return call
+
+    n = _load(ctx)
+    runs = side_by_side(ctx, [run(ctx.cfg.data.seed + i) for i in range(n)], ok=lambda m: m.measured, jobs=n)
+    for m in runs:
+        cand.spent += m.train_seconds
+        cand.timing["train_seconds"] = cand.timing.get("train_seconds", 0.0) + m.train_seconds
+    return runs
+
+
+def _load(ctx: Context) -> int:
+    """The runs that train at once on the daemon's machine (looper.core.run.cores.side_by_side)."""
+    loop = ctx.cfg.loop
+    return max(1, core_cores.side_by_side(loop.seed_jobs, loop.workers, ctx.cfg.executor.kind == "local"))
+
+
+def _side(runs: list[Measurement], counts: str) -> str:
+    return f" ({len(runs)} runs side by side, {counts})" if len(runs) > 1 else ""
+
+
+def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
+    """``[loop] max_steps = "auto"``: train the baseline under the wall clock alone (it also takes the tag's cold
+    start), as many runs side by side as the night trains at once (:func:`_probe_runs`), and pin the tag's step budget
+    from the fewest steps a run fitted (core.run.budget). Returns what is pinned, or the Result that ends the
+    baseline when the warm-up could not train."""
+    from looper.core.run.budget import HEADROOM, step_budget
 
     ctx.tag.set_budget(TagBudget())  # a new baseline forgets the old budget: the warm-up runs unbudgeted
-    seed = ctx.cfg.data.seed
-    ctx.display.note("warm-up: one run under the wall clock alone measures the tag's step budget")
-    rd = ctx.tag.runs_dir(cand.exp_id, "warmup", seed)
-    (rd / "out").mkdir()
-    m = train(ctx, cand.worker, cand.exp_id, "warmup", seed, float(ctx.cfg.loop.budget_seconds),
-              cand.checkout or cand.worker.wt.path, rd)
-    cand.spent += m.train_seconds
-    cand.timing["train_seconds"] = cand.timing.get("train_seconds", 0.0) + m.train_seconds  # the baseline's cost
-    if m.measured and int((m.train_json or {}).get("steps") or 0) < 1:  # e.g. steps 0.5: no whole step to budget
-        m.ended(Outcome.ERROR, f"train.json says {(m.train_json or {}).get('steps')!r} steps: less than one "
-                               "whole optimizer step, no step budget can be measured from it")
-    if not m.measured:
-        return baseline_failed(m, "during the warm-up run", "warm-up",
-                               f"could not train its warm-up run ({m.outcome.value})")
-    tj = m.train_json or {}
+    n = _load(ctx)
+    ctx.display.note("warm-up: " + (f"{n} runs side by side" if n > 1 else "one run") + " under the wall clock "
+                     "alone measure the tag's step budget")
+    runs = _probe_runs(ctx, cand, float(ctx.cfg.loop.budget_seconds))
+    for m in runs:
+        steps = (m.train_json or {}).get("steps")
+        if m.measured and int(steps or 0) < 1:  # e.g. steps 0.5: no whole step to budget
+            m.ended(Outcome.ERROR, f"train.json says {steps!r} steps: less than one whole optimizer step, no step "
+                                   "budget can be measured from it")
+    failed = next((m for m in runs if not m.measured), None)
+    if failed is not None:
+        return baseline_failed(failed, "during the warm-up run", "warm-up",
+                               f"could not train its warm-up run ({failed.outcome.value})")
+    least = min(runs, key=lambda m: float((m.train_json or {})["steps"]))
+    tj = least.train_json or {}
     steps = tj.get("steps")
-    pinned = {"max_steps": step_budget(int(steps)),
-              "warmup": {"steps": steps, "seconds": tj.get("seconds"), "stopped_by": tj.get("stopped_by"),
-                         "headroom": HEADROOM}}
+    warm: dict[str, Any] = {"steps": steps, "seconds": tj.get("seconds"), "stopped_by": tj.get("stopped_by"),
+                            "headroom": HEADROOM}
+    if len(runs) > 1:
+        warm["runs"] = [(m.train_json or {}).get("steps") for m in runs]
+    pinned = {"max_steps": step_budget(int(steps)), "warmup": warm}
     ctx.tag.set_budget(TagBudget(max_steps=pinned["max_steps"], warmup=pinned["warmup"]))
-    ctx.journal.event("baseline", f"warm-up #{cand.exp_id}: {steps} steps in {ctx.cfg.loop.budget_seconds} s; "
-                          f"the tag's runs train {pinned['max_steps']} steps ({HEADROOM:.0%})", cand.exp_id, pinned)
+    ctx.journal.event("baseline", f"warm-up #{cand.exp_id}: {steps} steps in {ctx.cfg.loop.budget_seconds} s"
+                                  f"{_side(runs, 'the fewest steps count')}; the tag's runs train {pinned['max_steps']} steps ({HEADROOM:.0%})",
+                      cand.exp_id, pinned)
     return pinned
 
 
 def fit_run(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
-    """A fixed ``[loop] max_steps``: train the baseline once for a fifth of its steps under 3 x the wall clock
-    (core.run.budget.fit_steps, MAX_RAISE), and from its start-up and step rate keep, raise or refuse the tag's
-    wall clock (core.run.budget.fit_wall_clock), so that no baseline seed is cut short on this machine. Returns
-    what the baseline records, or the Result that ends the baseline (the fit run could not train, or the steps
-    need more than 3 x the wall clock: halted before any seed, with the numbers to change)."""
-    from looper.night.measure import train
-
+    """A fixed ``[loop] max_steps``: train the baseline for a fifth of its steps under 3 x the wall clock
+    (core.run.budget.fit_steps, MAX_RAISE), as many runs side by side as the night trains at once (:func:`_probe_runs`),
+    and from the slowest one's start-up and step rate keep, raise or refuse the tag's wall clock
+    (core.run.budget.fit_wall_clock), so that no baseline seed is cut short on this machine. Returns what the
+    baseline records, or the Result that ends the baseline (the fit run could not train, or the steps need more
+    than 3 x the wall clock: halted before any seed, with the numbers to change)."""
     ctx.tag.set_budget(TagBudget())  # a new baseline forgets what an earlier fit run raised
-    steps, seed = ctx.cfg.loop.max_steps, ctx.cfg.data.seed
+    steps = ctx.cfg.loop.max_steps
     assert isinstance(steps, int)
     probe = core_budget.fit_steps(steps)
     ctx.display.note(f"fit run: {probe} of the {steps} steps measure whether the step budget fits the wall clock")
-    rd = ctx.tag.runs_dir(cand.exp_id, "warmup", seed)
-    (rd / "out").mkdir()
-    m = train(dataclasses.replace(ctx, tag=ctx.tag.with_max_steps(probe)), cand.worker, cand.exp_id, "warmup",
-              seed, core_budget.MAX_RAISE * ctx.cfg.loop.budget_seconds, cand.checkout or cand.worker.wt.path, rd,
-              ctx.night.run_threads())
-    cand.spent += m.train_seconds
-    cand.timing["train_seconds"] = cand.timing.get("train_seconds", 0.0) + m.train_seconds  # the baseline's cost
-    if not m.measured:
-        return baseline_failed(m, "during the fit run", "fit run", f"could not train its fit run ({m.outcome.value})")
-    fit = core_budget.fit_wall_clock(m.train_json, steps, float(ctx.cfg.loop.budget_seconds))
-    ctx.journal.event("baseline", f"fit run #{cand.exp_id}: {fit.why}", cand.exp_id, fit.as_dict())
+    runs = _probe_runs(dataclasses.replace(ctx, tag=ctx.tag.with_max_steps(probe)), cand,
+                       core_budget.MAX_RAISE * ctx.cfg.loop.budget_seconds)
+    failed = next((m for m in runs if not m.measured), None)
+    if failed is not None:
+        return baseline_failed(failed, "during the fit run", "fit run",
+                               f"could not train its fit run ({failed.outcome.value})")
+    fits = [core_budget.fit_wall_clock(m.train_json, steps, float(ctx.cfg.loop.budget_seconds)) for m in runs]
+    fit = max(fits, key=lambda f: f.need or 0)  # the slowest run's: every seed must fit
+    ctx.journal.event("baseline", f"fit run #{cand.exp_id}: {fit.why}{_side(runs, 'the slowest counts')}", cand.exp_id, fit.as_dict())
     if fit.status == "too slow":
         why = f"the step budget does not fit this machine: {probe}-step fit run: {fit.finding}"
         return Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=fit.advice)

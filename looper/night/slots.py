@@ -89,15 +89,15 @@ def current_slot() -> Slot | None:
 
 
 def side_by_side(ctx: Any, calls: Sequence[Callable[[], T]], ok: Callable[[T], bool],
-                 keep: Callable[[T], None] = lambda r: None) -> list[T]:
-    """Run ``calls`` (each a :func:`looper.night.measure.measure`) up to ``[loop] seed_jobs`` training at a time
+                 keep: Callable[[T], None] = lambda r: None, jobs: int | None = None) -> list[T]:
+    """Run ``calls`` (each a :func:`looper.night.measure.measure`) up to ``jobs`` (``[loop] seed_jobs``) training at a time
     and hand each result to ``keep`` (recording it) in the calls' order, whatever order they finish in, so the
     store holds a night's runs in seed order at any ``seed_jobs``. Returns the results up to and including the
     first that is not ``ok``: after it no further call starts, as one after another would have stopped there (a
     call already running beside it finishes and is kept, on record but not returned; a prestarted one still
     waiting for its slot is ended unrecorded, :class:`NotStarted`). One job: one after another, in this thread."""
     out: list[T] = []
-    jobs = min(ctx.cfg.loop.seed_jobs, len(calls))
+    jobs = min(jobs or ctx.cfg.loop.seed_jobs, len(calls))
     if jobs <= 1:
         for call in calls:
             out.append(call())

@@ -73,8 +73,11 @@ def step_budget_line(n: Night) -> str | None:
         return None
     warm = metrics.get("warmup") if isinstance(metrics.get("warmup"), dict) else None
     fit = metrics.get("fit") if isinstance(metrics.get("fit"), dict) else None
-    how = (f"80 % of the {warm.get('steps')} steps its warm-up run fitted into the wall clock" if warm
-           else "set in looper.toml")
+    side = warm.get("runs") if warm and isinstance(warm.get("runs"), list) else None
+    how = ("set in looper.toml" if not warm else
+           f"80 % of the {warm.get('steps')} steps the slowest of its {len(side)} warm-up runs side by side fitted "
+           "into the wall clock" if side else f"80 % of the {warm.get('steps')} steps its warm-up run fitted into "
+           "the wall clock")
     said = f"step budget: every run trains {steps} optimizer steps ({how})"
     if fit and fit.get("status") == "raised":
         return f"{said}; its fit run on this machine: {fit.get('why')}"

@@ -52,9 +52,6 @@ def size_night(reading: GpuReading, cores: int, toml_text: str) -> GpuNight:
              f"looper.toml: [executor] require_gpu = true; [loop] seed_jobs = {seed_jobs} (a challenger's seeds "
              f"side by side, at most {cap} with noise_reruns {cap - 1}), workers = {workers}; the night says when "
              "more workers would fill the GPU (docs/GPU.md)"]
-    if loop.get("max_steps") == "auto" and seed_jobs * workers > 1:
-        words.append(f'[loop] max_steps = "auto" pins the steps from a warm-up run alone; {seed_jobs * workers} '
-                     "runs at a time train each slower: set max_steps to a number of steps (docs/REFERENCE.md)")
     return GpuNight(keys={"executor": {"require_gpu": True}, "loop": {"seed_jobs": seed_jobs, "workers": workers}},
                     words="\n".join(words))
 

@@ -50,13 +50,15 @@ def test_init_gpu_on_a_one_gpu_machine_writes_a_night_its_preflight_allows(tmp_p
     assert "max_steps" not in r.output  # a fixed number of steps: nothing to warn of
 
 
-def test_init_gpu_with_auto_steps_says_the_warm_up_trains_alone(tmp_path: Path, machine) -> None:  # noqa: ANN001
+def test_init_gpu_without_a_preset_caps_the_seeds_by_the_gpu_s_memory(tmp_path: Path, machine) -> None:  # noqa: ANN001
     machine(FakeNvml(count=1, used_mb=[100.0]))
     r = runner.invoke(app, ["init", str(tmp_path / "w"), "--gpu"])
     assert r.exit_code == 0, r.output
     cfg = load_config(tmp_path / "w" / "looper.toml")
-    assert (cfg.executor.require_gpu, cfg.loop.seed_jobs, cfg.loop.workers) == (True, 4, 1)  # a cap of 8: 4 fit
-    assert '[loop] max_steps = "auto" pins the steps from a warm-up run alone; 4 runs at a time' in r.output
+    # a cap of 8 seeds (noise_reruns 7), 8 slots by the cores, but 8 trainings and 8 evaluations beside them need
+    # 16 runs' memory and 15 fit: 4
+    assert (cfg.executor.require_gpu, cfg.loop.seed_jobs, cfg.loop.workers, cfg.loop.max_steps) == (True, 4, 1, "auto")
+    assert "at most 8 with noise_reruns 7), workers = 1" in r.output
 
 
 def test_init_gpu_without_a_gpu_to_read_names_nvml_s_problem_and_makes_nothing(tmp_path: Path, machine) -> None:  # noqa: ANN001

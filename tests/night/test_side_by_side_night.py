@@ -11,8 +11,9 @@ import os
 
 import pytest
 
+from looper.report import report_text
 from looper.store.queries import confirmations
-from night.test_experiment_inprocess import night  # noqa: F401
+from night.test_experiment_inprocess import night, ready  # noqa: F401
 from night.test_experiment_inprocess import ws as ws  # noqa: F401,PLC0414
 from night.test_intensify_confirm import noisy
 
@@ -131,3 +132,54 @@ def test_a_night_with_boxes_started_ahead_trains_two_at_a_time_and_settles_as_on
     evals = [f for f in (ws.root / "runs").rglob("eval.log") if "threshold" not in f.parts]  # the report's own: cold
     assert len(evals) == len(logs) and all(READY_MARK in f.read_text() for f in evals)  # and each run's evaluation
     assert list((ws.root / ".looper" / "boxes").glob("box-*")) == []  # the night over: no box waits, none is left
+
+
+def _slower_odd_seeds(ws, **knobs: str) -> None:
+    p = ws.root / "train.py"
+    text = p.read_text().replace("SLEEP = 0.0 ", "SLEEP = 1.0 ").replace("SLOWER_ODD = 1.0 ", "SLOWER_ODD = 1.5 ")
+    for old, new in knobs.items():
+        text = text.replace(old, new)
+    p.write_text(text)
+    ws.git("commit", "-qam", "odd seeds 1.5 x slower, as a run sharing its machine")
+
+
+@pytest.mark.parametrize("seed_jobs, workers", [(2, 1), (1, 2)])
+def test_the_warm_up_trains_two_at_a_time_as_the_night_does_and_pins_the_fewest_steps(ws, seed_jobs, workers):
+    """max_steps "auto" with two runs training at once (two seeds side by side, or two workers' runs): the warm-up
+    is two runs side by side, each on its share of the cores as the seeds it budgets (one alone trained on every
+    core: it fitted more steps than they can), and the tag pins 80 % of the fewest steps a run fitted (the
+    fixture's odd seed fits 6 of 10), so no baseline seed is cut short."""
+    _slower_odd_seeds(ws)
+    loop = ready(ws, **{"loop.seed_jobs": seed_jobs, "loop.workers": workers, "loop.max_steps": "auto",
+                        "loop.baseline_seeds": 2})
+    (base,) = [r["id"] for r in ws.rows("baseline")]
+    warm = [json.loads((ws.root / "runs" / "t" / f"{base:05d}" / f"warmup-s{s}" / "out" / "train.json").read_text())
+            for s in (0, 1)]
+    share = str(len(os.sched_getaffinity(0)) // 2)
+    assert [w["steps"] for w in warm] == [10, 6] and overlap(warm[0], warm[1]), warm
+    assert all(w["looper_threads"] == w["omp_threads"] == share for w in warm), warm
+    noise = loop.ctx.store.tag_record("t").noise
+    assert noise["max_steps"] == 4 and noise["warmup"]["steps"] == 6 and noise["warmup"]["runs"] == [10, 6]
+    assert [(r["max_steps"], r["steps"], r["stopped_by"]) for r in runs_of(ws, base)] == [(4, 4, "steps")] * 2
+    (said,) = [e["message"] for e in ws.events("baseline") if e["message"].startswith("warm-up")]
+    assert "6 steps in" in said and "(2 runs side by side, the fewest steps count); the tag's runs train 4" in said
+    text = report_text(loop.ctx.store, ws.root, console_width=400)
+    assert ("step budget: every run trains 4 optimizer steps (80 % of the 6 steps the slowest of its 2 warm-up runs "
+            "side by side fitted into the wall clock)") in text
+
+
+def test_the_fit_run_trains_two_at_a_time_and_the_slowest_sets_the_wall_clock(ws):
+    """A fixed max_steps with seed_jobs 2: the fit run is two runs side by side; the odd seed's step rate (1.33 a
+    second, the even one's 2) needs 30 s for 30 steps with 25 % to spare, so the 20 s wall clock is raised to 30
+    (the even one alone would have kept it), and every baseline seed trains its 30 steps."""
+    _slower_odd_seeds(ws, **{"RATE = 0.0 ": "RATE = 2.0 "})
+    loop = ready(ws, **{"loop.seed_jobs": 2, "loop.max_steps": 30, "loop.budget_seconds": 20,
+                        "loop.baseline_seeds": 2})
+    (base,) = [r["id"] for r in ws.rows("baseline")]
+    fit = [json.loads((ws.root / "runs" / "t" / f"{base:05d}" / f"warmup-s{s}" / "out" / "train.json").read_text())
+           for s in (0, 1)]
+    assert [f["steps"] for f in fit] == [10, 10] and overlap(fit[0], fit[1]), fit
+    (said,) = [e["message"] for e in ws.events("baseline") if e["message"].startswith("fit run")]
+    assert "1.33 steps/s" in said and "raised from 20 s to 30 s" in said and "(2 runs side by side" in said, said
+    assert loop.ctx.tag.wall_seconds(20) == 30
+    assert [(r["steps"], r["stopped_by"]) for r in runs_of(ws, base)] == [(30, "steps")] * 2
