@@ -55,6 +55,7 @@ from looper.data.tiles import (  # noqa: F401 (names kept): the one tiler and ha
     tile_positions,
     verify,
 )
+from looper.workspace.hashes import create_once
 
 MANIFEST_VERSION = 2  # 2: the test pages' seed is a secret, not in the manifest
 TEST_SEED_ENV = "LOOPER_TEST_SEED_FILE"  # names the file that keeps the secret test seed
@@ -316,18 +317,11 @@ def draw_test_seed() -> int:
     return secrets.randbits(TEST_SEED_BITS)
 
 def load_test_seed(path: Path) -> int:
-    """The secret test seed kept in ``path``: drawn and written there (hex, mode 600, created
-    exclusively) when the file does not exist yet."""
+    """The secret test seed kept in ``path``: drawn and written there (hex, mode 600, created once:
+    looper.workspace.hashes.create_once) when the file does not exist yet."""
     path = Path(path)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another build drew it first: use that one
-            pass
-        else:
-            with os.fdopen(fd, "w") as f:
-                f.write(f"{draw_test_seed():032x}\n")
+    if not path.exists():  # another build drawing it at the same time: the first written whole stands
+        create_once(path, lambda: f"{draw_test_seed():032x}\n")
     try:
         text = path.read_text().strip()
         value = int(text, 16)

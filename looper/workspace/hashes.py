@@ -15,7 +15,9 @@ import hashlib
 import importlib.util
 import os
 import secrets
+import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from looper.errors import HarnessError
@@ -33,19 +35,30 @@ def secret_seed_file(root: Path) -> Path:
     return Path(root) / ".looper" / "test_seed"
 
 
+def create_once(path: Path, draw: Callable[[], str]) -> None:
+    """``path`` made with the text ``draw()`` returns (mode 600) unless it exists: written whole under another
+    name and linked into place, so that a process or thread starting beside the first (runs side by side, two
+    builds) never reads it half written, and the first to link it wins: the others read that one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)  # mode 600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(draw())
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    except FileExistsError:  # made by another in the meantime: that one stands
+        pass
+    finally:
+        os.unlink(tmp)
+
+
 def run_seed_key(root: Path) -> bytes:
     """The workspace's key for the values of its runs' seeds (looper.core.run.seedvalue): 32 random bytes in
     ``.looper/run_seed_key`` (mode 600, made once, never shown to a sandbox or an agent, never logged)."""
     path = Path(root) / ".looper" / "run_seed_key"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # made by another process in the meantime: that one is the key
-            pass
-        else:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(32) + "\n")
+        create_once(path, lambda: secrets.token_hex(32) + "\n")
     text = path.read_text().strip()
     if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
         raise HarnessError(f"{path}: not a run seed key (64 hex digits); remove it to draw a new one (the tag's "
