@@ -288,6 +288,8 @@ def step_determinism(c: Check, left: float) -> str:
 def step_night(c: Check, left: float) -> str:
     ws = c.work / "night"
     looper = [PY, "-m", "looper.cli"]
+    sized = c.run(looper + ["init", str(c.work / "night-sized"), "--preset", "demo", "--gpu"], 60, "night.log")
+    c.figures["init_gpu"] = {"exit": sized.returncode, "said": (sized.stdout + sized.stderr).strip().splitlines()[:3]}
     p = c.run(looper + ["init", str(ws), "--preset", "tiny" if c.dry else "demo"], 120, "night.log")
     if p.returncode != 0:
         return f"FAIL init: {tail(p, 2)}"

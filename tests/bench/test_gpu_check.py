@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -97,6 +98,14 @@ def test_the_dry_run_answers_every_step_and_passes_what_a_cpu_can_take(tmp_path:
     assert figures["night"]["device_check"] is None  # a CPU night makes no GPU check (on a GPU: its line)
     assert figures["night"]["boxes_ahead"] >= 2 and figures["night"]["eval_boxes_ahead"] >= 2  # prestart on, both
     assert figures["night"]["boxes_cuda_initialised"] == 0 and figures["night"]["imports_left_to_runs"] == []
+    # `looper init --gpu` as this machine's NVML reads it: the sizes it writes where nvidia-smi lists a GPU, else
+    # its stop naming NVML's problem
+    smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True) if shutil.which("nvidia-smi") else None
+    sized = figures["init_gpu"]
+    if smi is not None and smi.returncode == 0 and "GPU " in smi.stdout:
+        assert sized["exit"] == 0 and sized["said"][0].startswith("GPU night: "), sized
+    else:
+        assert sized["exit"] == 2 and "looper init --gpu: no GPU to size a night on: " in sized["said"][0], sized
     assert p.returncode == 0 and summary[-1].endswith("0 step(s) failed"), p.stdout[-2000:] + p.stderr[-2000:]
     with tarfile.open(out / "results.tar.gz") as tar:
         names = tar.getnames()
