@@ -229,23 +229,10 @@ def test_the_workspace_template_copy_is_this_file() -> None:
 
 def test_two_builds_drawing_the_test_seed_at_once_both_read_the_one_written_whole(tmp_path: Path) -> None:
     """load_test_seed on a new file from 8 threads released together, 20 times: one value for all, mode 600."""
-    import threading
+    from at_once import at_once
 
     for i in range(20):
         path = tmp_path / f"w{i}" / ".looper" / "test_seed"
-        gate, got, errors = threading.Barrier(8), [], []
-
-        def draw(path: Path = path, gate: threading.Barrier = gate, got: list = got, errors: list = errors) -> None:
-            gate.wait()
-            try:
-                got.append(prepare.load_test_seed(path))
-            except BaseException as exc:  # noqa: BLE001 (SystemExit: "does not hold a test seed")
-                errors.append(exc)
-
-        threads = [threading.Thread(target=draw) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        got, errors = at_once(lambda path=path: prepare.load_test_seed(path))
         assert errors == [] and len(got) == 8 and len(set(got)) == 1, (i, errors)
         assert oct(path.stat().st_mode & 0o777) == "0o600" and [p.name for p in path.parent.iterdir()] == ["test_seed"]

@@ -58,26 +58,13 @@ def test_runs_starting_together_on_a_new_workspace_read_one_whole_run_seed_key(t
     """The first runs of a tag side by side (the warm-up's, the baseline's seeds) ask for the run seed key at the
     same moment: each gets the same 32 bytes, none a file still being written ("not a run seed key", a halt: `make
     demo` once halted so). 40 new workspaces, 8 threads each released together."""
-    import threading
+    from at_once import at_once
 
     from looper.workspace.hashes import run_seed_key
 
     for i in range(40):
         root = tmp_path / f"ws{i}"
-        gate, got, errors = threading.Barrier(8), [], []
-
-        def ask(root: Path = root, gate: threading.Barrier = gate, got: list = got, errors: list = errors) -> None:
-            gate.wait()
-            try:
-                got.append(run_seed_key(root))
-            except Exception as exc:  # noqa: BLE001
-                errors.append(exc)
-
-        threads = [threading.Thread(target=ask) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        got, errors = at_once(lambda root=root: run_seed_key(root))
         assert errors == [] and len(got) == 8 and len(set(got)) == 1 and len(got[0]) == 32, (i, errors)
         assert oct((root / ".looper" / "run_seed_key").stat().st_mode & 0o777) == "0o600"
         assert sorted(p.name for p in (root / ".looper").iterdir()) == ["run_seed_key"]  # no temporary file left
