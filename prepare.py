@@ -42,6 +42,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from looper.core.scoring.classes import CLASS_INDEX, CLASSES, FREQUENCY
 from looper.data import tiles
+from looper.data.keyfile import create_once
 from looper.data.tiles import (  # noqa: F401 (names kept): the one tiler and hash rule
     MIN_VISIBLE,
     PNG_COMPRESS,
@@ -55,7 +56,6 @@ from looper.data.tiles import (  # noqa: F401 (names kept): the one tiler and ha
     tile_positions,
     verify,
 )
-from looper.workspace.hashes import create_once
 
 MANIFEST_VERSION = 2  # 2: the test pages' seed is a secret, not in the manifest
 TEST_SEED_ENV = "LOOPER_TEST_SEED_FILE"  # names the file that keeps the secret test seed
@@ -318,7 +318,7 @@ def draw_test_seed() -> int:
 
 def load_test_seed(path: Path) -> int:
     """The secret test seed kept in ``path``: drawn and written there (hex, mode 600, created once:
-    looper.workspace.hashes.create_once) when the file does not exist yet."""
+    looper.data.keyfile.create_once) when the file does not exist yet."""
     path = Path(path)
     if not path.exists():  # another build drawing it at the same time: the first written whole stands
         create_once(path, lambda: f"{draw_test_seed():032x}\n")

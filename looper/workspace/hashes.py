@@ -13,13 +13,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import os
 import secrets
-import tempfile
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
+from looper.data.keyfile import create_once
 from looper.errors import HarnessError
 
 _CHUNK = 1 << 20
@@ -33,24 +31,6 @@ def secret_seed_file(root: Path) -> Path:
     """Where a workspace (or an ssh host's remote folder) keeps the test pages' secret seed: its
     ``.looper/`` folder, which no sandbox shows; mode 600; never in the manifest, the database or a log."""
     return Path(root) / ".looper" / "test_seed"
-
-
-def create_once(path: Path, draw: Callable[[], str]) -> None:
-    """``path`` made with the text ``draw()`` returns (mode 600) unless it exists: written whole under another
-    name and linked into place, so that a process or thread starting beside the first (runs side by side, two
-    builds) never reads it half written, and the first to link it wins: the others read that one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)  # mode 600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(draw())
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path)
-    except FileExistsError:  # made by another in the meantime: that one stands
-        pass
-    finally:
-        os.unlink(tmp)
 
 
 def run_seed_key(root: Path) -> bytes:
@@ -99,7 +79,8 @@ def tree_hash(root: Path, ignore: tuple[str, ...] = IGNORED) -> tuple[str, int]:
 # installed ``looper`` package; the ONE list of what, besides the fixed files, decides a score.
 SCORING_MODULES = ("looper/__init__.py", "looper/core/__init__.py", "looper/core/scoring/__init__.py",
                    "looper/core/scoring/metrics.py",
-                   "looper/core/scoring/tilegrid.py", "looper/core/scoring/classes.py", "looper/data/__init__.py", "looper/data/tiles.py")
+                   "looper/core/scoring/tilegrid.py", "looper/core/scoring/classes.py", "looper/data/__init__.py", "looper/data/tiles.py",
+                   "looper/data/keyfile.py")
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the folder that holds this ``looper`` package
 
 
