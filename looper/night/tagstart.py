@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from looper.core.run import cores as core_cores
 from looper.errors import HarnessError
 from looper.executors.base import FIXED_FILES
 from looper.night.candidate import Halted
@@ -23,14 +24,27 @@ BASELINE_DEPENDS_ON = (("loop", "budget_seconds"), ("loop", "max_steps"), ("data
 def baseline_drift(then: dict | None, now: dict) -> list[str]:
     """What changed between the config a baseline was measured under and ``now`` (both as
     ``Config.redacted_dict()``), as "section.key a -> b" lines; a key ``then`` lacks is unknown
-    and counts as unchanged."""
+    and counts as unchanged. The runs that train at once on this machine (``[loop] seed_jobs`` x ``workers``,
+    looper.core.run.cores.side_by_side) count too: the warm-up's steps and the fit run's wall clock were measured
+    under them, and a run's speed under the wall clock depends on them."""
     changed = []
     for section, key in BASELINE_DEPENDS_ON:
         old = ((then or {}).get(section) or {}).get(key)
         new = now[section][key]
         if old is not None and old != new:
             changed.append(f"{section}.{key} {old} -> {new}")
+    old_load, new_load = _load(then), _load(now)
+    if old_load is not None and new_load is not None and old_load != new_load:
+        changed.append(f"runs at a time (loop.seed_jobs x loop.workers) {old_load} -> {new_load}")
     return changed
+
+
+def _load(cfg: dict | None) -> int | None:
+    """The runs a config trains at once on this machine; None where it does not say."""
+    loop, executor = (cfg or {}).get("loop") or {}, (cfg or {}).get("executor") or {}
+    if not all(isinstance(loop.get(k), int) for k in ("seed_jobs", "workers")) or "kind" not in executor:
+        return None
+    return core_cores.side_by_side(loop["seed_jobs"], loop["workers"], executor["kind"] == "local")
 
 
 def check_data(ctx: Context) -> Halted | None:
