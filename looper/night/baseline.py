@@ -15,12 +15,12 @@ from looper.core.fault import seeds as core_seeds
 from looper.core.keep import gate as core_gate
 from looper.core.propose import scope as core_scope
 from looper.core.run import budget as core_budget
-from looper.core.run import cores as core_cores
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.executors.base import FIXED_FILES
 from looper.night.candidate import Candidate, Result
 from looper.night.clock import now_iso
 from looper.night.context import Context, Worker
+from looper.night.cores import runs_at_once
 from looper.night.measure import Measurement, mean_metrics, weights_sha256
 from looper.night.race import measure_and_gate, measure_seeds
 from looper.night.settle import settle
@@ -96,7 +96,7 @@ def baseline_failed(m: Measurement, when: str, prefix: str, what: str) -> Result
 
 def _probe_runs(ctx: Context, cand: Candidate, budget: float) -> list[Measurement]:
     """The warm-up's or the fit run's training under the load the night's runs train under: as many runs side by
-    side as train at once on this machine (``[loop] seed_jobs`` x the workers, looper.core.run.cores.side_by_side;
+    side as train at once on this machine (``[loop] seed_jobs`` x the workers, looper.night.cores.runs_at_once;
     seeds from ``[data] seed``; looper.night.slots), each on the threads a run gets. A run alone would train
     faster than the seeds it budgets (on a GPU they share it, on a CPU each has its share of the cores), and
     they would be cut short. Their training time is the baseline's cost; the runs up to the first that did not
@@ -113,18 +113,12 @@ def _probe_runs(ctx: Context, cand: Candidate, budget: float) -> list[Measuremen
             return train(ctx, cand.worker, cand.exp_id, "warmup", seed, budget, ck, rd, threads)
         return call
 
-    n = _load(ctx)
+    n = runs_at_once(ctx.cfg)
     runs = side_by_side(ctx, [run(ctx.cfg.data.seed + i) for i in range(n)], ok=lambda m: m.measured, jobs=n)
     for m in runs:
         cand.spent += m.train_seconds
         cand.timing["train_seconds"] = cand.timing.get("train_seconds", 0.0) + m.train_seconds
     return runs
-
-
-def _load(ctx: Context) -> int:
-    """The runs that train at once on the daemon's machine (looper.core.run.cores.side_by_side)."""
-    loop = ctx.cfg.loop
-    return max(1, core_cores.side_by_side(loop.seed_jobs, loop.workers, ctx.cfg.executor.kind == "local"))
 
 
 def _side(runs: list[Measurement], counts: str) -> str:
@@ -139,7 +133,7 @@ def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
     from looper.core.run.budget import HEADROOM, step_budget
 
     ctx.tag.set_budget(TagBudget())  # a new baseline forgets the old budget: the warm-up runs unbudgeted
-    n = _load(ctx)
+    n = runs_at_once(ctx.cfg)
     ctx.display.note("warm-up: " + (f"{n} runs side by side" if n > 1 else "one run") + " under the wall clock "
                      "alone measure the tag's step budget")
     runs = _probe_runs(ctx, cand, float(ctx.cfg.loop.budget_seconds))

@@ -17,13 +17,20 @@ def usable_cores() -> list[int]:
     return list(range(os.cpu_count() or 1))  # macOS: no affinity
 
 
+def runs_at_once(cfg: Config) -> int:
+    """The runs that train at once on this machine: each worker's ``seed_jobs`` seeds, and the workers' runs too
+    on the local executor (looper.core.run.cores.side_by_side); what run_threads shares the cores among and what
+    a tag's warm-up and fit run train side by side."""
+    return max(1, core_cores.side_by_side(cfg.loop.seed_jobs, cfg.loop.workers, cfg.executor.kind == "local"))
+
+
 def run_threads(cfg: Config) -> int:
     """Each run's threads with ``seed_jobs`` x ``workers`` runs side by side on this process's cores (the
     local executor's; 0 with one run at a time: nothing set); a harness error naming the keys where there are
     fewer cores than runs. Workers count too: two tiny trainings at once, each on every core of this 2-core
     machine, took 30.2 s each where one thread each took 11.1 s (bench/RESULTS.md, "Threads of runs at the same
     time"). An ssh host shares its own cores among the workers' runs (looper.remote run)."""
-    runs = core_cores.side_by_side(cfg.loop.seed_jobs, cfg.loop.workers, cfg.executor.kind == "local")
+    runs = runs_at_once(cfg)
     if runs <= 1:
         return 0
     try:

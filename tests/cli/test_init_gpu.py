@@ -43,7 +43,8 @@ def test_init_gpu_on_a_one_gpu_machine_writes_a_night_its_preflight_allows(tmp_p
     assert (cfg.loop.seed_jobs, cfg.loop.workers) == (4, 1)  # the demo's cap of 4 seeds; 2 x 4 processes fit 15
     assert (cfg.loop.max_steps, cfg.loop.baseline_seeds) == (169, 8)  # the preset's other keys stand
     plan = gpu_slots(81_820, None, 16)
-    assert runs_per_gpu(4, 1, 0, 1, prestart=True) <= plan.by_memory and fill_words(plan, 4, 1, 0, 1, True) == ""
+    sj, w = cfg.loop.seed_jobs, cfg.loop.workers  # what was written: the preflight's memory rule holds, no fill note
+    assert runs_per_gpu(sj, w, 0, 1, prestart=True) <= plan.by_memory and fill_words(plan, sj, w, 0, 1, True) == ""
     assert "require_gpu = true" in _committed_toml(tmp_path / "w")  # in the workspace's first commit
     assert "GPU night: Fake GPU 80GB (GPU 0 of 1 GPU, 81,820 MB free) and 16 cores: the GPU takes 8 runs" in r.output
     assert "seed_jobs = 4 (a challenger's seeds side by side, at most 4 with noise_reruns 3), workers = 1" in r.output
