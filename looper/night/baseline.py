@@ -15,6 +15,7 @@ from looper.core.fault import seeds as core_seeds
 from looper.core.keep import gate as core_gate
 from looper.core.propose import scope as core_scope
 from looper.core.run import budget as core_budget
+from looper.core.run.slots import copy_worker
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.executors.base import FIXED_FILES
 from looper.night.candidate import Candidate, Result
@@ -106,19 +107,30 @@ def _probe_runs(ctx: Context, cand: Candidate, budget: float) -> list[Measuremen
 
     threads, ck = ctx.night.run_threads(), cand.checkout or cand.worker.wt.path
 
-    def run(seed: int) -> Callable[[], Measurement]:
+    def run(i: int) -> Callable[[], Measurement]:
+        seed, w = ctx.cfg.data.seed + i, _copy_as(ctx, cand.worker, i)
+
         def call() -> Measurement:
             rd = ctx.tag.runs_dir(cand.exp_id, "warmup", seed)
             (rd / "out").mkdir()
-            return train(ctx, cand.worker, cand.exp_id, "warmup", seed, budget, ck, rd, threads)
+            return train(ctx, w, cand.exp_id, "warmup", seed, budget, ck, rd, threads)
         return call
 
     n = runs_at_once(ctx.cfg)
-    runs = side_by_side(ctx, [run(ctx.cfg.data.seed + i) for i in range(n)], ok=lambda m: m.measured, jobs=n)
+    runs = side_by_side(ctx, [run(i) for i in range(n)], ok=lambda m: m.measured, jobs=n)
     for m in runs:
         cand.spent += m.train_seconds
         cand.timing["train_seconds"] = cand.timing.get("train_seconds", 0.0) + m.train_seconds
     return runs
+
+
+def _copy_as(ctx: Context, main: Worker, i: int) -> Worker:
+    """The baseline's worker as copy ``i`` of its warm-up or fit run trains: on the GPU of the worker the copy stands
+    for (looper.core.run.slots.copy_worker; ``ctx.night.devices``, each worker's), so that two workers on two GPUs
+    put each GPU the runs it will train, not both workers' on the first; the first worker's copies are ``main``."""
+    devices = ctx.night.devices
+    k = copy_worker(i, ctx.cfg.loop.seed_jobs, len(devices))
+    return main if k == 0 or devices[k] == main.device else dataclasses.replace(main, device=devices[k])
 
 
 def _side(runs: list[Measurement], counts: str) -> str:

@@ -79,6 +79,7 @@ class NightState:
     def __init__(self, cfg: Config, program_md: str = "") -> None:
         self.program_md = program_md  # the program the agent reads, as read when the night began
         self.workers: list[Worker] = []
+        self.devices: list[str] = []  # each worker's device, known before the baseline (Loop.worker_devices)
         self.cancel = threading.Event()
         self.stats = NightStats()
         self.exhausted = False

@@ -21,7 +21,7 @@ def runs_at_once(cfg: Config) -> int:
     """The runs that train at once on this machine: each worker's ``seed_jobs`` seeds, and the workers' runs too
     on the local executor (looper.core.run.cores.side_by_side); what run_threads shares the cores among and what
     a tag's warm-up and fit run train side by side."""
-    return max(1, core_cores.side_by_side(cfg.loop.seed_jobs, cfg.loop.workers, cfg.executor.kind == "local"))
+    return core_cores.side_by_side(cfg.loop.seed_jobs, cfg.loop.workers, cfg.executor.kind)
 
 
 def run_threads(cfg: Config) -> int:

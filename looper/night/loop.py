@@ -104,7 +104,7 @@ class Loop:
             return bad
         changed = pin_tag(ctx, v.metrics["hash"])
         main = ctx.main_worker()
-        devices = self.worker_devices()
+        devices = ctx.night.devices = self.worker_devices()  # the baseline's warm-up trains on each one's GPU
         if changed or not ctx.tag.kept_baselines():
             pre = preflight(ctx, main)  # nothing trains, not even the baseline, on a broken harness
             if not pre.ok:

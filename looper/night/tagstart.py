@@ -44,7 +44,7 @@ def _load(cfg: dict | None) -> int | None:
     loop, executor = (cfg or {}).get("loop") or {}, (cfg or {}).get("executor") or {}
     if not all(isinstance(loop.get(k), int) for k in ("seed_jobs", "workers")) or "kind" not in executor:
         return None
-    return core_cores.side_by_side(loop["seed_jobs"], loop["workers"], executor["kind"] == "local")
+    return core_cores.side_by_side(loop["seed_jobs"], loop["workers"], executor["kind"])
 
 
 def check_data(ctx: Context) -> Halted | None:

@@ -29,13 +29,14 @@ def test_no_runs_is_not_a_share(runs):
         threads_per_run(2, runs)
 
 
-@pytest.mark.parametrize("seed_jobs, workers, here, runs", [
-    (1, 1, True, 1), (2, 1, True, 2), (1, 2, True, 2), (2, 2, True, 4), (4, 2, True, 8),
-    (1, 2, False, 1), (1, 4, False, 1),  # an ssh host's or SLURM nodes' cores are not this machine's
+@pytest.mark.parametrize("seed_jobs, workers, executor, runs", [
+    (1, 1, "local", 1), (2, 1, "local", 2), (1, 2, "local", 2), (2, 2, "local", 4), (4, 2, "local", 8),
+    (1, 2, "ssh", 1), (1, 4, "slurm", 1),  # an ssh host's or SLURM nodes' cores are not this machine's
+    (0, 2, "local", 1), (2, 0, "local", 1),  # nothing said: still one run
 ])
-def test_the_runs_at_once_here_count_every_worker_s_seeds(seed_jobs, workers, here, runs):
+def test_the_runs_at_once_here_count_every_worker_s_seeds(seed_jobs, workers, executor, runs):
     """Two workers each running one seed at a time were counted as one run (each took every core)."""
-    assert side_by_side(seed_jobs, workers, here) == runs
+    assert side_by_side(seed_jobs, workers, executor) == runs
 
 
 @pytest.mark.parametrize("cores, runs, threads", [(16, 2, 8), (16, 3, 5), (2, 2, 1), (2, 3, 1), (1, 4, 1),

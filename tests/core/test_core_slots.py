@@ -12,6 +12,7 @@ from looper.core.run.slots import (
     MAX_SLOTS,
     boxes_ahead,
     boxes_ahead_words,
+    copy_worker,
     fill_words,
     gpu_slots,
     host_runs,
@@ -57,6 +58,18 @@ def test_an_unmeasured_peak_is_the_stated_default():
 ])
 def test_workers_take_the_gpus_in_turn(first, count, expected):
     assert [worker_gpu(i, first, count) for i in range(4)] == expected
+
+
+@pytest.mark.parametrize("seed_jobs, workers, copies, expected", [
+    (2, 2, 4, [0, 0, 1, 1]),        # two workers' seeds: each GPU the runs its worker will train
+    (4, 1, 4, [0, 0, 0, 0]),        # one worker
+    (1, 3, 3, [0, 1, 2]),           # a seed at a time, three workers
+    (2, 1, 4, [0, 0, 0, 0]),        # more copies than one worker's seeds: none past the last worker
+    (0, 2, 2, [0, 1]),              # seed_jobs unset (0) counts as 1
+    (2, 0, 2, [0, 0]),              # no workers said: the first
+])
+def test_the_warm_up_copies_train_on_the_gpus_of_the_workers_they_stand_for(seed_jobs, workers, copies, expected):
+    assert [copy_worker(i, seed_jobs, workers) for i in range(copies)] == expected
 
 
 @pytest.mark.parametrize("seed_jobs, workers, first, count, expected", [

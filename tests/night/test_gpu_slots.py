@@ -170,6 +170,30 @@ def test_every_worker_s_gpu_is_checked_before_the_baseline_and_each_experiment_c
         assert executor.asked[-1] == int(w.device)
 
 
+@pytest.mark.parametrize("seed_jobs, expected", [(1, ["0", "1"]), (2, ["0", "0", "1", "1"])])
+def test_the_warm_up_trains_each_worker_s_runs_on_that_worker_s_gpu(tmp_path, monkeypatch, seed_jobs, expected):
+    """Two workers on two GPUs: the warm-up trains the runs the night will train at once, each on the GPU of the
+    worker it stands for (looper.core.run.slots.copy_worker). It put every copy on the first GPU: twice the runs
+    the first GPU will carry (fewer steps pinned than the runs fit, more memory than the preflight sized), none on
+    the second. The baseline's seeds then train on the first worker's GPU."""
+    import looper.night.cores as cores
+
+    monkeypatch.setattr(cores, "usable_cores", lambda: list(range(16)))  # a GPU machine's cores (this one has 2)
+    class Runs(TwoGpuExecutor):
+        def train(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
+            runs.append((job.out_dir.parent.name.split("-s")[0], job.seed, job.device))  # .../<role>-s<seed>/out
+            return super().train(job, on_line, cancel)
+
+    runs: list[tuple[str, int, str]] = []
+    loop = _loop(tmp_path, Runs(), loop_workers=2, loop_seed_jobs=seed_jobs, loop_max_steps="auto")
+    assert loop.setup() is None
+    (warm,) = [e.data for e in loop.ctx.store.journal(kind="baseline") if e.message.startswith("warm-up #")]
+    assert len(warm["warmup"]["runs"]) == len(expected)
+    assert sorted((seed, d) for role, seed, d in runs if role == "warmup") == list(enumerate(expected)), runs
+    seeds = [d for role, _, d in runs if role != "warmup"]
+    assert seeds and set(seeds) == {"0"}, runs  # the baseline's seeds: the first worker's
+
+
 def test_a_worker_s_gpu_the_runs_cannot_use_stops_the_night_before_the_baseline_naming_it(tmp_path):
     executor = CheckedGpus(broken=1)
     loop = _loop(tmp_path, executor, loop_workers=2)

@@ -35,15 +35,15 @@ def threads_per_run(cores: int, runs: int) -> int:
     return cores // runs
 
 
-def side_by_side(seed_jobs: int, workers: int, here: bool) -> int:
-    """The runs that train at once on the daemon's machine: each worker's ``seed_jobs`` seeds (the local
-    executor's only), and the workers' runs too where they run here (``here``; on an ssh host or SLURM nodes
-    the cores are not this machine's, and a worker's seeds run one at a time there).
+def side_by_side(seed_jobs: int, workers: int, executor: str) -> int:
+    """The runs that train at once on the daemon's machine, at least one: each worker's ``seed_jobs`` seeds, and the
+    workers' runs too where they run here (``executor`` ``"local"``; on an ssh host or SLURM nodes the cores are
+    not this machine's, and a worker's seeds run one at a time there).
 
-    >>> side_by_side(2, 2, True), side_by_side(1, 2, True), side_by_side(1, 2, False), side_by_side(1, 1, True)
+    >>> side_by_side(2, 2, "local"), side_by_side(1, 2, "local"), side_by_side(1, 2, "ssh"), side_by_side(0, 1, "local")
     (4, 2, 1, 1)
     """
-    return seed_jobs * (workers if here else 1)
+    return max(1, seed_jobs * (workers if executor == "local" else 1))
 
 
 def host_threads(cores: int, runs: int) -> int:

@@ -76,6 +76,17 @@ def worker_gpu(worker: int, first: int, count: int) -> int:
     return first + worker % max(1, count - first)
 
 
+def copy_worker(copy: int, seed_jobs: int, workers: int) -> int:
+    """The worker whose GPU copy ``copy`` (0-based) of a tag's warm-up or fit run trains on, the copies standing for
+    the runs the night trains at once (looper.core.run.cores.side_by_side): each worker's ``seed_jobs`` seeds,
+    worker by worker, so that every GPU carries the load its runs will; a copy past the workers is the last one's.
+
+    >>> [copy_worker(i, 2, 2) for i in range(4)], [copy_worker(i, 4, 1) for i in range(4)]
+    ([0, 0, 1, 1], [0, 0, 0, 0])
+    """
+    return min(copy // max(1, seed_jobs), max(1, workers) - 1)
+
+
 def _per_worker(seed_jobs: int, prestart: bool) -> int:
     """One worker's processes at a time: its ``seed_jobs`` seeds; with ``prestart`` (``[loop] prestart``,
     looper.night.slots) twice that: a run is evaluated while the next run trains in the slot it gave back."""
