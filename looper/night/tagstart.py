@@ -6,45 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from looper.core.run import cores as core_cores
+from looper.core.tag.drift import baseline_drift
 from looper.errors import HarnessError
 from looper.executors.base import FIXED_FILES
 from looper.night.candidate import Halted
 from looper.night.clock import now_iso
 from looper.night.context import Context
+from looper.store.queries import run_gpu_names
 from looper.workspace.hashes import fixed_hashes, pretrained_hashes
 from looper.workspace.runtimepin import PREFIX as RUNTIME_PREFIX
 from looper.workspace.runtimepin import runtime_hashes
-
-# What a tag's baseline depends on: a change to any of these since it was measured starts a new one.
-BASELINE_DEPENDS_ON = (("loop", "budget_seconds"), ("loop", "max_steps"), ("data", "scale"), ("data", "seed"),
-                       ("executor", "kind"))
-
-
-def baseline_drift(then: dict | None, now: dict) -> list[str]:
-    """What changed between the config a baseline was measured under and ``now`` (both as
-    ``Config.redacted_dict()``), as "section.key a -> b" lines; a key ``then`` lacks is unknown
-    and counts as unchanged. The runs that train at once on this machine (``[loop] seed_jobs`` x ``workers``,
-    looper.core.run.cores.side_by_side) count too: the warm-up's steps and the fit run's wall clock were measured
-    under them, and a run's speed under the wall clock depends on them."""
-    changed = []
-    for section, key in BASELINE_DEPENDS_ON:
-        old = ((then or {}).get(section) or {}).get(key)
-        new = now[section][key]
-        if old is not None and old != new:
-            changed.append(f"{section}.{key} {old} -> {new}")
-    old_load, new_load = _load(then), _load(now)
-    if old_load is not None and new_load is not None and old_load != new_load:
-        changed.append(f"runs at a time (loop.seed_jobs x loop.workers) {old_load} -> {new_load}")
-    return changed
-
-
-def _load(cfg: dict | None) -> int | None:
-    """The runs a config trains at once on this machine; None where it does not say."""
-    loop, executor = (cfg or {}).get("loop") or {}, (cfg or {}).get("executor") or {}
-    if not all(isinstance(loop.get(k), int) for k in ("seed_jobs", "workers")) or "kind" not in executor:
-        return None
-    return core_cores.side_by_side(loop["seed_jobs"], loop["workers"], executor["kind"])
 
 
 def check_data(ctx: Context) -> Halted | None:
@@ -103,7 +74,9 @@ def pin_tag(ctx: Context, data_hash: str) -> list[str]:
                                   "runtime, site-packages and looper package are pinned from now on")
     ctx.tag.refresh()
     ref = (ctx.tag.kept_baselines() or ctx.store.find_experiments(tag=ctx.tag.name, kind="baseline", limit=1) or [None])[-1]
-    changed = baseline_drift(ref.config if ref else None, ctx.cfg.redacted_dict())
+    then_gpus = run_gpu_names(ctx.store, ref.id) if ref is not None and ctx.cfg.executor.require_gpu else set()
+    changed = baseline_drift(ref.config if ref else None, ctx.cfg.redacted_dict(), then_gpus,
+                             _gpu_now(ctx) if then_gpus else "")
     if not changed:
         return []
     assert ref is not None
@@ -144,3 +117,12 @@ def restore_last_kept(ctx: Context) -> None:
         ctx.tag.wt.reset_hard(head)
         ctx.journal.event("recover", f"uncommitted changes in the checkout were reset to {head[:10]}")
 
+
+
+def _gpu_now(ctx: Context) -> str:
+    """The model of the GPU this night's runs take (``[executor] gpu_index``'s), as the executor's preflight reads
+    it (NVML here or on the ssh host); "" where it cannot say (that preflight's failure is the night's preflight's
+    to report, before anything trains)."""
+    v = ctx.executor.preflight(True, gpu=ctx.cfg.executor.gpu_index)
+    gpu = v.metrics.get("gpu")
+    return str(gpu.get("name") or "") if isinstance(gpu, dict) and gpu.get("ok", True) else ""

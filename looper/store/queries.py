@@ -219,6 +219,17 @@ def gpu_run_peak_mb(store: Store, tag: str) -> float | None:
     return float(value) if value is not None else None
 
 
+def run_gpu_names(store: Store, exp_id: int) -> set[str]:
+    """The names of the GPUs an experiment's runs trained on, as the harness's NVML sampler read them
+    (``harness_gpu.name`` of runs on cuda); empty where none was read (CPU runs, a SLURM node's)."""
+    r = m.runs
+    name = func.json_extract(r.c.train_json, "$.harness_gpu.name")
+    q = select(name).where(r.c.experiment_id == exp_id, func.json_extract(r.c.train_json, "$.device") == "cuda",
+                           name.is_not(None)).distinct()
+    with store._ro() as conn:  # noqa: SLF001 - queries are part of the store package
+        return {str(n) for (n,) in conn.execute(q) if n}
+
+
 def run_figures(store: Store, tag: str | None = None, since: str | None = None) -> dict[int, list[dict[str, Any]]]:
     """Each experiment's runs as plain rows, in one query: role, seed, score, the device train.py trained on,
     train.py's own peak memory, and the harness's GPU figures of the run (utilisation, busy share, the

@@ -22,7 +22,6 @@ from looper.night.display import Display
 from looper.night.experiment import run_candidate
 from looper.night.loop import Loop
 from looper.night.notify import AppriseNotifier
-from looper.night.tagstart import baseline_drift
 from looper.report import report_text, write_html
 from looper.store import Store
 
@@ -190,37 +189,6 @@ def test_more_workers_on_a_tag_start_a_new_baseline_measured_under_them(ws):
     assert line in [e["message"] for e in ws.events("baseline")] and line in shown.getvalue()
     base = ws.root / "runs" / "t" / f"{second['id']:05d}"
     assert (base / "warmup-s0").is_dir() and (base / "warmup-s1").is_dir()  # its warm-up: two runs at once
-
-
-def test_what_a_baseline_depends_on_budget_step_budget_data_scale_and_seed_executor_kind():
-    then = {"loop": {"budget_seconds": 20, "max_steps": 0, "tag": "a"}, "data": {"scale": "tiny", "seed": 0},
-            "executor": {"kind": "local"}, "agent": {"kind": "planner"}}
-    now = json.loads(json.dumps(then))
-    assert baseline_drift(then, now) == []
-    now["loop"]["tag"], now["agent"]["kind"] = "b", "command"  # not what a baseline measures
-    assert baseline_drift(then, now) == []
-    now["loop"]["budget_seconds"], now["data"]["scale"], now["data"]["seed"] = 90, "demo", 1
-    now["executor"]["kind"], now["loop"]["max_steps"] = "ssh", "auto"
-    assert baseline_drift(then, now) == ["loop.budget_seconds 20 -> 90", "loop.max_steps 0 -> auto",
-                                         "data.scale tiny -> demo", "data.seed 0 -> 1", "executor.kind local -> ssh"]
-    assert baseline_drift(None, now) == [] and baseline_drift({"loop": {}}, now) == []  # unknown: unchanged
-
-
-@pytest.mark.parametrize("then, now, said", [
-    ((1, 1, "local"), (1, 2, "local"), "runs at a time (loop.seed_jobs x loop.workers) 1 -> 2"),  # the GPU slots' advice
-    ((4, 1, "local"), (2, 2, "local"), None),     # 4 at a time either way
-    ((2, 2, "local"), (2, 1, "local"), "runs at a time (loop.seed_jobs x loop.workers) 4 -> 2"),
-    ((1, 1, "ssh"), (1, 2, "ssh"), None),         # an ssh host's runs: not this machine's (looper.core.run.cores)
-    ((1, 2, "local"), (1, 2, "ssh"), "runs at a time (loop.seed_jobs x loop.workers) 2 -> 1"),
-])
-def test_a_baseline_depends_on_the_runs_at_a_time_its_budget_was_measured_under(then, now, said):
-    """The warm-up's steps, the fit run's wall clock and a wall-clock run's steps were measured under the runs
-    that trained at once; raising workers (as the GPU slots note advises) would cut the tag's runs short."""
-    def cfg(seed_jobs: int, workers: int, kind: str) -> dict:
-        return {"loop": {"budget_seconds": 20, "max_steps": 30, "seed_jobs": seed_jobs, "workers": workers},
-                "data": {"scale": "tiny", "seed": 0}, "executor": {"kind": kind}}
-    changed = [c for c in baseline_drift(cfg(*then), cfg(*now)) if not c.startswith("executor.kind")]
-    assert changed == ([said] if said else [])
 
 
 def test_a_changed_data_seed_starts_a_new_baseline_and_repins_rebuilt_data(ws):
