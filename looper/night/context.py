@@ -17,6 +17,7 @@ from looper.core.verdicts.verdict import Outcome
 from looper.executors import Executor, TrainJob
 from looper.night.cores import run_threads
 from looper.night.display import Display
+from looper.night.gpushare import GpuShare
 from looper.night.tag import TagState
 from looper.store import Store
 from looper.workspace.gitops import Worktree
@@ -92,9 +93,19 @@ class NightState:
         self._threads: int | None = None  # [loop] seed_jobs > 1: each run's share of the cores
         self._threads_lock = threading.Lock()
         self._said: set[str] = set()  # what the night says once (first_time)
+        self._gpus: dict[str, GpuShare] = {}  # each GPU's trainings (looper.night.gpushare)
+        self._gpus_lock = threading.Lock()
 
     def wlabel(self, w: Worker) -> str:
         return f"[{w.label}] " if len(self.workers) > 1 else ""
+
+    def gpu_share(self, w: Worker) -> GpuShare | None:
+        """The trainings on worker ``w``'s GPU (looper.night.gpushare); None on the CPU and on SLURM, where a job's
+        GPU is its own allocation."""
+        if w.device in ("", "cpu") or self._cfg.executor.kind == "slurm":
+            return None
+        with self._gpus_lock:
+            return self._gpus.setdefault(w.device, GpuShare())
 
     def run_threads(self) -> int:
         """The threads every run of the night gets (``[loop] seed_jobs`` > 1: its share of the cores,

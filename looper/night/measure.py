@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from looper.core.fault import failure as core_failure
 from looper.core.run import budget as core_budget
 from looper.core.run import limits as core_limits
 from looper.core.run import phases as core_phases
+from looper.core.run import slots as core_slots
 from looper.core.verdicts.verdict import Outcome
 from looper.executors import EvalJob, RunResult, TrainJob
 from looper.executors.base import STARTUP_MARK
@@ -57,6 +59,7 @@ class Measurement:
     eval_seconds: float = 0.0
     run_dir: Path | None = None
     cut_short: str | None = None  # the wall clock ended it before its step budget (core.run.budget.cut_short)
+    failure_kind: str = ""  # a failed training's kind (core.fault.failure: "oom", "hung", ...); "" otherwise
     # the run's phases on the harness's clock (ISO; None: not reached or not seen): launched, first optimizer
     # step (the LOOPER_STARTUP line's arrival), train.py exited, evaluate.py exited (core.run.phases)
     started_at: str | None = None
@@ -150,8 +153,9 @@ def startup_from_json(started: str | None, train_json: dict | None) -> str | Non
 
 
 def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: float, ck: Path,
-          rd: Path, threads: int = 0) -> Measurement:
-    """The training run and the evidence it left: a Measurement still PENDING when it trained."""
+          rd: Path, threads: int = 0, alone: bool = False) -> Measurement:
+    """The training run and the evidence it left: a Measurement still PENDING when it trained. A run that ran out
+    of memory on a GPU it shared trains again with the GPU whole (``alone``; :func:`_alone`)."""
     out = rd / "out"
     max_steps = ctx.tag.max_steps()
     on_line, first_step = startup_watch(ctx.display.log_line)
@@ -160,7 +164,7 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         ctx.store.set_phase(exp_id, f"train ({role}, seed {seed})")
         ctx.display.set_phase(exp_id, f"{ctx.night.wlabel(w)}train {role} seed={seed}", budget)
 
-    tr, started = _in_slot(ctx, w, ctx.train_job(w, ck, rd, seed, budget, threads), on_line, announce)
+    tr, started, peers = _in_slot(ctx, w, ctx.train_job(w, ck, rd, seed, budget, threads), on_line, announce, alone)
     m = Measurement(seed=seed, train=tr, train_seconds=tr.seconds, run_dir=rd, started_at=started,
                     train_started_at=first_step[0] if first_step else None, train_ended_at=now_iso())
     if not tr.started and not ctx.night.cancel.is_set():  # a run before it was not ok: this one never ran
@@ -180,7 +184,10 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         lost = f"GPU lost during the run: {tr.gpu.get('lost_reason', 'NVML error')}"
         return _proven(ctx, w, exp_id, role, m.ended(Outcome.ERROR, lost), None)
     if not tr.clean_exit:
-        return classify_failed(ctx, w, m, tr, exp_id, role)
+        m = classify_failed(ctx, w, m, tr, exp_id, role)
+        if m.outcome is Outcome.CRASH and core_slots.rerun_alone(m.failure_kind, w.device, peers):
+            return _alone(ctx, w, exp_id, role, seed, budget, ck, rd, threads, m, peers)
+        return m
     m.train_json, refused = _read_json(ctx, out / "train.json")
     if refused:  # too large, too deep, or a link: the change's crash, naming the limit or the link
         why = "over [limits]" if "[limits]" in refused else "a symbolic link"
@@ -206,17 +213,25 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
 
 
 def _in_slot(ctx: Context, w: Worker, job: TrainJob, on_line: Callable[[str], None],
-             announce: Callable[[], None]) -> tuple[RunResult, str]:
+             announce: Callable[[], None], alone: bool = False) -> tuple[RunResult, str, int]:
     """The executor's training run, in its training slot where runs go side by side (looper.night.slots), and
     the run's start on the harness's clock: when its slot was given (its wait is not its start-up). A
     prestarting executor starts the run's box first and waits for the slot itself (``job.gate``); another is
-    started once the slot is given. ``announce`` (the run's phase) is called as its training starts."""
-    slot = current_slot()
+    started once the slot is given. ``announce`` (the run's phase) is called as its training starts. On a GPU
+    the run trains holding a share of it, or with ``alone`` the GPU whole (looper.night.gpushare); the third
+    value: the most runs that trained on its GPU at once while it did, itself included (1 on the CPU)."""
+    slot, gpu, holds = current_slot(), ctx.night.gpu_share(w), []
+
+    def hold() -> None:
+        if gpu is not None:
+            stopped = ctx.night.cancel.is_set
+            holds.append(gpu.whole(stopped) if alone else gpu.share(stopped))
 
     def given() -> bool:
-        return bool(slot is not None and slot.take()) and (announce() or True)
+        return bool(slot is not None and slot.take()) and (hold() or announce() or True)
 
     if slot is None:
+        hold()
         announce()
     launched = now_iso()
     try:
@@ -229,10 +244,35 @@ def _in_slot(ctx: Context, w: Worker, job: TrainJob, on_line: Callable[[str], No
         if slot is not None:
             slot.give_back()
         raise
+    finally:
+        for h in holds:
+            gpu.leave(h)  # type: ignore[union-attr]
     if slot is not None and tr.clean_exit:
         slot.give_back()  # trained: the slot is the next run's while this one is evaluated; a failure keeps it
         # until it is judged: the look stops before a run waiting for it starts (looper.night.slots)
-    return tr, (slot.taken_at if slot is not None and slot.taken_at else launched)
+    return tr, (slot.taken_at if slot is not None and slot.taken_at else launched), max((h.peers for h in holds), default=1)
+
+
+def _alone(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: float, ck: Path, rd: Path,
+           threads: int, shared: Measurement, peers: int) -> Measurement:
+    """A run that ran out of memory on a GPU ``peers`` runs trained on at once, trained again with the GPU whole
+    (looper.core.run.slots.rerun_alone): its verdict is then its own, not its neighbours'. Its first try's folder
+    is kept beside it (``<run>.shared-oom``); the journal and the screen say so. Out of memory alone too: its crash,
+    saying so."""
+    aside = rd.with_name(f"{rd.name}.shared-oom")
+    if os.path.lexists(aside):
+        trees.remove_tree(aside)
+    os.rename(rd, aside)
+    (rd / "out").mkdir(parents=True)
+    said = (f"{ctx.night.wlabel(w)}seed {seed} ran out of memory on GPU {w.device} beside "
+            f"{peers - 1} other run{'s' if peers > 2 else ''} training on it: trained again with the GPU to itself "
+            f"(its first try in {aside.name}): {shared.blocking[0] if shared.blocking else 'out of memory'}")
+    ctx.journal.event("note", said, exp_id, {"seed": seed, "role": role, "peers": peers})
+    ctx.display.note(said)
+    m = train(ctx, w, exp_id, role, seed, budget, ck, rd, threads, alone=True)
+    if m.outcome is Outcome.CRASH and m.failure_kind == "oom" and m.blocking:
+        m.blocking[0] += f" (with GPU {w.device} to itself as well, after it ran out of memory beside {peers - 1})"
+    return m
 
 
 def limit_hit(tr: RunResult) -> str | None:
@@ -377,7 +417,7 @@ def classify_failed(ctx: Context, w: Worker, m: Measurement, tr: RunResult, exp_
         c = core_failure.classify_failure(evidence(ran[0]))
     m.ended(Outcome.CRASH if c.outcome is Outcome.CRASH else Outcome.ERROR,
             c.reason, *([tr.transport_error] if tr.transport_error else []))
-    m.signature = c.signature
+    m.signature, m.failure_kind = c.signature, c.kind
     if ran:  # the canary already answered: its verdict is in the classification
         return m
     return _proven(ctx, w, exp_id, role, m, None)

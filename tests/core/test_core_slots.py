@@ -19,6 +19,7 @@ from looper.core.run.slots import (
     night_sizes,
     prestart,
     renumbered,
+    rerun_alone,
     runs_per_gpu,
     unused_words,
     worker_gpu,
@@ -58,6 +59,19 @@ def test_an_unmeasured_peak_is_the_stated_default():
 ])
 def test_workers_take_the_gpus_in_turn(first, count, expected):
     assert [worker_gpu(i, first, count) for i in range(4)] == expected
+
+
+@pytest.mark.parametrize("kind, device, peers, again", [
+    ("oom", "0", 2, True),      # out of memory beside another run on GPU 0: it might fit alone
+    ("oom", "1", 8, True),
+    ("oom", "0", 1, False),     # alone already: its own
+    ("oom", "cpu", 4, False),   # a CPU run's memory is its own share ([limits])
+    ("oom", "", 4, False),      # no device said: the CPU
+    ("hung", "0", 4, False),    # another failure: sharing does not explain it
+    ("", "0", 4, False),
+])
+def test_a_run_out_of_memory_beside_others_on_its_gpu_trains_again_alone(kind, device, peers, again):
+    assert rerun_alone(kind, device, peers) is again
 
 
 @pytest.mark.parametrize("seed_jobs, workers, copies, expected", [

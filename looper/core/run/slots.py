@@ -87,6 +87,19 @@ def copy_worker(copy: int, seed_jobs: int, workers: int) -> int:
     return min(copy // max(1, seed_jobs), max(1, workers) - 1)
 
 
+def rerun_alone(kind: str, device: str, peers: int) -> bool:
+    """Whether a training run that failed with ``kind`` (looper.core.fault.failure's classification) trains again
+    alone on its GPU: it ran out of memory (``"oom"``) on a GPU (``device`` not ``"cpu"``) that ``peers`` runs
+    trained on at once, itself included. Runs share a GPU's memory with no limit of their own, so the run might fit
+    alone: sharing may change its time, never its result (looper.night.gpushare). On the CPU each run's memory is
+    its own share (``[limits]``): no rerun.
+
+    >>> rerun_alone("oom", "0", 2), rerun_alone("oom", "0", 1), rerun_alone("oom", "cpu", 4), rerun_alone("hung", "0", 4)
+    (True, False, False, False)
+    """
+    return kind == "oom" and device not in ("", "cpu") and peers > 1
+
+
 def _per_worker(seed_jobs: int, prestart: bool) -> int:
     """One worker's processes at a time: its ``seed_jobs`` seeds; with ``prestart`` (``[loop] prestart``,
     looper.night.slots) twice that: a run is evaluated while the next run trains in the slot it gave back."""

@@ -1,0 +1,109 @@
+"""A run out of memory on a GPU it shared trains again with the GPU to itself (looper.night.gpushare,
+looper.core.run.slots.rerun_alone): sharing may change a run's time, never its result (issue 46). The real Loop,
+real git and a real Store on a fake one-GPU machine whose memory holds one large run: a candidate whose seed fits
+alone is measured, not called a crash of the change; one out of memory alone too is its crash, saying so."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+import threading
+import time
+
+import pytest
+from fakes.agent import ScriptedAgent
+from fakes.executor import knobs
+from harness import build_ws
+
+from looper.config import load_config
+from looper.core.verdicts.verdict import Outcome
+from looper.executors.base import RunResult
+from looper.night.display import Display
+from looper.night.experiment import run_candidate
+from looper.night.loop import Loop
+from looper.night.notify import AppriseNotifier
+from looper.store import Store
+from night.test_gpu_baseline import ModelGpu
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("runtime_taken_once")]
+
+OOM = ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+       "79.19 GiB of which 1.02 GiB is free.\n")
+
+
+class TightGpu(ModelGpu):
+    """One GPU whose memory holds one large run: train.py's ``SCENARIO = "oom_shared"`` runs out of its memory
+    when another run trains on it, ``"oom"`` always. Each training takes 0.3 s, so the seeds of a look overlap;
+    ``tries``: (seed, the runs training beside it when it started)."""
+
+    def __init__(self) -> None:
+        super().__init__("Fake GPU")
+        self.on, self.tries, self.lock = 0, [], threading.Lock()
+
+    def train(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
+        scenario = knobs(job.checkout / "train.py").get("SCENARIO")
+        with self.lock:
+            self.on += 1
+            beside = self.on - 1
+            self.tries.append((job.seed, beside))
+        try:
+            time.sleep(0.3)
+            if scenario == "oom" or (scenario == "oom_shared" and beside):
+                job.out_dir.mkdir(parents=True, exist_ok=True)
+                job.log_path.write_text(OOM)
+                return RunResult(exit_code=1, log_tail=OOM)
+            return super().train(job, on_line, cancel)
+        finally:
+            with self.lock:
+                self.on -= 1
+
+
+def night(tmp_path, scenario: str, seed_jobs: int = 2) -> tuple[Loop, TightGpu, io.StringIO]:
+    ws = build_ws(tmp_path / "ws", tmp_path / "queue", "", exec_sandbox="none", exec_require_gpu=True,
+                  loop_seed_jobs=seed_jobs)
+    executor, said = TightGpu(), io.StringIO()
+    loop = Loop(ws.root, load_config(ws.root / "looper.toml"), Store(ws.root / "experiments.db"), executor,
+                ScriptedAgent({"SCENARIO": scenario}), AppriseNotifier([]), display=Display(said), program_md="")
+    assert loop.setup() is None
+    executor.tries.clear()
+    return loop, executor, said
+
+
+def test_a_seed_out_of_memory_beside_another_trains_again_alone_and_is_measured(tmp_path):
+    loop, executor, said = night(tmp_path, "oom_shared")
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
+    assert r is not None and r.outcome is not Outcome.CRASH and r.halt_error is None, r
+    with sqlite3.connect(loop.ctx.root / "experiments.db") as con:
+        scored = con.execute("SELECT seed FROM runs WHERE experiment_id=? AND score IS NOT NULL ORDER BY seed",
+                             (r.exp_id,)).fetchall()
+    assert len(scored) >= 2, scored  # both seeds of the first look measured
+    shared = [s for s, beside in executor.tries if beside]
+    assert shared, executor.tries  # a seed started beside the other and ran out of memory
+    again = [s for s, beside in executor.tries if not beside and s in shared]
+    assert again == shared, executor.tries  # and trained again with nothing beside it
+    notes = [e.message for e in loop.ctx.store.journal(kind="note") if "ran out of memory on GPU 0" in e.message]
+    assert len(notes) == len(shared)
+    assert f"seed {shared[0]} ran out of memory on GPU 0 beside 1 other run training on it: trained again with " \
+           "the GPU to itself" in notes[0] and "CUDA out of memory" in notes[0]
+    assert notes[0] in said.getvalue()
+    first_try = next(loop.ctx.root.glob(f"runs/t/*/*-s{shared[0]}.shared-oom"))
+    assert "CUDA out of memory" in (first_try / "train.log").read_text()  # its first try kept for the morning
+
+
+def test_a_seed_out_of_memory_alone_too_is_the_change_s_crash_saying_so(tmp_path):
+    loop, executor, _ = night(tmp_path, "oom")
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
+    assert r is not None and r.outcome is Outcome.CRASH and r.halt_error is None
+    (row,) = [x for x in Store(loop.ctx.root / "experiments.db").find_experiments(tag="t", kind="candidate")]
+    reasons = json.dumps(row.verdict)
+    assert "out of memory" in reasons and "with GPU 0 to itself as well, after it ran out of memory beside 1" in reasons
+
+
+def test_one_run_at_a_time_out_of_memory_is_the_change_s_crash_at_once(tmp_path):
+    loop, executor, _ = night(tmp_path, "oom", seed_jobs=1)
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
+    assert r is not None and r.outcome is Outcome.CRASH
+    assert executor.tries == [(0, 0)]  # nothing beside it: no second try
+    assert not [e for e in loop.ctx.store.journal(kind="note") if "ran out of memory" in e.message]
