@@ -264,7 +264,7 @@ def _alone(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: f
         trees.remove_tree(aside)
     os.rename(rd, aside)
     (rd / "out").mkdir(parents=True)
-    said = (f"{ctx.night.wlabel(w)}seed {seed} ran out of memory on GPU {w.device} beside "
+    said = (f"{core_slots.SHARED_OOM_NOTE}{ctx.night.wlabel(w)}seed {seed} ran out of memory on GPU {w.device} beside "
             f"{peers - 1} other run{'s' if peers > 2 else ''} training on it: trained again with the GPU to itself "
             f"(its first try in {aside.name}): {shared.blocking[0] if shared.blocking else 'out of memory'}")
     ctx.journal.event("note", said, exp_id, {"seed": seed, "role": role, "peers": peers})

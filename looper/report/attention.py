@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from looper.core.run.slots import FILL_NOTE, UNUSED_NOTE
+from looper.core.run.slots import FILL_NOTE, SHARED_OOM_NOTE, UNUSED_NOTE
 from looper.report.fmt import MAX_ATTENTION, clean, id_list
 from looper.report.night import Attention, Night
 
@@ -113,6 +113,13 @@ def _notes(n: Night, approved: bool) -> list[Attention]:
     if len(n.interrupted) > MAX_ATTENTION:
         rest = n.interrupted[MAX_ATTENTION:]
         out.append(Attention("note", f"{len(rest)} more interrupted: {id_list(e.id for e in rest)}"))
+    oom = [e for e in n.events if e.kind == "note" and e.message.startswith(SHARED_OOM_NOTE)]
+    if oom:  # runs out of GPU memory beside others, trained again alone (looper.core.run.slots.rerun_alone)
+        ids = sorted({e.experiment_id for e in oom if e.experiment_id is not None})
+        out.append(Attention("note", f"{len(oom)} run(s) ran out of GPU memory beside other runs and trained again "
+                                     f"with the GPU to themselves ({id_list(ids)}): these changes need more memory "
+                                     "than the GPU's share; fewer runs at a time (loop.seed_jobs x loop.workers) "
+                                     "would spare the reruns", ids[-1] if ids else None))
     fill = _last_note(n, FILL_NOTE)
     if fill:  # the night's GPU had room for more runs than its workers trained (looper.core.run.slots.fill_words)
         out.append(Attention("note", fill))

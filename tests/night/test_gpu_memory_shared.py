@@ -85,9 +85,16 @@ def test_a_seed_out_of_memory_beside_another_trains_again_alone_and_is_measured(
     assert again == shared, executor.tries  # and trained again with nothing beside it
     notes = [e.message for e in loop.ctx.store.journal(kind="note") if "ran out of memory on GPU 0" in e.message]
     assert len(notes) == len(shared)
-    assert f"seed {shared[0]} ran out of memory on GPU 0 beside 1 other run training on it: trained again with " \
+    assert f"GPU memory: seed {shared[0]} ran out of memory on GPU 0 beside 1 other run training on it: trained again with " \
            "the GPU to itself" in notes[0] and "CUDA out of memory" in notes[0]
     assert notes[0] in said.getvalue()
+    from looper.report import gather
+
+    (morning,) = [a for a in gather(loop.ctx.store, loop.ctx.root).attention if "out of GPU memory" in a.text]
+    assert (morning.level, morning.exp_id) == ("note", r.exp_id)
+    assert morning.text == (f"{len(shared)} run(s) ran out of GPU memory beside other runs and trained again with the "
+                            f"GPU to themselves (#{r.exp_id}): these changes need more memory than the GPU's share; "
+                            "fewer runs at a time (loop.seed_jobs x loop.workers) would spare the reruns")
     first_try = next(loop.ctx.root.glob(f"runs/t/*/*-s{shared[0]}.shared-oom"))
     assert "CUDA out of memory" in (first_try / "train.log").read_text()  # its first try kept for the morning
 
@@ -107,3 +114,6 @@ def test_one_run_at_a_time_out_of_memory_is_the_change_s_crash_at_once(tmp_path)
     assert r is not None and r.outcome is Outcome.CRASH
     assert executor.tries == [(0, 0)]  # nothing beside it: no second try
     assert not [e for e in loop.ctx.store.journal(kind="note") if "ran out of memory" in e.message]
+    from looper.report import gather
+
+    assert not [a for a in gather(loop.ctx.store, loop.ctx.root).attention if "out of GPU memory" in a.text]

@@ -22,6 +22,7 @@ CORES_PER_RUN = 2  # a run's main process and its data loader worker (train.py's
 MAX_SLOTS = 16  # more runs on one GPU than this: contention, not throughput (8 copies: 5.2x of 1, 4: 3.7x)
 FILL_NOTE = "GPU slots: "  # the night's note of the slots its workers leave empty (fill_words), once a night
 UNUSED_NOTE = "GPU unused: "  # the night's note of a GPU its runs leave idle, training on the CPU (unused_words)
+SHARED_OOM_NOTE = "GPU memory: "  # the night's note of a run out of memory beside others, trained again alone (rerun_alone)
 
 
 @dataclass(frozen=True)
