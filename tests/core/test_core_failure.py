@@ -52,6 +52,12 @@ C, E = Outcome.CRASH, Outcome.ERROR
         (ev(RUNTIME), C, "traceback", "train.py raised RuntimeError: Given groups=1"),
         (ev(OOM), C, "oom", "out of memory (torch.OutOfMemoryError: CUDA out of memory"),
         (ev(tb(*TRAIN_MAIN, exc="MemoryError")), C, "oom", "out of memory (MemoryError"),
+        # GPU memory cuBLAS or cuDNN could not get (on a shared GPU, often another run's): out of memory too
+        (ev(tb(*TRAIN_MAIN, *LIB, exc="RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+                                      "`cublasCreate(handle)`")), C, "oom", "out of memory (RuntimeError: CUDA error: CUBLAS"),
+        (ev(tb(*TRAIN_MAIN, *LIB, exc="RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED")), C, "oom",
+         "out of memory (RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+        (ev(tb(*TRAIN_MAIN, *LIB, exc="RuntimeError: CUDA error: out of memory")), C, "oom", "out of memory (RuntimeError"),
         (ev("loading...\nKilled", exit_code=137), C, "oom", "out of memory (the log says so)"),
         (ev("", exit_code=None, signal=9), C, "oom", "killed by SIGKILL"),
         (ev("epoch 3", exit_code=-9), C, "oom", "killed by SIGKILL"),

@@ -15,7 +15,7 @@ what a failed run left behind, in this order:
    - harness causes in its message -> error: "CUDA error: unknown error", device lost /
      fallen off the bus, NVML errors, no CUDA device, disk full (ENOSPC, "No space left"),
      read-only file system, connection refused, FileNotFoundError under the data dir;
-   - out of memory (CUDA OOM, MemoryError, ENOMEM) -> crash;
+   - out of memory (CUDA OOM, cuBLAS or cuDNN allocation failures, MemoryError, ENOMEM) -> crash;
    - ImportError / ModuleNotFoundError: a module outside the declared dependency set (and
      outside the standard library) -> crash; a declared one that will not import -> error;
      a missing submodule or name of a declared package asked for by train.py -> crash;
@@ -224,7 +224,8 @@ _HARNESS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 
 _OOM = re.compile(
     r"out of memory|OutOfMemoryError|\bMemoryError\b|Cannot allocate memory|can't allocate memory"
-    r"|\[Errno 12\]|^Killed\s*$",
+    r"|\[Errno 12\]|^Killed\s*$"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED",  # cuBLAS or cuDNN could not get its GPU memory
     re.IGNORECASE | re.MULTILINE,
 )
 
