@@ -5,6 +5,7 @@ alone is measured, not called a crash of the change; one out of memory alone too
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import sqlite3
@@ -38,11 +39,15 @@ class TightGpu(ModelGpu):
     when another run trains on it, ``"oom"`` always. Each training takes 0.3 s, so the seeds of a look overlap;
     ``tries``: (seed, the runs training beside it when it started)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prestarts: bool = False) -> None:
         super().__init__("Fake GPU")
         self.on, self.tries, self.lock = 0, [], threading.Lock()
+        self.prestarts = prestarts  # as the local executor: the run's box first, then it waits for its slot (job.gate)
 
     def train(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
+        if job.gate is not None and not job.gate():
+            return RunResult(exit_code=None, started=False)
+        job = dataclasses.replace(job, gate=None)
         scenario = knobs(job.checkout / "train.py").get("SCENARIO")
         with self.lock:
             self.on += 1
@@ -60,10 +65,10 @@ class TightGpu(ModelGpu):
                 self.on -= 1
 
 
-def night(tmp_path, scenario: str, seed_jobs: int = 2) -> tuple[Loop, TightGpu, io.StringIO]:
+def night(tmp_path, scenario: str, seed_jobs: int = 2, prestarts: bool = False) -> tuple[Loop, TightGpu, io.StringIO]:
     ws = build_ws(tmp_path / "ws", tmp_path / "queue", "", exec_sandbox="none", exec_require_gpu=True,
                   loop_seed_jobs=seed_jobs)
-    executor, said = TightGpu(), io.StringIO()
+    executor, said = TightGpu(prestarts), io.StringIO()
     loop = Loop(ws.root, load_config(ws.root / "looper.toml"), Store(ws.root / "experiments.db"), executor,
                 ScriptedAgent({"SCENARIO": scenario}), AppriseNotifier([]), display=Display(said), program_md="")
     assert loop.setup() is None
@@ -71,8 +76,11 @@ def night(tmp_path, scenario: str, seed_jobs: int = 2) -> tuple[Loop, TightGpu, 
     return loop, executor, said
 
 
-def test_a_seed_out_of_memory_beside_another_trains_again_alone_and_is_measured(tmp_path):
-    loop, executor, said = night(tmp_path, "oom_shared")
+@pytest.mark.parametrize("prestarts", [False, True])
+def test_a_seed_out_of_memory_beside_another_trains_again_alone_and_is_measured(tmp_path, prestarts):
+    """With ``prestarts`` the executor starts each run's box and then waits for its slot itself (the local
+    executor's ``job.gate``): the GPU's share is taken there, once the slot is given."""
+    loop, executor, said = night(tmp_path, "oom_shared", prestarts=prestarts)
     r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
     assert r is not None and r.outcome is not Outcome.CRASH and r.halt_error is None, r
     with sqlite3.connect(loop.ctx.root / "experiments.db") as con:
