@@ -257,9 +257,9 @@ def _alone(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: f
            threads: int, shared: Measurement, peers: int) -> Measurement:
     """A run that ran out of memory on a GPU ``peers`` runs trained on at once, trained again with the GPU whole
     (looper.core.run.slots.rerun_alone): its verdict is then its own, not its neighbours'. Its first try's folder
-    is kept beside it (``<run>.shared-oom``); the journal and the screen say so. Out of memory alone too: its crash,
+    is kept beside it (``shared-oom-<run>``); the journal and the screen say so. Out of memory alone too: its crash,
     saying so."""
-    aside = rd.with_name(f"{rd.name}.shared-oom")
+    aside = rd.with_name(f"shared-oom-{rd.name}")  # not a run's name: never the experiment's weights or matches
     if os.path.lexists(aside):
         trees.remove_tree(aside)
     os.rename(rd, aside)

@@ -103,7 +103,7 @@ def test_a_seed_out_of_memory_beside_another_trains_again_alone_and_is_measured(
     assert morning.text == (f"{len(shared)} run(s) ran out of GPU memory beside other runs and trained again with the "
                             f"GPU to themselves (#{r.exp_id}): these changes need more memory than the GPU's share; "
                             "fewer runs at a time (loop.seed_jobs x loop.workers) would spare the reruns")
-    first_try = next(loop.ctx.root.glob(f"runs/t/*/*-s{shared[0]}.shared-oom"))
+    first_try = next(loop.ctx.root.glob(f"runs/t/*/shared-oom-*-s{shared[0]}"))
     assert "CUDA out of memory" in (first_try / "train.log").read_text()  # its first try kept for the morning
 
 
