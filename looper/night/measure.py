@@ -186,6 +186,11 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
     if not tr.clean_exit:
         m = classify_failed(ctx, w, m, tr, exp_id, role)
         if m.outcome is Outcome.CRASH and core_slots.rerun_alone(m.failure_kind, w.device, peers):
+            if role == "warmup":  # the warm-up and the fit run measure the night's load: it does not fit the GPU
+                m.blocking[:1] = [f"{m.blocking[0] if m.blocking else 'out of memory'} (beside {peers - 1} other "
+                                  f"run{'s' if peers > 2 else ''} on GPU {w.device}: the runs the night trains at "
+                                  "once do not fit its memory; lower loop.seed_jobs or loop.workers)"]
+                return m
             return _alone(ctx, w, exp_id, role, seed, budget, ck, rd, threads, m, peers)
         return m
     m.train_json, refused = _read_json(ctx, out / "train.json")

@@ -125,3 +125,21 @@ def test_one_run_at_a_time_out_of_memory_is_the_change_s_crash_at_once(tmp_path)
     from looper.report import gather
 
     assert not [a for a in gather(loop.ctx.store, loop.ctx.root).attention if "out of GPU memory" in a.text]
+
+
+def test_a_warm_up_out_of_memory_beside_its_copies_halts_naming_the_runs_at_once(tmp_path):
+    """The warm-up trains the runs the night will train at once to measure the step budget under them: out of
+    memory there, the night's load does not fit the GPU (no rerun alone: that would budget a run alone)."""
+    ws = build_ws(tmp_path / "ws", tmp_path / "queue", "", exec_sandbox="none", exec_require_gpu=True,
+                  loop_seed_jobs=2, loop_max_steps="auto")
+    p = ws.root / "train.py"
+    p.write_text(p.read_text().replace('SCENARIO = "ok"', 'SCENARIO = "oom_shared"'))
+    ws.git("commit", "-qam", "a train.py two of which do not fit the GPU")
+    executor = TightGpu()
+    loop = Loop(ws.root, load_config(ws.root / "looper.toml"), Store(ws.root / "experiments.db"), executor,
+                ScriptedAgent({}), AppriseNotifier([]), display=Display(io.StringIO()), program_md="")
+    halted = loop.setup()
+    assert halted is not None and "could not train its warm-up run (crash)" in str(halted.error), halted
+    assert "beside 1 other run on GPU 0: the runs the night trains at once do not fit its memory; lower " \
+           "loop.seed_jobs or loop.workers" in str(halted.error)
+    assert len(executor.tries) == 2  # the two copies, no rerun
