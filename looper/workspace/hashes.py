@@ -14,9 +14,9 @@ import ast
 import hashlib
 import importlib.util
 import secrets
-import threading
 from pathlib import Path
 
+from looper.core.propose.pysource import parse
 from looper.data.keyfile import create_once
 from looper.errors import HarnessError
 
@@ -101,11 +101,6 @@ def _missing_names(module: str, names: list[str]) -> list[str]:
     return [n for n in names if n != "*" and not hasattr(mod, n) and not _importable(f"{module}.{n}")]
 
 
-# CPython 3.11's parser keeps its recursion depth in state shared by threads: two runs side by side parsing at
-# once ended a night with "SystemError: AST constructor recursion depth mismatch". One parse at a time.
-_PARSE_LOCK = threading.Lock()
-
-
 def stale_imports(folder: Path, names: tuple[str, ...]) -> list[str]:
     """One line for each looper module (or name from one) a fixed file in ``folder`` imports and this looper no
     longer has (a workspace made by an older looper, whose evaluate.py names what moved); [] when all are here."""
@@ -115,8 +110,7 @@ def stale_imports(folder: Path, names: tuple[str, ...]) -> list[str]:
         if not p.is_file():
             continue
         try:
-            with _PARSE_LOCK:
-                tree = ast.parse(p.read_text())
+            tree = parse(p.read_text(), name)  # again where another thread's parse disturbed it (core.propose.pysource)
         except (SyntaxError, UnicodeDecodeError):
             continue  # its hash names the change
         wanted: dict[str, list[str]] = {}

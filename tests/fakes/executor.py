@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from looper.core.propose.pysource import parse
 from looper.core.verdicts.verdict import Verdict
 from looper.executors.base import EvalJob, LineSink, RunResult, TrainJob
 
@@ -38,7 +39,7 @@ metrics_of, matches_of = _FIXTURE_EVALUATE.metrics_of, _FIXTURE_EVALUATE.matches
 def knobs(train_py: Path) -> dict[str, Any]:
     """The UPPER_CASE literal assignments of a train.py (its knobs), by name."""
     out: dict[str, Any] = {}
-    for node in ast.parse(train_py.read_text()).body:
+    for node in parse(train_py.read_text(), "train.py").body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             if name.isupper():

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from looper.core.propose.pysource import parse
+
 _KNOB_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
@@ -39,7 +41,7 @@ class KnobSite:
 
 def _parse(source: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        return parse(source, "train.py")
     except SyntaxError as exc:
         raise HyperblockError(f"train.py does not parse: line {exc.lineno}: {exc.msg}") from exc
 

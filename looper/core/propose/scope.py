@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterable
 
 from looper.core.fault.failure import signature_of
+from looper.core.propose.pysource import parse
 from looper.core.verdicts.verdict import Outcome, Verdict
 
 # Top-level modules train.py may import without being a "new third-party import".
@@ -26,7 +27,7 @@ MAX_NAMED = 8  # a scope violation names at most this many paths
 def imports_of(source: str) -> set[str]:
     """Top-level module names a source imports (absolute imports only)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source, "train.py")):
         if isinstance(node, ast.Import):
             names.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
