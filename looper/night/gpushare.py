@@ -1,8 +1,8 @@
-"""Runs sharing one GPU's memory (issue 46: sharing may change a run's time, never its result).
+"""Runs sharing one GPU's memory, trainings and evaluations (issue 46: sharing may change a run's time, never its result).
 
 On a GPU the runs of a night train side by side (``[loop] seed_jobs`` x ``workers``) with no memory limit of their
 own: a run that would fit the GPU alone can run out of its memory beside the others (a candidate that doubles its
-batch, on a GPU sized for the runs before it). Each run trains holding a share of its GPU (:meth:`GpuShare.share`),
+batch, on a GPU sized for the runs before it). Each run trains, and is evaluated, holding a share of its GPU (:meth:`GpuShare.share`),
 which counts the runs it trained beside; one that ran out of memory beside others trains again holding the GPU
 whole (:meth:`GpuShare.whole`: no other training starts on it until it ends, those training finish first), so that
 its verdict is the change's, not its neighbours' (looper.core.run.slots.rerun_alone). A run's CPU memory is its own

@@ -312,8 +312,10 @@ def _read_json(ctx: Context, path: Path) -> tuple[dict | None, str | None]:
 
 
 def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, budget: float,
-             ck: Path, threads: int = 0) -> Measurement:
-    """Evaluate the trained weights; the old metrics file is deleted by the executor before the run."""
+             ck: Path, threads: int = 0, alone: bool = False) -> Measurement:
+    """Evaluate the trained weights; the old metrics file is deleted by the executor before the run. On a GPU the
+    evaluation holds a share of it (looper.night.gpushare); out of memory beside other runs, it is evaluated again
+    with the GPU to itself (``alone``), its first try's log kept as ``shared-oom-eval.log``."""
     assert m.run_dir is not None
     rd, seed = m.run_dir, m.seed
     metrics_path = rd / "METRICS.json"
@@ -321,12 +323,18 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
     ctx.store.set_phase(exp_id, f"evaluate ({role}, seed {seed})")
     ctx.display.set_phase(exp_id, f"{ctx.night.wlabel(w)}evaluate {role} seed={seed}")
     limit = eval_limit(ctx, role)  # a candidate's evaluation far longer than the best's: its crash
-    ev = w.executor.evaluate(
-        EvalJob(checkout=ck, weights=rd / "out" / "weights.pt", metrics_path=metrics_path,
-                log_path=rd / "eval.log", timeout_seconds=limit or max(600.0, 2 * budget),
-                stall_seconds=max(float(ctx.cfg.loop.stall_seconds), (limit or 0.0) + 5.0), device=w.device,
-                threads=threads, prestart=ctx.prestarting(w)),
-        ctx.display.log_line, ctx.night.cancel)
+    gpu = ctx.night.gpu_share(w)
+    hold = None if gpu is None else gpu.whole(ctx.night.cancel.is_set) if alone else gpu.share(ctx.night.cancel.is_set)
+    try:
+        ev = w.executor.evaluate(
+            EvalJob(checkout=ck, weights=rd / "out" / "weights.pt", metrics_path=metrics_path,
+                    log_path=rd / "eval.log", timeout_seconds=limit or max(600.0, 2 * budget),
+                    stall_seconds=max(float(ctx.cfg.loop.stall_seconds), (limit or 0.0) + 5.0), device=w.device,
+                    threads=threads, prestart=ctx.prestarting(w)),
+            ctx.display.log_line, ctx.night.cancel)
+    finally:
+        if gpu is not None and hold is not None:
+            gpu.leave(hold)
     m.eval, m.eval_seconds, m.eval_ended_at = ev, ev.seconds, now_iso()
     if ev.cancelled or ctx.night.cancel.is_set():
         return m.ended(Outcome.INTERRUPTED, "the daemon was stopped during evaluation")
@@ -341,6 +349,17 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
                                       f"{ctx.cfg.limits.eval_time_factor:g} x the best's {best_eval_seconds(ctx) or 0:.1f} s "
                                       f"+ eval_time_floor {ctx.cfg.limits.eval_time_floor} s) and was stopped: "
                                       "the change's model is too slow to evaluate")
+    peers = hold.peers if hold is not None else 1
+    if not (ev.clean_exit or ev.transport_error or ev.timed_out or ev.stalled) and core_slots.rerun_alone(
+            "oom" if core_failure.out_of_memory(ev.log_tail) else "", w.device, peers):
+        if (rd / "eval.log").is_file():
+            os.replace(rd / "eval.log", rd / "shared-oom-eval.log")
+        said = (f"{core_slots.SHARED_OOM_NOTE}{ctx.night.wlabel(w)}seed {seed}'s evaluation ran out of memory on GPU "
+                f"{w.device} beside {peers - 1} other run{'s' if peers > 2 else ''} on it: evaluated again with the "
+                "GPU to itself (its first try's log in shared-oom-eval.log)")
+        ctx.journal.event("note", said, exp_id, {"seed": seed, "role": role, "peers": peers, "evaluation": True})
+        ctx.display.note(said)
+        return evaluate(ctx, w, exp_id, role, m, budget, ck, threads, alone=True)
     if not ev.clean_exit:
         last = ev.log_tail.strip().splitlines()[-1:] or ["(no output)"]
         code = ev.exit_code if ev.exit_code is not None else "by signal " + str(ev.signal)

@@ -116,7 +116,7 @@ def _notes(n: Night, approved: bool) -> list[Attention]:
     oom = [e for e in n.events if e.kind == "note" and e.message.startswith(SHARED_OOM_NOTE)]
     if oom:  # runs out of GPU memory beside others, trained again alone (looper.core.run.slots.rerun_alone)
         ids = sorted({e.experiment_id for e in oom if e.experiment_id is not None})
-        out.append(Attention("note", f"{len(oom)} run(s) ran out of GPU memory beside other runs and trained again "
+        out.append(Attention("note", f"{len(oom)} run(s) ran out of GPU memory beside other runs and ran again "
                                      f"with the GPU to themselves ({id_list(ids)}): these changes need more memory "
                                      "than the GPU's share; fewer runs at a time (loop.seed_jobs x loop.workers) "
                                      "would spare the reruns", ids[-1] if ids else None))

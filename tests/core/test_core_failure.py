@@ -277,3 +277,18 @@ def test_stuck_needs_a_failure_last(sigs: list[str | None], n: int) -> None:
         assert result is None
     if len(sigs) >= n and sigs[-1] is not None and all(s == sigs[-1] for s in sigs[-n:]):
         assert result is not None and result.startswith("the same failure")
+
+
+@pytest.mark.parametrize("text, oom", [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", True),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", True),
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", True),
+    ("MemoryError", True),
+    ("loading...\nKilled\n", True),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", False),
+    ("evaluate.py: 8 pages scored", False),
+])
+def test_a_log_that_ran_out_of_memory(text, oom):
+    from looper.core.fault.failure import out_of_memory
+
+    assert out_of_memory(text) is oom

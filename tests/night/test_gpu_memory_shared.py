@@ -42,6 +42,7 @@ class TightGpu(ModelGpu):
     def __init__(self, prestarts: bool = False) -> None:
         super().__init__("Fake GPU")
         self.on, self.tries, self.lock = 0, [], threading.Lock()
+        self.evaluating, self.evals = 0, []  # evaluations at once; (seed, the runs on the GPU when it started)
         self.prestarts = prestarts  # as the local executor: the run's box first, then it waits for its slot (job.gate)
 
     def train(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
@@ -63,6 +64,25 @@ class TightGpu(ModelGpu):
         finally:
             with self.lock:
                 self.on -= 1
+
+
+    def evaluate(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
+        """``SCENARIO = "eval_oom_shared"``: the evaluation runs out of memory when another run or evaluation is on
+        the GPU."""
+        scenario = knobs(job.checkout / "train.py").get("SCENARIO")
+        with self.lock:
+            self.evaluating += 1
+            beside = self.on + self.evaluating - 1
+            self.evals.append((json.loads(job.weights.read_text())["seed"], beside))
+        try:
+            time.sleep(0.3)
+            if scenario == "eval_oom_shared" and beside:
+                job.log_path.write_text(OOM)
+                return RunResult(exit_code=1, log_tail=OOM)
+            return super().evaluate(job, on_line, cancel)
+        finally:
+            with self.lock:
+                self.evaluating -= 1
 
 
 def night(tmp_path, scenario: str, seed_jobs: int = 2, prestarts: bool = False) -> tuple[Loop, TightGpu, io.StringIO]:
@@ -100,7 +120,7 @@ def test_a_seed_out_of_memory_beside_another_trains_again_alone_and_is_measured(
 
     (morning,) = [a for a in gather(loop.ctx.store, loop.ctx.root).attention if "out of GPU memory" in a.text]
     assert (morning.level, morning.exp_id) == ("note", r.exp_id)
-    assert morning.text == (f"{len(shared)} run(s) ran out of GPU memory beside other runs and trained again with the "
+    assert morning.text == (f"{len(shared)} run(s) ran out of GPU memory beside other runs and ran again with the "
                             f"GPU to themselves (#{r.exp_id}): these changes need more memory than the GPU's share; "
                             "fewer runs at a time (loop.seed_jobs x loop.workers) would spare the reruns")
     first_try = next(loop.ctx.root.glob(f"runs/t/*/shared-oom-*-s{shared[0]}"))
@@ -143,3 +163,20 @@ def test_a_warm_up_out_of_memory_beside_its_copies_halts_naming_the_runs_at_once
     assert "beside 1 other run on GPU 0: the runs the night trains at once do not fit its memory; lower " \
            "loop.seed_jobs or loop.workers" in str(halted.error)
     assert len(executor.tries) == 2  # the two copies, no rerun
+
+
+def test_an_evaluation_out_of_memory_beside_another_is_evaluated_again_alone(tmp_path):
+    """Evaluations hold a share of the GPU too: one out of memory beside another run is evaluated again with the GPU
+    to itself (it was the change's crash: the best's weights, evaluated as the canary, fitted)."""
+    loop, executor, said = night(tmp_path, "eval_oom_shared")
+    executor.evals.clear()
+    r = run_candidate(loop.ctx, loop.ctx.night.workers[0])
+    assert r is not None and r.outcome is not Outcome.CRASH and r.halt_error is None, r
+    shared = [s for s, beside in executor.evals if beside]
+    assert shared and all((s, 0) in executor.evals for s in shared), executor.evals  # again, alone
+    notes = [e.message for e in loop.ctx.store.journal(kind="note") if "evaluation ran out of memory" in e.message]
+    assert len(notes) == len(shared) and notes[0] in said.getvalue()
+    assert notes[0].startswith(f"GPU memory: seed {shared[0]}'s evaluation ran out of memory on GPU 0 beside 1 other "
+                               "run on it: evaluated again with the GPU to itself")
+    first = next(loop.ctx.root.glob(f"runs/t/{r.exp_id:05d}/*-s{shared[0]}/shared-oom-eval.log"))
+    assert "CUDA out of memory" in first.read_text()

@@ -229,6 +229,15 @@ _OOM = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 
+def out_of_memory(text: str) -> bool:
+    """Whether a run's log says it ran out of memory: CUDA's, cuBLAS's or cuDNN's allocation, or the host's.
+
+    >>> out_of_memory("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"), out_of_memory("ok")
+    (True, False)
+    """
+    return bool(_OOM.search(text))
+
+
 _NO_MODULE = re.compile(r"No module named '?(?P<mod>[\w.]+)'?")
 _NO_NAME = re.compile(r"cannot import name '?(?P<name>[\w.]+)'? from '?(?P<mod>[\w.]+)'?")
 
