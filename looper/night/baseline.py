@@ -18,6 +18,7 @@ from looper.core.run import budget as core_budget
 from looper.core.run.slots import copy_worker
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.executors.base import FIXED_FILES
+from looper.night import cores as night_cores
 from looper.night.candidate import Candidate, Result
 from looper.night.clock import now_iso
 from looper.night.context import Context, Worker
@@ -133,6 +134,12 @@ def _copy_as(ctx: Context, main: Worker, i: int) -> Worker:
     return main if k == 0 or devices[k] == main.device else dataclasses.replace(main, device=devices[k])
 
 
+def _cores(ctx: Context) -> dict[str, int]:
+    """The cores the budget was measured on, where they are this machine's (the local executor): a night on
+    other cores measures a new baseline (looper.core.tag.drift)."""
+    return {"cores": len(night_cores.usable_cores())} if ctx.cfg.executor.kind == "local" else {}
+
+
 def _side(runs: list[Measurement], counts: str) -> str:
     return f" ({len(runs)} runs side by side, {counts})" if len(runs) > 1 else ""
 
@@ -162,7 +169,7 @@ def warm_up(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
     tj = least.train_json or {}
     steps = tj.get("steps")
     warm: dict[str, Any] = {"steps": steps, "seconds": tj.get("seconds"), "stopped_by": tj.get("stopped_by"),
-                            "headroom": HEADROOM}
+                            "headroom": HEADROOM, **_cores(ctx)}
     if len(runs) > 1:
         warm["runs"] = [(m.train_json or {}).get("steps") for m in runs]
     pinned = {"max_steps": step_budget(int(steps)), "warmup": warm}
@@ -197,7 +204,8 @@ def fit_run(ctx: Context, cand: Candidate) -> dict[str, Any] | Result:
     if fit.status == "too slow":
         why = f"the step budget does not fit this machine: {probe}-step fit run: {fit.finding}"
         return Result(Outcome.ERROR, Verdict.errored(why), halt=why, advice=fit.advice)
-    ctx.tag.set_budget(TagBudget(wall_seconds=fit.seconds if fit.status == "raised" else 0, fit=fit.as_dict()))
+    ctx.tag.set_budget(TagBudget(wall_seconds=fit.seconds if fit.status == "raised" else 0,
+                                 fit={**fit.as_dict(), **_cores(ctx)}))
     if fit.status == "raised":
         ctx.display.note(f"fit run: {fit.why}")
     return {"max_steps": steps, "fit": fit.as_dict()}

@@ -9,6 +9,7 @@ from pathlib import Path
 from looper.core.tag.drift import baseline_drift
 from looper.errors import HarnessError
 from looper.executors.base import FIXED_FILES
+from looper.night import cores as night_cores
 from looper.night.candidate import Halted
 from looper.night.clock import now_iso
 from looper.night.context import Context
@@ -75,8 +76,11 @@ def pin_tag(ctx: Context, data_hash: str) -> list[str]:
     ctx.tag.refresh()
     ref = (ctx.tag.kept_baselines() or ctx.store.find_experiments(tag=ctx.tag.name, kind="baseline", limit=1) or [None])[-1]
     then_gpus = run_gpu_names(ctx.store, ref.id) if ref is not None and ctx.cfg.executor.require_gpu else set()
+    budget = ctx.tag.budget()
+    then_cores = (budget.warmup or budget.fit or {}).get("cores")
     changed = baseline_drift(ref.config if ref else None, ctx.cfg.redacted_dict(), then_gpus,
-                             _gpu_now(ctx) if then_gpus else "")
+                             _gpu_now(ctx) if then_gpus else "", then_cores,
+                             len(night_cores.usable_cores()) if then_cores and ctx.cfg.executor.kind == "local" else None)
     if not changed:
         return []
     assert ref is not None

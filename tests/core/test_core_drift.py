@@ -63,3 +63,15 @@ def test_a_baseline_depends_on_whether_its_runs_trained_on_a_gpu(then, now, said
         return {"executor": {"kind": "local", **({} if require_gpu is None else {"require_gpu": require_gpu})}}
     assert baseline_drift(cfg(then), cfg(now)) == ([said] if said else [])
 
+
+
+@pytest.mark.parametrize("then, now, said", [
+    (16, 8, "cores this process may use 16 -> 8"),   # the step budget was measured on 16 cores
+    (2, 16, "cores this process may use 2 -> 16"),
+    (16, 16, None),
+    (None, 8, None),                                 # not recorded (a budget pinned before, or none pinned)
+    (16, None, None),                                # not known now (another executor's machine)
+])
+def test_a_baseline_depends_on_the_cores_its_budget_was_measured_on(then, now, said):
+    cfg = {"executor": {"kind": "local"}}
+    assert baseline_drift(cfg, cfg, then_cores=then, now_cores=now) == ([said] if said else [])

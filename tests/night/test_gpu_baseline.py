@@ -1,6 +1,6 @@
-"""A tag's baseline and the GPU it trained on, through the real Loop's setup on the fake executor with real git and a
-real Store: a night on a GPU of another model than the baseline's measures a new baseline (looper.core.tag.drift),
-and a night on the same model keeps it."""
+"""A tag's baseline and the device it trained on, through the real Loop's setup on the fake executor with real git
+and a real Store: a night on a GPU of another model than the baseline's, or on other cores than its budget was
+measured on, measures a new baseline (looper.core.tag.drift); the same device keeps it."""
 
 from __future__ import annotations
 
@@ -87,3 +87,24 @@ def test_a_tag_measured_on_the_cpu_measures_a_new_baseline_when_its_runs_move_to
     assert night(ws.root, ModelGpu("NVIDIA H200"), said).setup() is None
     assert len(baselines(ws.root)) == 2
     assert f"executor.require_gpu False -> True since baseline #{first} was measured" in said.getvalue()
+
+
+def test_a_budget_measured_on_other_cores_measures_a_new_baseline(tmp_path, monkeypatch):
+    """The warm-up pinned the tag's steps on this machine's cores (each run's threads its share of them); the
+    workspace moved to a machine of 16 cores (or back): the budget is stale, a new baseline measures it there."""
+    import looper.night.cores as cores
+
+    ws = build_ws(tmp_path / "ws", tmp_path / "queue", "", exec_sandbox="none", loop_max_steps="auto")
+    said = io.StringIO()
+    monkeypatch.setattr(cores, "usable_cores", lambda: [0, 1])
+    assert night(ws.root, FakeExecutor(), said).setup() is None
+    (first,) = baselines(ws.root)
+    warm = Store(ws.root / "experiments.db").tag_record("t").noise["warmup"]
+    assert warm["cores"] == 2
+    assert night(ws.root, FakeExecutor(), said).setup() is None  # the same cores: the same baseline
+    assert baselines(ws.root) == [first]
+    monkeypatch.setattr(cores, "usable_cores", lambda: list(range(16)))
+    assert night(ws.root, FakeExecutor(), said).setup() is None
+    assert len(baselines(ws.root)) == 2
+    assert f"cores this process may use 2 -> 16 since baseline #{first} was measured" in said.getvalue()
+    assert Store(ws.root / "experiments.db").tag_record("t").noise["warmup"]["cores"] == 16
