@@ -4,6 +4,7 @@ measured on, measures a new baseline (looper.core.tag.drift); the same device ke
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -14,21 +15,13 @@ from harness import build_ws
 
 from looper.config import load_config
 from looper.core.verdicts.verdict import Verdict
-from looper.executors.gpu import GpuReading
 from looper.night.display import Display
 from looper.night.loop import Loop
 from looper.night.notify import AppriseNotifier
 from looper.store import Store
+from night.test_gpu_slots import OneGpu
 
 pytestmark = pytest.mark.e2e  # the real Loop's setup with real git (about 1 s each)
-
-
-class Gpu:
-    def __init__(self, name: str) -> None:
-        self.reading = GpuReading(ok=True, count=1, name=name, memory_total_mb=143_000.0, memory_free_mb=140_000.0)
-
-    def read(self) -> GpuReading:
-        return self.reading
 
 
 class ModelGpu(FakeExecutor):
@@ -37,7 +30,8 @@ class ModelGpu(FakeExecutor):
 
     def __init__(self, name: str) -> None:
         super().__init__()
-        self.probe = Gpu(name)
+        self.probe = OneGpu(free_mb=140_000)
+        self.probe.reading = dataclasses.replace(self.probe.reading, name=name)
 
     def preflight(self, require_gpu: bool, gpu: int | None = None) -> Verdict:
         super().preflight(require_gpu, gpu)

@@ -5,12 +5,14 @@ alone is measured, not called a crash of the change; one out of memory alone too
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from fakes.agent import ScriptedAgent
@@ -36,8 +38,8 @@ OOM = ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <mod
 
 class TightGpu(ModelGpu):
     """One GPU whose memory holds one large run: train.py's ``SCENARIO = "oom_shared"`` runs out of its memory
-    when another run trains on it, ``"oom"`` always. Each training takes 0.3 s, so the seeds of a look overlap;
-    ``tries``: (seed, the runs training beside it when it started)."""
+    when another run trains or is evaluated on it, ``"oom"`` always. Each training and evaluation takes 0.3 s, so
+    the seeds of a look overlap; ``tries``: (seed, the runs on the GPU beside it when it started)."""
 
     def __init__(self, prestarts: bool = False) -> None:
         super().__init__("Fake GPU")
@@ -50,39 +52,38 @@ class TightGpu(ModelGpu):
             return RunResult(exit_code=None, started=False)
         job = dataclasses.replace(job, gate=None)
         scenario = knobs(job.checkout / "train.py").get("SCENARIO")
-        with self.lock:
-            self.on += 1
-            beside = self.on - 1
+        with self.busy("on") as beside:
             self.tries.append((job.seed, beside))
-        try:
-            time.sleep(0.3)
             if scenario == "oom" or (scenario == "oom_shared" and beside):
                 job.out_dir.mkdir(parents=True, exist_ok=True)
                 job.log_path.write_text(OOM)
                 return RunResult(exit_code=1, log_tail=OOM)
             return super().train(job, on_line, cancel)
-        finally:
-            with self.lock:
-                self.on -= 1
-
 
     def evaluate(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
         """``SCENARIO = "eval_oom_shared"``: the evaluation runs out of memory when another run or evaluation is on
         the GPU."""
         scenario = knobs(job.checkout / "train.py").get("SCENARIO")
-        with self.lock:
-            self.evaluating += 1
-            beside = self.on + self.evaluating - 1
+        with self.busy("evaluating") as beside:
             self.evals.append((json.loads(job.weights.read_text())["seed"], beside))
-        try:
-            time.sleep(0.3)
             if scenario == "eval_oom_shared" and beside:
                 job.log_path.write_text(OOM)
                 return RunResult(exit_code=1, log_tail=OOM)
             return super().evaluate(job, on_line, cancel)
+
+    @contextlib.contextmanager
+    def busy(self, count: str) -> Iterator[int]:
+        """A training (``"on"``) or an evaluation (``"evaluating"``) on the GPU for 0.3 s at least; the runs and
+        evaluations beside it as it starts."""
+        with self.lock:
+            setattr(self, count, getattr(self, count) + 1)
+            beside = self.on + self.evaluating - 1
+        try:
+            time.sleep(0.3)
+            yield beside
         finally:
             with self.lock:
-                self.evaluating -= 1
+                setattr(self, count, getattr(self, count) - 1)
 
 
 def night(tmp_path, scenario: str, seed_jobs: int = 2, prestarts: bool = False) -> tuple[Loop, TightGpu, io.StringIO]:
