@@ -57,6 +57,10 @@ class GpuShare:
             self._whole = True
             return Hold(whole=True)
 
+    def take(self, whole: bool, stopped: Callable[[], bool]) -> Hold:
+        """The GPU whole (a run again alone) or a share of it."""
+        return self.whole(stopped) if whole else self.share(stopped)
+
     def leave(self, hold: Hold) -> None:
         with self._cond:
             if hold.whole:

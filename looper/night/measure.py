@@ -187,8 +187,8 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         m = classify_failed(ctx, w, m, tr, exp_id, role)
         if m.outcome is Outcome.CRASH and core_slots.rerun_alone(m.failure_kind, w.device, peers):
             if role == "warmup":  # the warm-up and the fit run measure the night's load: it does not fit the GPU
-                m.blocking[:1] = [f"{m.blocking[0] if m.blocking else 'out of memory'} (beside {peers - 1} other "
-                                  f"run{'s' if peers > 2 else ''} on GPU {w.device}: the runs the night trains at "
+                m.blocking[:1] = [f"{m.blocking[0] if m.blocking else 'out of memory'} (beside {_others(peers)} on "
+                                  f"GPU {w.device}: the runs the night trains at "
                                   "once do not fit its memory; lower loop.seed_jobs or loop.workers)"]
                 return m
             return _alone(ctx, w, exp_id, role, seed, budget, ck, rd, threads, m, peers)
@@ -229,8 +229,7 @@ def _in_slot(ctx: Context, w: Worker, job: TrainJob, on_line: Callable[[str], No
 
     def hold() -> None:
         if gpu is not None:
-            stopped = ctx.night.cancel.is_set
-            holds.append(gpu.whole(stopped) if alone else gpu.share(stopped))
+            holds.append(gpu.take(alone, ctx.night.cancel.is_set))
 
     def given() -> bool:
         return bool(slot is not None and slot.take()) and (hold() or announce() or True)
@@ -270,7 +269,7 @@ def _alone(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: f
     os.rename(rd, aside)
     (rd / "out").mkdir(parents=True)
     said = (f"{core_slots.SHARED_OOM_NOTE}{ctx.night.wlabel(w)}seed {seed} ran out of memory on GPU {w.device} beside "
-            f"{peers - 1} other run{'s' if peers > 2 else ''} training on it: trained again with the GPU to itself "
+            f"{_others(peers)} training on it: trained again with the GPU to itself "
             f"(its first try in {aside.name}): {shared.blocking[0] if shared.blocking else 'out of memory'}")
     ctx.journal.event("note", said, exp_id, {"seed": seed, "role": role, "peers": peers})
     ctx.display.note(said)
@@ -278,6 +277,11 @@ def _alone(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: f
     if m.outcome is Outcome.CRASH and m.failure_kind == "oom" and m.blocking:
         m.blocking[0] += f" (with GPU {w.device} to itself as well, after it ran out of memory beside {peers - 1})"
     return m
+
+
+def _others(peers: int) -> str:
+    """The runs beside one of ``peers`` on a GPU, in words: "1 other run", "3 other runs"."""
+    return f"{peers - 1} other run{'s' if peers > 2 else ''}"
 
 
 def limit_hit(tr: RunResult) -> str | None:
@@ -324,7 +328,7 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
     ctx.display.set_phase(exp_id, f"{ctx.night.wlabel(w)}evaluate {role} seed={seed}")
     limit = eval_limit(ctx, role)  # a candidate's evaluation far longer than the best's: its crash
     gpu = ctx.night.gpu_share(w)
-    hold = None if gpu is None else gpu.whole(ctx.night.cancel.is_set) if alone else gpu.share(ctx.night.cancel.is_set)
+    hold = None if gpu is None else gpu.take(alone, ctx.night.cancel.is_set)
     try:
         ev = w.executor.evaluate(
             EvalJob(checkout=ck, weights=rd / "out" / "weights.pt", metrics_path=metrics_path,
@@ -355,7 +359,7 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
         if (rd / "eval.log").is_file():
             os.replace(rd / "eval.log", rd / "shared-oom-eval.log")
         said = (f"{core_slots.SHARED_OOM_NOTE}{ctx.night.wlabel(w)}seed {seed}'s evaluation ran out of memory on GPU "
-                f"{w.device} beside {peers - 1} other run{'s' if peers > 2 else ''} on it: evaluated again with the "
+                f"{w.device} beside {_others(peers)} on it: evaluated again with the "
                 "GPU to itself (its first try's log in shared-oom-eval.log)")
         ctx.journal.event("note", said, exp_id, {"seed": seed, "role": role, "peers": peers, "evaluation": True})
         ctx.display.note(said)

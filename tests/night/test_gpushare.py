@@ -64,3 +64,13 @@ def test_a_stopped_night_waits_for_nothing():
     started = time.monotonic()
     h = gpu.whole(lambda: True)
     assert h.whole and time.monotonic() - started < 1
+
+
+def test_take_is_a_share_or_the_whole():
+    gpu = GpuShare()
+    a = gpu.take(False, never)
+    assert not a.whole
+    gpu.leave(a)
+    b = gpu.take(True, never)
+    assert b.whole
+    gpu.leave(b)
