@@ -261,7 +261,8 @@ def _alone(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: f
            threads: int, shared: Measurement, peers: int) -> Measurement:
     """A run that ran out of memory on a GPU ``peers`` runs trained on at once, trained again with the GPU whole
     (looper.core.run.slots.rerun_alone): its verdict is then its own, not its neighbours'. Its first try's folder
-    is kept beside it (``shared-oom-<run>``); the journal and the screen say so. Out of memory alone too: its crash,
+    is kept beside it (``shared-oom-<run>``) and its seconds counted in the run's ``train_seconds`` (the night's and
+    the candidate's cost); the journal and the screen say so. Out of memory alone too: its crash,
     saying so."""
     aside = rd.with_name(f"shared-oom-{rd.name}")  # not a run's name: never the experiment's weights or matches
     if os.path.lexists(aside):
@@ -274,6 +275,7 @@ def _alone(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: f
     ctx.journal.event("note", said, exp_id, {"seed": seed, "role": role, "peers": peers})
     ctx.display.note(said)
     m = train(ctx, w, exp_id, role, seed, budget, ck, rd, threads, alone=True)
+    m.train_seconds += shared.train_seconds  # the GPU time the first try took is the run's cost too
     if m.outcome is Outcome.CRASH and m.failure_kind == "oom" and m.blocking:
         m.blocking[0] += f" (with GPU {w.device} to itself as well, after it ran out of memory beside {peers - 1})"
     return m
@@ -319,7 +321,7 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
              ck: Path, threads: int = 0, alone: bool = False) -> Measurement:
     """Evaluate the trained weights; the old metrics file is deleted by the executor before the run. On a GPU the
     evaluation holds a share of it (looper.night.gpushare); out of memory beside other runs, it is evaluated again
-    with the GPU to itself (``alone``), its first try's log kept as ``shared-oom-eval.log``."""
+    with the GPU to itself (``alone``), its first try's log kept as ``shared-oom-eval.log`` and its seconds counted in the run's ``eval_seconds``."""
     assert m.run_dir is not None
     rd, seed = m.run_dir, m.seed
     metrics_path = rd / "METRICS.json"
@@ -363,7 +365,10 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
                 "GPU to itself (its first try's log in shared-oom-eval.log)")
         ctx.journal.event("note", said, exp_id, {"seed": seed, "role": role, "peers": peers, "evaluation": True})
         ctx.display.note(said)
-        return evaluate(ctx, w, exp_id, role, m, budget, ck, threads, alone=True)
+        first = m.eval_seconds
+        m = evaluate(ctx, w, exp_id, role, m, budget, ck, threads, alone=True)
+        m.eval_seconds += first  # the first try's seconds are the run's cost too
+        return m
     if not ev.clean_exit:
         last = ev.log_tail.strip().splitlines()[-1:] or ["(no output)"]
         code = ev.exit_code if ev.exit_code is not None else "by signal " + str(ev.signal)

@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("runtime_taken_once")]
 OOM = ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
        "79.19 GiB of which 1.02 GiB is free.\n")
+FIRST_TRY_SECONDS = 5.0  # what a try out of memory beside another run says it took (a try that ran: 0.01 s)
 
 
 class TightGpu(ModelGpu):
@@ -57,7 +58,7 @@ class TightGpu(ModelGpu):
             if scenario == "oom" or (scenario == "oom_shared" and beside):
                 job.out_dir.mkdir(parents=True, exist_ok=True)
                 job.log_path.write_text(OOM)
-                return RunResult(exit_code=1, log_tail=OOM)
+                return RunResult(exit_code=1, seconds=FIRST_TRY_SECONDS, log_tail=OOM)
             return super().train(job, on_line, cancel)
 
     def evaluate(self, job, on_line, cancel):  # type: ignore[no-untyped-def]
@@ -68,7 +69,7 @@ class TightGpu(ModelGpu):
             self.evals.append((json.loads(job.weights.read_text())["seed"], beside))
             if scenario == "eval_oom_shared" and beside:
                 job.log_path.write_text(OOM)
-                return RunResult(exit_code=1, log_tail=OOM)
+                return RunResult(exit_code=1, seconds=FIRST_TRY_SECONDS, log_tail=OOM)
             return super().evaluate(job, on_line, cancel)
 
     @contextlib.contextmanager
@@ -126,6 +127,18 @@ def test_a_seed_out_of_memory_beside_another_trains_again_alone_and_is_measured(
                             "fewer runs at a time (loop.seed_jobs x loop.workers) would spare the reruns")
     first_try = next(loop.ctx.root.glob(f"runs/t/*/shared-oom-*-s{shared[0]}"))
     assert "CUDA out of memory" in (first_try / "train.log").read_text()  # its first try kept for the morning
+    assert cost(loop, r.exp_id, "train_seconds") == pytest.approx(len(shared) * FIRST_TRY_SECONDS + 0.01 * runs(loop, r.exp_id))
+
+
+def runs(loop: Loop, exp_id: int) -> int:
+    with sqlite3.connect(loop.ctx.root / "experiments.db") as con:
+        return con.execute("SELECT COUNT(*) FROM runs WHERE experiment_id=?", (exp_id,)).fetchone()[0]
+
+
+def cost(loop: Loop, exp_id: int, column: str) -> float:
+    """A candidate's recorded seconds (``train_seconds`` or ``eval_seconds``): every try of its runs (issue 46)."""
+    (row,) = [x for x in loop.ctx.store.find_experiments(tag="t", kind="candidate") if x.id == exp_id]
+    return getattr(row, column)
 
 
 def test_a_seed_out_of_memory_alone_too_is_the_change_s_crash_saying_so(tmp_path):
@@ -181,3 +194,4 @@ def test_an_evaluation_out_of_memory_beside_another_is_evaluated_again_alone(tmp
                                "run on it: evaluated again with the GPU to itself")
     first = next(loop.ctx.root.glob(f"runs/t/{r.exp_id:05d}/*-s{shared[0]}/shared-oom-eval.log"))
     assert "CUDA out of memory" in first.read_text()
+    assert cost(loop, r.exp_id, "eval_seconds") == pytest.approx(len(shared) * FIRST_TRY_SECONDS + 0.01 * runs(loop, r.exp_id))
