@@ -15,7 +15,7 @@ from looper.core.fault import seeds as core_seeds
 from looper.core.keep import gate as core_gate
 from looper.core.propose import scope as core_scope
 from looper.core.run import budget as core_budget
-from looper.core.run.slots import copy_worker
+from looper.core.run.slots import WARMUP_ROLE, copy_worker
 from looper.core.verdicts.verdict import Outcome, Verdict
 from looper.executors.base import FIXED_FILES
 from looper.night import cores as night_cores
@@ -112,9 +112,9 @@ def _probe_runs(ctx: Context, cand: Candidate, budget: float) -> list[Measuremen
         seed, w = ctx.cfg.data.seed + i, _copy_as(ctx, cand.worker, i)
 
         def call() -> Measurement:
-            rd = ctx.tag.runs_dir(cand.exp_id, "warmup", seed)
+            rd = ctx.tag.runs_dir(cand.exp_id, WARMUP_ROLE, seed)
             (rd / "out").mkdir()
-            return train(ctx, w, cand.exp_id, "warmup", seed, budget, ck, rd, threads)
+            return train(ctx, w, cand.exp_id, WARMUP_ROLE, seed, budget, ck, rd, threads)
         return call
 
     n = runs_at_once(ctx.cfg)

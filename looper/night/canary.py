@@ -14,13 +14,14 @@ import tempfile
 from pathlib import Path
 
 from looper.core.fault import blame
+from looper.core.run.slots import WARMUP_ROLE
 from looper.executors import EvalJob
 from looper.executors.base import FIXED_FILES
 from looper.night.context import Context, Worker
 
 TRAIN_CANARY = "the last kept train.py"
 EVAL_CANARY = "the best's weights through the same evaluator"
-NOT_CANDIDATE_ROLES = ("baseline", "warmup")
+NOT_CANDIDATE_ROLES = ("baseline", WARMUP_ROLE)
 
 
 def is_candidate(role: str) -> bool:

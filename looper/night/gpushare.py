@@ -5,7 +5,7 @@ own: a run that would fit the GPU alone can run out of its memory beside the oth
 batch, on a GPU sized for the runs before it). Each run trains, and is evaluated, holding a share of its GPU (:meth:`GpuShare.share`),
 which counts the runs it trained beside; one that ran out of memory beside others trains again holding the GPU
 whole (:meth:`GpuShare.whole`: no other training starts on it until it ends, those training finish first), so that
-its verdict is the change's, not its neighbours' (looper.core.run.slots.rerun_alone). A run's CPU memory is its own
+its verdict is the change's, not its neighbours' (looper.core.run.slots.after_failure). A run's CPU memory is its own
 share (``[limits]``), so a run on the CPU is not rerun."""
 
 from __future__ import annotations

@@ -185,12 +185,12 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         return _proven(ctx, w, exp_id, role, m.ended(Outcome.ERROR, lost), None)
     if not tr.clean_exit:
         m = classify_failed(ctx, w, m, tr, exp_id, role)
-        if m.outcome is Outcome.CRASH and core_slots.rerun_alone(m.failure_kind, w.device, peers):
-            if role == "warmup":  # the warm-up and the fit run measure the night's load: it does not fit the GPU
-                m.blocking[:1] = [f"{m.blocking[0] if m.blocking else 'out of memory'} (beside {_others(peers)} on "
-                                  f"GPU {w.device}: the runs the night trains at "
-                                  "once do not fit its memory; lower loop.seed_jobs or loop.workers)"]
-                return m
+        then = core_slots.after_failure(m.failure_kind, w.device, peers, role) if m.outcome is Outcome.CRASH else ""
+        if then == core_slots.NIGHT_TOO_LARGE:  # the warm-up's and the fit run's copies: the night's load
+            m.blocking[:1] = [f"{m.blocking[0] if m.blocking else 'out of memory'} (beside {_others(peers)} on "
+                              f"GPU {w.device}: the runs the night trains at "
+                              "once do not fit its memory; lower loop.seed_jobs or loop.workers)"]
+        elif then == core_slots.ALONE:
             return _alone(ctx, w, exp_id, role, seed, budget, ck, rd, threads, m, peers)
         return m
     m.train_json, refused = _read_json(ctx, out / "train.json")
@@ -260,7 +260,7 @@ def _in_slot(ctx: Context, w: Worker, job: TrainJob, on_line: Callable[[str], No
 def _alone(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: float, ck: Path, rd: Path,
            threads: int, shared: Measurement, peers: int) -> Measurement:
     """A run that ran out of memory on a GPU ``peers`` runs trained on at once, trained again with the GPU whole
-    (looper.core.run.slots.rerun_alone): its verdict is then its own, not its neighbours'. Its first try's folder
+    (looper.core.run.slots.after_failure): its verdict is then its own, not its neighbours'. Its first try's folder
     is kept beside it (``shared-oom-<run>``) and its seconds counted in the run's ``train_seconds`` (the night's and
     the candidate's cost); the journal and the screen say so. Out of memory alone too: its crash,
     saying so."""
@@ -356,8 +356,8 @@ def evaluate(ctx: Context, w: Worker, exp_id: int, role: str, m: Measurement, bu
                                       f"+ eval_time_floor {ctx.cfg.limits.eval_time_floor} s) and was stopped: "
                                       "the change's model is too slow to evaluate")
     peers = hold.peers if hold is not None else 1
-    if not (ev.clean_exit or ev.transport_error or ev.timed_out or ev.stalled) and core_slots.rerun_alone(
-            "oom" if core_failure.out_of_memory(ev.log_tail) else "", w.device, peers):
+    if not (ev.clean_exit or ev.transport_error or ev.timed_out or ev.stalled) and core_slots.after_failure(
+            "oom" if core_failure.out_of_memory(ev.log_tail) else "", w.device, peers, role) == core_slots.ALONE:
         if (rd / "eval.log").is_file():
             os.replace(rd / "eval.log", rd / "shared-oom-eval.log")
         said = (f"{core_slots.SHARED_OOM_NOTE}{ctx.night.wlabel(w)}seed {seed}'s evaluation ran out of memory on GPU "

@@ -114,7 +114,7 @@ def _notes(n: Night, approved: bool) -> list[Attention]:
         rest = n.interrupted[MAX_ATTENTION:]
         out.append(Attention("note", f"{len(rest)} more interrupted: {id_list(e.id for e in rest)}"))
     oom = [e for e in n.events if e.kind == "note" and e.message.startswith(SHARED_OOM_NOTE)]
-    if oom:  # runs out of GPU memory beside others, trained again alone (looper.core.run.slots.rerun_alone)
+    if oom:  # runs out of GPU memory beside others, trained again alone (looper.core.run.slots.after_failure)
         ids = sorted({e.experiment_id for e in oom if e.experiment_id is not None})
         out.append(Attention("note", f"{len(oom)} run(s) ran out of GPU memory beside other runs and ran again "
                                      f"with the GPU to themselves ({id_list(ids)}): these changes need more memory "

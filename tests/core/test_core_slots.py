@@ -5,11 +5,15 @@ from __future__ import annotations
 import pytest
 
 from looper.core.run.slots import (
+    ALONE,
+    AS_IT_FAILED,
     BOX_BYTES,
     CORES_PER_RUN,
     CUDA_CONTEXT_MB,
     DEFAULT_RUN_PEAK_MB,
     MAX_SLOTS,
+    NIGHT_TOO_LARGE,
+    after_failure,
     boxes_ahead,
     boxes_ahead_words,
     copy_worker,
@@ -19,7 +23,6 @@ from looper.core.run.slots import (
     night_sizes,
     prestart,
     renumbered,
-    rerun_alone,
     runs_per_gpu,
     unused_words,
     worker_gpu,
@@ -61,17 +64,21 @@ def test_workers_take_the_gpus_in_turn(first, count, expected):
     assert [worker_gpu(i, first, count) for i in range(4)] == expected
 
 
-@pytest.mark.parametrize("kind, device, peers, again", [
-    ("oom", "0", 2, True),      # out of memory beside another run on GPU 0: it might fit alone
-    ("oom", "1", 8, True),
-    ("oom", "0", 1, False),     # alone already: its own
-    ("oom", "cpu", 4, False),   # a CPU run's memory is its own share ([limits])
-    ("oom", "", 4, False),      # no device said: the CPU
-    ("hung", "0", 4, False),    # another failure: sharing does not explain it
-    ("", "0", 4, False),
+@pytest.mark.parametrize("kind, device, peers, role, then", [
+    ("oom", "0", 2, "main", ALONE),            # out of memory beside another run on GPU 0: it might fit alone
+    ("oom", "1", 8, "rerun", ALONE),
+    ("oom", "0", 2, "", ALONE),                # an evaluation: the same
+    ("oom", "0", 1, "main", AS_IT_FAILED),     # alone already: its own
+    ("oom", "cpu", 4, "main", AS_IT_FAILED),   # a CPU run's memory is its own share ([limits])
+    ("oom", "", 4, "main", AS_IT_FAILED),      # no device said: the CPU
+    ("hung", "0", 4, "main", AS_IT_FAILED),    # another failure: sharing does not explain it
+    ("", "0", 4, "main", AS_IT_FAILED),
+    ("oom", "0", 2, "warmup", NIGHT_TOO_LARGE),  # the warm-up measures the night's load: it does not fit
+    ("oom", "0", 1, "warmup", AS_IT_FAILED),   # a warm-up alone out of memory: its own
+    ("hung", "0", 2, "warmup", AS_IT_FAILED),
 ])
-def test_a_run_out_of_memory_beside_others_on_its_gpu_trains_again_alone(kind, device, peers, again):
-    assert rerun_alone(kind, device, peers) is again
+def test_a_run_out_of_memory_beside_others_on_its_gpu_trains_again_alone(kind, device, peers, role, then):
+    assert after_failure(kind, device, peers, role) == then
 
 
 @pytest.mark.parametrize("seed_jobs, workers, copies, expected", [

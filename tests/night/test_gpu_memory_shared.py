@@ -1,5 +1,5 @@
 """A run out of memory on a GPU it shared trains again with the GPU to itself (looper.night.gpushare,
-looper.core.run.slots.rerun_alone): sharing may change a run's time, never its result (issue 46). The real Loop,
+looper.core.run.slots.after_failure): sharing may change a run's time, never its result (issue 46). The real Loop,
 real git and a real Store on a fake one-GPU machine whose memory holds one large run: a candidate whose seed fits
 alone is measured, not called a crash of the change; one out of memory alone too is its crash, saying so."""
 

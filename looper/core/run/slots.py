@@ -22,7 +22,7 @@ CORES_PER_RUN = 2  # a run's main process and its data loader worker (train.py's
 MAX_SLOTS = 16  # more runs on one GPU than this: contention, not throughput (8 copies: 5.2x of 1, 4: 3.7x)
 FILL_NOTE = "GPU slots: "  # the night's note of the slots its workers leave empty (fill_words), once a night
 UNUSED_NOTE = "GPU unused: "  # the night's note of a GPU its runs leave idle, training on the CPU (unused_words)
-SHARED_OOM_NOTE = "GPU memory: "  # the night's note of a run out of memory beside others, trained again alone (rerun_alone)
+SHARED_OOM_NOTE = "GPU memory: "  # the night's note of a run out of memory beside others, trained again alone (after_failure)
 
 
 @dataclass(frozen=True)
@@ -88,17 +88,27 @@ def copy_worker(copy: int, seed_jobs: int, workers: int) -> int:
     return min(copy // max(1, seed_jobs), max(1, workers) - 1)
 
 
-def rerun_alone(kind: str, device: str, peers: int) -> bool:
-    """Whether a training run that failed with ``kind`` (looper.core.fault.failure's classification) trains again
-    alone on its GPU: it ran out of memory (``"oom"``) on a GPU (``device`` not ``"cpu"``) that ``peers`` runs
-    trained on at once, itself included. Runs share a GPU's memory with no limit of their own, so the run might fit
-    alone: sharing may change its time, never its result (looper.night.gpushare). On the CPU each run's memory is
-    its own share (``[limits]``): no rerun.
+#: What a failed run on a GPU becomes (:func:`after_failure`): judged as it failed, trained or evaluated again with
+#: the GPU to itself, or (a warm-up's copy) the night's proof that the runs it trains at once do not fit the GPU.
+AS_IT_FAILED, ALONE, NIGHT_TOO_LARGE = "as it failed", "alone", "night too large"
+WARMUP_ROLE = "warmup"  # the warm-up's and the fit run's copies (looper.night.baseline)
 
-    >>> rerun_alone("oom", "0", 2), rerun_alone("oom", "0", 1), rerun_alone("oom", "cpu", 4), rerun_alone("hung", "0", 4)
-    (True, False, False, False)
+
+def after_failure(kind: str, device: str, peers: int, role: str = "") -> str:
+    """What a run (a training or an evaluation) that failed with ``kind`` (looper.core.fault.failure's
+    classification) becomes: :data:`ALONE` when it ran out of memory (``"oom"``) on a GPU (``device`` not ``"cpu"``)
+    that ``peers`` runs used at once, itself included: runs share a GPU's memory with no limit of their own, so it
+    might fit alone, and sharing may change its time, never its result (looper.night.gpushare). On the CPU each
+    run's memory is its own share (``[limits]``): :data:`AS_IT_FAILED`. A warm-up's copy (``role`` ``"warmup"``)
+    is never rerun alone: it measures the step budget under the runs the night trains at once, so out of memory
+    beside them it is :data:`NIGHT_TOO_LARGE` (the baseline halts, naming the runs at once).
+
+    >>> after_failure("oom", "0", 2), after_failure("oom", "0", 1), after_failure("oom", "0", 2, "warmup")
+    ('alone', 'as it failed', 'night too large')
     """
-    return kind == "oom" and device not in ("", "cpu") and peers > 1
+    if kind != "oom" or device in ("", "cpu") or peers <= 1:
+        return AS_IT_FAILED
+    return NIGHT_TOO_LARGE if role == WARMUP_ROLE else ALONE
 
 
 def _per_worker(seed_jobs: int, prestart: bool) -> int:
