@@ -72,11 +72,14 @@ class Loop:
         open_daemon(root, cfg)
         self.notifier = notifier
         import looper.executors.limits as run_limits
-        from looper.core.run.slots import prestart
+        from looper.core.run.slots import prestart, prestart_unmet
 
         said = executor.plan(cfg.data.dir, run_limits.sharing(cfg))
         if said and prestart(cfg.loop.prestart, cfg.executor.require_gpu):
             self.ctx.display.note(said)
+        unmet = prestart_unmet(cfg.loop.prestart, cfg.executor.require_gpu, executor.name, executor.prestarts)
+        if unmet:  # asked for (or "auto" on a GPU) where the executor cannot: said, not silently skipped
+            self.ctx.display.note(unmet)
         self.halted: Halted | None = None
         self._noted: set[str] = set()
 

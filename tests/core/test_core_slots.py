@@ -22,6 +22,7 @@ from looper.core.run.slots import (
     host_runs,
     night_sizes,
     prestart,
+    prestart_unmet,
     renumbered,
     runs_per_gpu,
     unused_words,
@@ -252,3 +253,16 @@ def test_a_gpu_the_runs_leave_idle_is_named_with_the_key_that_uses_it(count: int
                                                                        words: str) -> None:
     assert unused_words(count, where) == words
 
+
+
+@pytest.mark.parametrize("mode, gpu, executor, prestarts, said", [
+    ("auto", True, "ssh", False, True),     # "auto" is on with a GPU: an ssh host cannot start boxes ahead
+    ("on", False, "slurm", False, True),    # asked for outright
+    ("auto", False, "ssh", False, False),   # "auto" on a CPU: off, nothing to say
+    ("off", True, "ssh", False, False),
+    ("on", True, "local", True, False),     # the local executor does it
+])
+def test_prestart_asked_of_an_executor_that_cannot_is_said(mode, gpu, executor, prestarts, said):
+    words = prestart_unmet(mode, gpu, executor, prestarts)
+    assert bool(words) is said
+    assert not said or words.startswith(f"prestart: off on the {executor} executor: each run's box starts when")

@@ -270,3 +270,19 @@ def test_a_night_on_the_cpu_of_a_machine_with_a_gpu_says_once_that_the_gpu_is_un
     store.add_event(tag, "start", "daemon started (pid 2, 1 worker(s))")  # the next night has not said it (yet)
     assert status() == []
 
+
+
+@pytest.mark.parametrize("mode, said", [("auto", True), ("on", True), ("off", False)])
+def test_prestart_an_executor_cannot_do_is_said_at_the_night_s_start(tmp_path, mode, said):
+    """[loop] prestart ("auto": on with require_gpu) on an executor whose runs' boxes start when the runs come (an
+    ssh host): the night says so once at its start, naming the executor, not skipping it silently."""
+    from types import SimpleNamespace
+
+    from looper.executors.ssh.executor import SshExecutor
+
+    executor = SshExecutor(tmp_path / "ws", SimpleNamespace(host="gpu-box", remote_dir="/srv/looper", require_gpu=True))
+    stream = io.StringIO()
+    _loop(tmp_path, executor, stream, loop_prestart=mode)
+    words = ("prestart: off on the ssh executor: each run's box starts when its run comes, its start-up in the GPU's "
+             f'wait ([loop] prestart = "{mode}" starts boxes ahead on the local executor only; docs/GPU.md)')
+    assert (words in stream.getvalue()) is said, stream.getvalue()

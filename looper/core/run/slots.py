@@ -183,6 +183,20 @@ def prestart(mode: str, require_gpu: bool) -> bool:
     return mode == "on" or (mode == "auto" and require_gpu)
 
 
+def prestart_unmet(mode: str, require_gpu: bool, executor: str, prestarts: bool) -> str:
+    """What the night says once where ``[loop] prestart`` would be on (:func:`prestart`) but its executor (kind
+    ``executor``) starts each run's box when the run comes (``prestarts`` False: an ssh host, SLURM); "" otherwise.
+
+    >>> prestart_unmet("auto", True, "local", True), prestart_unmet("off", True, "ssh", False)
+    ('', '')
+    """
+    if not prestart(mode, require_gpu) or prestarts:
+        return ""
+    return (f"prestart: off on the {executor} executor: each run's box starts when its run comes, its start-up "
+            f"in the GPU's wait ([loop] prestart = \"{mode}\" starts boxes ahead on the local executor only; "
+            "docs/GPU.md)")
+
+
 def workers_to_fill(plan: SlotPlan, seed_jobs: int, workers: int, first: int, count: int,
                     prestart: bool = False) -> int:
     """The most workers (at least ``workers``) whose runs the GPUs still take at a time: on the busiest GPU its
