@@ -10,21 +10,25 @@ Remote layout under ``remote_dir`` (the parent of the working directory)::
     checkout/            train.py, prepare.py, evaluate.py and the looper package
     <data_dir>/          the prepared data set (built there once by prepare.py)
     runs/<run id>/       run.pid (process-group id while it runs), status (exit code), run.log,
-                         out/ (LOOPER_OUT: weights.pt, train.json, METRICS.json), gpu.json
+                         out/ (LOOPER_OUT: weights.pt, train.json, METRICS.json), gpu.json,
+                         code/ (a training's own train.py and fixed files, copied as they were checked)
 
 Commands:
 
 - ``root``: create ``runs/``; the absolute remote_dir.
 - ``facts``: free disk under remote_dir, this Python's version, whether rsync is installed and,
   with ``--sandbox``, whether bubblewrap can build the training sandbox on this host.
-- ``check FILE... [--run DIR --keep N]``: sha256 of checkout files; optionally create a run
-  folder and prune old ones (never one whose run.pid is still there) in the same round trip.
+- ``check FILE... [--run DIR --keep N [--code FILE]...]``: sha256 of checkout files; optionally create a run
+  folder and prune old ones (never one whose run.pid is still there, nor one changed in the last
+  :data:`FRESH_SECONDS`) in the same round trip; each ``--code`` file copied into ``DIR/code/`` first, its hash
+  the copy's: the run's own train.py, which the next run's sync (another candidate's, a worker's) cannot change.
 - ``run-dir DIR [--keep N] [--cached PATH]``: create and prune as above; whether PATH exists.
 - ``data DIR [--prepare prepare.py --scale S --seed N] [--index]``: the data set's manifest hash
   (:func:`looper.workspace.hashes.tree_hash`), after building it with prepare.py when asked and missing
   (the test pages' secret seed kept in ``remote_dir/.looper/test_seed``, which no sandbox shows);
   ``--index``: and its label index (looper/data/labelindex.py), made once, kept while it matches.
-- ``run DIR [--env K=V]... [--gpu-index N] [--budget S] -- ARGV...``: run ARGV in a process
+- ``run DIR [--env K=V]... [--gpu-index N] [--budget S] [--code DIR/code] -- ARGV...``: run ARGV (in ``--code``,
+  the run's own copy of train.py and the fixed files, the box's checkout; default this checkout) in a process
   group of its own, its id written to ``DIR/run.pid`` before it starts, its output streamed
   to stdout (the ssh client) and ``DIR/run.log``; the exit status goes to ``DIR/status`` and
   is this command's own (128+N for a signal N). ``--gpu-index``: sample that GPU into
@@ -114,13 +118,21 @@ def end_group(pgid: int, kill_after: float) -> str:
     return "KILLED"
 
 
+#: A run folder changed this recently is never pruned: its run may not have started yet (no run.pid before), or
+#: may have ended a moment ago with its out/ not yet fetched, while the daemon's other runs at a time (its seeds
+#: side by side, its workers) make folders of their own.
+FRESH_SECONDS = 600.0
+
+
 def _make_run_dir(run: Path, keep: int) -> None:
-    """Create ``run/out`` and delete all but the ``keep`` newest run folders without a run.pid."""
+    """Create ``run/out`` and delete all but the ``keep`` newest run folders without a run.pid and unchanged for
+    :data:`FRESH_SECONDS`."""
     (run / "out").mkdir(parents=True, exist_ok=True)
     folders = sorted((p for p in run.parent.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime,
                      reverse=True)
+    stale = time.time() - FRESH_SECONDS
     for old in folders[keep:]:
-        if not (old / "run.pid").exists() and old != run:
+        if not (old / "run.pid").exists() and old != run and old.stat().st_mtime < stale:
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -169,9 +181,20 @@ def cmd_check_device(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """The files' sha256; with ``--run`` its folder made, and each ``--code`` file copied into ``RUN/code/`` first
+    (the run's own copy, which no later sync of another run's train.py changes): its hash is the copy's."""
     if args.run:
         _make_run_dir(Path(args.run), args.keep)
-    return _say({"sha256": {n: (file_sha256(Path(n)) if Path(n).is_file() else None) for n in args.files}})
+    own: dict[str, Path] = {}
+    if args.run and args.code:
+        code = Path(args.run) / "code"
+        code.mkdir(exist_ok=True)
+        for name in args.code:
+            if Path(name).is_file():
+                shutil.copyfile(name, code / Path(name).name)
+                own[name] = code / Path(name).name
+    paths = {n: own.get(n, Path(n)) for n in args.files}
+    return _say({"sha256": {n: (file_sha256(p) if p.is_file() else None) for n, p in paths.items()}})
 
 
 def cmd_run_dir(args: argparse.Namespace) -> int:
@@ -214,13 +237,14 @@ def _present(path: str | None) -> Path | None:
 
 
 def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str],
-                 tmp_bytes: int = 0) -> tuple[list[str], Callable[[], None]]:
+                 tmp_bytes: int = 0, checkout: Path | None = None) -> tuple[list[str], Callable[[], None]]:
     """``python -m looper.remote run``'s side: ARGV inside the sandbox the executor asked for, its /tmp and
     /dev/shm ``tmp_bytes`` each (the run's limits here: [limits] tmp_max_bytes; 0: unsized).
 
     The executor asks through ``env``: ``LOOPER_SANDBOX`` = ``train`` | ``eval`` (absent: no
-    sandbox), ``LOOPER_SANDBOX_NETWORK=1``; both are taken out of ``env``. The working
-    directory is the host's checkout (train.py, evaluate.py and the synced looper package).
+    sandbox), ``LOOPER_SANDBOX_NETWORK=1``; both are taken out of ``env``. ``checkout``: the run's own
+    code folder (``run/code``: its train.py and the fixed files); default the working directory, the host's
+    checkout (train.py, evaluate.py and the synced looper package).
     For ``eval``, ARGV is evaluate.py's command line; the harness's copies of evaluate.py and of
     the looper package go to ``run/eval/``, and the returned callable (run after the command)
     moves METRICS.json to the ``--out`` ARGV named.
@@ -230,7 +254,7 @@ def wrap_on_host(argv: Sequence[str], run: Path, env: dict[str, str],
     argv = list(argv)
     if not kind:
         return argv, lambda: None
-    checkout = Path.cwd()
+    checkout = checkout or Path.cwd()
     if kind == "train":
         return sandbox.train_argv(argv, checkout=checkout, out_dir=run / "out",
                           data_dir=Path(env.get("LOOPER_DATA", "data")), env=env,
@@ -270,7 +294,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     threads = 0 if "LOOPER_THREADS" in env else host_threads(limits.machine()["cores"], box.runs)
     if threads:  # the daemon's workers' runs at a time on this host: each on its share of its cores
         env.update({var: str(threads) for var in ("LOOPER_THREADS", *THREAD_VARS)})
-    argv, after = wrap_on_host(args.argv, run, env, box.caps.tmp_max_bytes)  # LOOPER_SANDBOX=train|eval: this host's sandbox
+    code = Path(args.code) if args.code else Path.cwd()  # the run's own copy of train.py (check --code)
+    argv, after = wrap_on_host(args.argv, run, env, box.caps.tmp_max_bytes, code)  # LOOPER_SANDBOX=train|eval: this host's sandbox
     sampler = None
     if args.gpu_index is not None:
         from looper.executors.gpu import GpuSampler
@@ -282,7 +307,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         with box:
             bounds.check = box.check if box.on else None
-            s = proc.supervise(box.wrap(argv), cwd=Path.cwd(), env=env, log_path=run / "run.log", limits=bounds,
+            s = proc.supervise(box.wrap(argv), cwd=code, env=env, log_path=run / "run.log", limits=bounds,
                                on_line=_print_line, on_start=lambda pid: (box.started(pid), (run / "run.pid").write_text(str(pid))))
             if box.on:  # what this host saw of the run's limits: `end` hands it to the daemon
                 _write_json(run / "limits.json", dataclasses.asdict(box.seen(s.log_error, s.limit)))
@@ -349,7 +374,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
                 cwd = os.readlink(f"/proc/{pgid}/cwd")
             except OSError:
                 cwd = str(checkout)  # no /proc (not Linux): trust the pid file
-            if cwd == str(checkout):  # a recycled process group id belongs to someone else
+            if cwd in (str(checkout), str(pid_file.parent / "code")):  # a recycled group id is someone else's
                 end_group(pgid, args.kill_after)
                 ended.append([pgid, pid_file.parent.name])
         pid_file.unlink(missing_ok=True)
@@ -368,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("files", nargs="+")
     p.add_argument("--run", default="")
     p.add_argument("--keep", type=int, default=6)
+    p.add_argument("--code", action="append", default=[], help="with --run: copy this file into RUN/code/")
     p.set_defaults(fn=cmd_check)
     p = sub.add_parser("run-dir")
     p.add_argument("run")
@@ -388,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu-index", type=int, default=None)
     p.add_argument("--budget", type=float, default=0.0)
     p.add_argument("--kill-after", type=float, default=10.0)
+    p.add_argument("--code", default="", help="the run's own code folder (check --code): its working directory")
     p.add_argument("argv", nargs="+")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("check-device")

@@ -125,7 +125,7 @@ class SshExecutor(DataFolder):
                     sample_gpu: bool) -> tuple[RunResult, dict[str, Any] | None]:
         """Run ``argv`` remotely under ``limits``: the result and what ``end`` said (None: the host is gone)."""
         command = self.remote.run_command(run, argv, env, device_index(job.device, self.gpu_index) if sample_gpu else None,
-                                          limits.budget_seconds)
+                                          limits.budget_seconds, code=isinstance(job, TrainJob))
         s = proc.supervise(command, cwd=job.checkout, env=None, log_path=job.log_path, limits=limits,
                            on_line=on_line, cancel=cancel)
         # Always end the remote process group: after a limit fired the local ssh is gone but the
@@ -272,7 +272,7 @@ class SshExecutor(DataFolder):
         try:
             run = self.remote.new_run("train")
             pre = self.workspace / PRETRAINED_DIR  # the starting checkpoint(s), pushed beside train.py
-            problems = self.remote.sync_checked(job.checkout, run, [pre] if pre.is_dir() else [])
+            problems = self.remote.sync_checked(job.checkout, run, [pre] if pre.is_dir() else [], code=True)
             if problems:
                 return fault_result("; ".join(problems), NO_TOOL_CODE, time.monotonic() - t0)
             env = self._env(**train_vars(job, self.remote.data_path(self._data_dir), f"{run}/out",

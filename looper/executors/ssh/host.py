@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -43,6 +44,9 @@ class RemoteHost:
         self.package_dir = package_dir
         self.kill_after = kill_after
         self._root: str | None = None
+        # One push-and-check at a time: the runs of a night side by side (seeds, workers) share checkout/, and
+        # two rsyncs into it at once fail (files vanish under --delete) or leave one run another's train.py.
+        self._pushing = threading.RLock()
 
     # -- talking to looper.remote on the host -------------------------------------------------------
     def line(self, *args: str, module: str = "looper.remote", checkout: str = "") -> str:
@@ -76,6 +80,12 @@ class RemoteHost:
     # -- remote layout --------------------------------------------------------------------------
     def root(self) -> str:
         """The absolute remote_dir on the host, created with the looper package synced into it."""
+        if self._root is not None:
+            return self._root
+        with self._pushing:  # the first runs side by side ask at once: one makes it
+            return self._root or self._make_root()
+
+    def _make_root(self) -> str:
         if self._root is None:
             rel = _home_relative(self.remote_dir)
             checkout = f"{rel}/checkout"
@@ -102,24 +112,35 @@ class RemoteHost:
 
     # -- sync ------------------------------------------------------------------------------------
     def push(self, files: list[Path], checkout: str = "") -> None:
-        """Copy files and the looper package into remote checkout/ (package mirrored exactly)."""
+        """Copy files and the looper package into remote checkout/ (package mirrored exactly). rsync's quick check
+        (size and time) skips a file that looks unchanged: a fixed file changed there with both kept is the hash
+        check's to find (:meth:`sync_checked`)."""
         pkg = str(self.package_dir).rstrip("/")
         self.link.rsync(["--delete", "--exclude", "__pycache__", "--exclude", "*.pyc",
                          *[str(f) for f in files], pkg, self.link.spec((checkout or self.checkout) + "/")],
                         f"copying {', '.join(f.name for f in files) or 'the looper package'} to {self.host}")
 
-    def sync_checked(self, checkout: Path, run: str = "", folders: Sequence[Path] = ()) -> list[str]:
+    def sync_checked(self, checkout: Path, run: str = "", folders: Sequence[Path] = (), code: bool = False) -> list[str]:
         """Push and verify (and create ``run``'s folder); problems in words; TransportFault on a link fault.
-        ``folders``: whole local folders (the workspace's pretrained/) pushed into checkout/ beside the files."""
+        ``folders``: whole local folders (the workspace's pretrained/) pushed into checkout/ beside the files.
+        ``code`` (a training): train.py and the fixed files copied into ``run/code/`` as they are checked, the
+        run's own (``run --code``), and their hashes the copies'. One sync at a time (the runs side by side)."""
         checkout = Path(checkout)
         names = ["train.py", *FIXED_FILES]
         missing = [n for n in names if not (checkout / n).is_file()]
         if missing:
             return [f"missing in the local checkout {checkout}: {', '.join(missing)}"]
         inside = {f"{d.name}/{f.name}": f for d in folders for f in sorted(Path(d).iterdir()) if f.is_file()}
-        self.push([checkout / n for n in names] + [Path(d) for d in folders])
         extra = ["--run", run, "--keep", str(KEEP_RUNS)] if run else []
-        remote = self.ask("check", *names, *inside, *SCORING_MODULES, *extra, what="checking the synced files")["sha256"]
+        extra += [f"--code={n}" for n in names] if run and code else []
+        with self._pushing:
+            self.push([checkout / n for n in FIXED_FILES] + [Path(d) for d in folders])
+            # train.py by its content: two candidates' of one size written in the same second (LR0 0.003 and
+            # 0.002, two workers') look alike to the quick check, which would leave the last one's there
+            self.link.rsync(["--checksum", str(checkout / "train.py"), self.link.spec(self.checkout + "/")],
+                            f"copying train.py to {self.host}")
+            remote = self.ask("check", *names, *inside, *SCORING_MODULES, *extra,
+                              what="checking the synced files")["sha256"]
         problems = []
         local_of = {**{n: checkout / n for n in names}, **inside,
                     **{m: self.package_dir.parent / m for m in SCORING_MODULES}}
@@ -133,9 +154,10 @@ class RemoteHost:
 
     # -- runs ---------------------------------------------------------------------------------------
     def run_command(self, run: str, argv: list[str], env: dict[str, str], gpu_index: int | None,
-                    budget_seconds: float | None) -> list[str]:
-        """The ssh argv (a connection of its own) that runs ``argv`` under ``looper.remote run``."""
-        args = ["run", run, *[f"--env={k}={v}" for k, v in env.items()]]
+                    budget_seconds: float | None, code: bool = False) -> list[str]:
+        """The ssh argv (a connection of its own) that runs ``argv`` under ``looper.remote run`` (``code``: in the
+        run's own copy of its files, ``sync_checked(code=True)``)."""
+        args = ["run", run, *[f"--env={k}={v}" for k, v in env.items()], *([f"--code={run}/code"] if code else [])]
         if gpu_index is not None:
             args.append(f"--gpu-index={gpu_index}")
         if budget_seconds:

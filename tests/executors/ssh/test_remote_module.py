@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,37 @@ def test_run_dir_prunes_old_runs_but_never_a_live_one(root: Path, capsys: pytest
     assert (runs / "new" / "out").is_dir()
 
 
+def test_run_dir_never_prunes_a_folder_changed_in_the_last_minutes(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The runs side by side make their folders at once: one made a moment ago (its run not started yet: no
+    run.pid) or ended a moment ago (its out/ not fetched yet) is not an old run, however many are newer."""
+    runs = root / "runs"
+    for i in range(6):
+        (runs / f"r{i}").mkdir(parents=True)
+        os.utime(runs / f"r{i}", (time.time() - 60 + i,) * 2)  # a minute ago and since, none with a run.pid
+    (runs / "stale").mkdir()
+    os.utime(runs / "stale", (time.time() - remote.FRESH_SECONDS - 5,) * 2)
+    assert remote.main(["run-dir", str(runs / "new"), "--keep", "2"]) == 0
+    assert sorted(p.name for p in runs.iterdir()) == ["new", *(f"r{i}" for i in range(6))]  # the stale one went
+
+
+def test_check_copies_the_run_s_own_code_and_hashes_the_copies(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A training's train.py and fixed files, copied into RUN/code as they are checked: the next run's sync (another
+    candidate's train.py) changes checkout/, never a run's own copy; the hashes are the copies'."""
+    co = root / "checkout"
+    (co / "train.py").write_text("print('A')\n")
+    (co / "evaluate.py").write_text("print('E')\n")
+    run = root / "runs" / "r1"
+    assert remote.main(["check", "train.py", "evaluate.py", "--run", str(run), "--code=train.py",
+                        "--code=evaluate.py"]) == 0
+    got = _answer(capsys)["sha256"]
+    (co / "train.py").write_text("print('B')\n")  # the next candidate's
+    assert (run / "code" / "train.py").read_text() == "print('A')\n"
+    import hashlib
+
+    assert got == {"train.py": hashlib.sha256(b"print('A')\n").hexdigest(),
+                   "evaluate.py": hashlib.sha256(b"print('E')\n").hexdigest()}
+
+
 def test_data_missing_dirty_prepared_and_failed(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     prepare = root / "checkout" / "prepare.py"
     prepare.write_text("import argparse, json, pathlib, sys\n"
@@ -121,19 +153,23 @@ def test_reap_ends_live_runs_of_this_checkout_only(root: Path, capsys: pytest.Ca
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
     ours = subprocess.Popen(sleeper, cwd=root / "checkout", start_new_session=True)
     other = subprocess.Popen(sleeper, cwd=elsewhere, start_new_session=True)  # a recycled id, say
+    (root / "runs" / "d" / "code").mkdir(parents=True)
+    own = subprocess.Popen(sleeper, cwd=root / "runs" / "d" / "code", start_new_session=True)
     try:
         for name, p in (("a", ours), ("b", other)):
             (root / "runs" / name).mkdir(parents=True)
             (root / "runs" / name / "run.pid").write_text(str(p.pid))
         (root / "runs" / "c").mkdir()
         (root / "runs" / "c" / "run.pid").write_text("not a number")
+        (root / "runs" / "d" / "run.pid").write_text(str(own.pid))  # a training works in its own copy of the code
         assert remote.main(["reap", "--kill-after", "0.5"]) == 0
-        assert _answer(capsys) == {"ended": [[ours.pid, "a"]]}
+        assert _answer(capsys) == {"ended": [[ours.pid, "a"], [own.pid, "d"]]}
         ours.wait(timeout=10)
+        own.wait(timeout=10)
         assert other.poll() is None  # another checkout's process is never touched
         assert not list((root / "runs").glob("*/run.pid"))
     finally:
-        for p in (ours, other):
+        for p in (ours, other, own):
             if p.poll() is None:
                 p.kill()
 

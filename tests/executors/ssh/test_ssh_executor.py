@@ -117,7 +117,10 @@ def test_train_runs_remotely_and_brings_evidence_back(make_executor: Make, check
     env_line = next(ln for ln in lines if ln.startswith("env "))
     budget, seed, data, device, cwd = env_line.split()[1:]
     assert (budget, seed, device) == ("42", "7", "cpu")
-    assert data == f"{remote}/data" and cwd == f"{remote}/checkout"
+    (code,) = remote.glob("runs/*-train-*/code")  # the run's own copy of train.py and the fixed files
+    assert data == f"{remote}/data" and cwd == str(code)
+    assert sorted(p.name for p in code.iterdir()) == ["evaluate.py", "prepare.py", "train.py"]
+    assert (code / "train.py").read_text() == (checkout / "train.py").read_text()
     assert (job.out_dir / "weights.pt").stat().st_size == 1000
     assert json.loads((job.out_dir / "train.json").read_text())["steps"] == 3
     assert "done" in job.log_path.read_text()  # the log streamed back

@@ -51,3 +51,18 @@ def test_sshd_stopped_mid_night_is_an_error_halt_with_one_page(make_ws, sshd, tm
     assert exp["status"] == "error" and exp["score"] is None, exp
     assert not [r for r in ws.rows() if r["status"] == "crash"]
     assert len(pages.pages) == 1 and "halt" in json.dumps(pages.pages[0])
+
+
+def test_a_night_over_ssh_with_two_workers_side_by_side_decides_every_change(
+        make_ws, sshd, tmp_path, pages):  # noqa: F811
+    """Two workers on one host, each candidate's runs beside the other's: before, their syncs into the host's
+    checkout/ at once failed (a halt) or left a run another candidate's train.py
+    (tests/executors/ssh/test_ssh_executor_race.py)."""
+    ws = _ssh_ws(make_ws, sshd, tmp_path, loop_workers=2)
+    ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
+    ws.enqueue("QUALITY 0.5 -> 0.3", knobs={"QUALITY": 0.3})
+    r = ws.looper("run", "--max-experiments", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = ws.rows()
+    assert len(rows) == 2 and not [x for x in rows if x["status"] in ("error", "crash")], rows
+    assert pages.pages == []
