@@ -335,10 +335,11 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _side_by_side(self) -> Config:
-        if self.loop.seed_jobs > 1 and self.executor.kind != "local":
-            raise _KeyProblem("loop.seed_jobs", f"runs seeds side by side on this machine's cores: only with "
-                                                f'executor.kind = "local" (got "{self.executor.kind}", '
-                                                f"seed_jobs {self.loop.seed_jobs})")
+        if self.loop.seed_jobs > 1 and self.executor.kind not in ("local", "ssh"):
+            raise _KeyProblem("loop.seed_jobs", "runs seeds side by side on one machine's cores: only with "
+                                                f'executor.kind = "local" or "ssh" (got "{self.executor.kind}", '
+                                                f"seed_jobs {self.loop.seed_jobs}: each SLURM job is an allocation of "
+                                                "its own; more workers run more jobs at once)")
         return self
 
     def redacted_dict(self) -> dict[str, Any]:

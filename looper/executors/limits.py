@@ -83,14 +83,13 @@ def caps_from(section: Any, runs: int = 1) -> core.Caps:
 
 def sharing(cfg: Any) -> int:
     """The runs at a time that share the memory of the machine they run on under ``cfg``: on this one (the local
-    executor) looper.core.run.slots.host_runs; on an ssh host the night's workers (each one run at a time there),
-    a share of the host's own memory it derives (:func:`from_request`); 1 on a SLURM node (its job's ``--mem``)."""
+    executor) looper.core.run.slots.host_runs; on an ssh host the same count (every worker's seeds side by side,
+    with prestart each evaluated beside the next training), a share of the host's own memory and cores it
+    derives (:func:`from_request`); 1 on a SLURM node (its job's ``--mem``)."""
     from looper.core.run.slots import host_runs, prestart
 
     loop = cfg.loop
-    if cfg.executor.kind == "ssh":  # every worker's runs go to the one host, which derives its share itself
-        return max(1, loop.workers)
-    if cfg.executor.kind != "local":
+    if cfg.executor.kind not in ("local", "ssh"):
         return 1
     return host_runs(loop.seed_jobs, loop.workers, prestart(loop.prestart, cfg.executor.require_gpu))
 

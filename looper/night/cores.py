@@ -18,9 +18,9 @@ def usable_cores() -> list[int]:
 
 
 def runs_at_once(cfg: Config) -> int:
-    """The runs that train at once on this machine: each worker's ``seed_jobs`` seeds, and the workers' runs too
-    on the local executor (looper.core.run.cores.side_by_side); what run_threads shares the cores among and what
-    a tag's warm-up and fit run train side by side."""
+    """The runs that train at once on the machine they run on: each worker's ``seed_jobs`` seeds, every worker's,
+    here or on the ssh host (looper.core.run.cores.side_by_side); what run_threads shares this machine's cores
+    among and what a tag's warm-up and fit run train side by side."""
     return core_cores.side_by_side(cfg.loop.seed_jobs, cfg.loop.workers, cfg.executor.kind)
 
 
@@ -29,9 +29,9 @@ def run_threads(cfg: Config) -> int:
     local executor's; 0 with one run at a time: nothing set); a harness error naming the keys where there are
     fewer cores than runs. Workers count too: two tiny trainings at once, each on every core of this 2-core
     machine, took 30.2 s each where one thread each took 11.1 s (bench/RESULTS.md, "Threads of runs at the same
-    time"). An ssh host shares its own cores among the workers' runs (looper.remote run)."""
+    time"). An ssh host shares its own cores among the night's runs there (looper.remote run): 0 here."""
     runs = runs_at_once(cfg)
-    if runs <= 1:
+    if runs <= 1 or cfg.executor.kind != "local":
         return 0
     try:
         return core_cores.threads_per_run(len(usable_cores()), runs)

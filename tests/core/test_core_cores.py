@@ -31,11 +31,13 @@ def test_no_runs_is_not_a_share(runs):
 
 @pytest.mark.parametrize("seed_jobs, workers, executor, runs", [
     (1, 1, "local", 1), (2, 1, "local", 2), (1, 2, "local", 2), (2, 2, "local", 4), (4, 2, "local", 8),
-    (1, 2, "ssh", 1), (1, 4, "slurm", 1),  # an ssh host's or SLURM nodes' cores are not this machine's
+    (1, 2, "ssh", 2), (2, 2, "ssh", 4),  # every worker's seeds on the one ssh host
+    (1, 4, "slurm", 1),  # each SLURM job an allocation of its own
     (0, 2, "local", 1), (2, 0, "local", 1),  # nothing said: still one run
 ])
 def test_the_runs_at_once_here_count_every_worker_s_seeds(seed_jobs, workers, executor, runs):
-    """Two workers each running one seed at a time were counted as one run (each took every core)."""
+    """Two workers each running one seed at a time were counted as one run (each took every core); on an ssh
+    host, where every worker's runs train too, as well."""
     assert side_by_side(seed_jobs, workers, executor) == runs
 
 

@@ -27,8 +27,9 @@ def test_what_a_baseline_depends_on_budget_step_budget_data_scale_and_seed_execu
     ((1, 1, "local"), (1, 2, "local"), "runs at a time (loop.seed_jobs x loop.workers) 1 -> 2"),  # the GPU slots' advice
     ((4, 1, "local"), (2, 2, "local"), None),     # 4 at a time either way
     ((2, 2, "local"), (2, 1, "local"), "runs at a time (loop.seed_jobs x loop.workers) 4 -> 2"),
-    ((1, 1, "ssh"), (1, 2, "ssh"), None),         # an ssh host's runs: not this machine's (looper.core.run.cores)
-    ((1, 2, "local"), (1, 2, "ssh"), "runs at a time (loop.seed_jobs x loop.workers) 2 -> 1"),
+    ((1, 1, "ssh"), (1, 2, "ssh"), "runs at a time (loop.seed_jobs x loop.workers) 1 -> 2"),  # all on the host
+    ((1, 2, "local"), (1, 2, "ssh"), None),       # 2 at a time here, then 2 on the ssh host (its kind: changed)
+    ((2, 2, "ssh"), (1, 2, "slurm"), "runs at a time (loop.seed_jobs x loop.workers) 4 -> 1"),  # SLURM: one a job
 ])
 def test_a_baseline_depends_on_the_runs_at_a_time_its_budget_was_measured_under(then, now, said):
     """The warm-up's steps, the fit run's wall clock and a wall-clock run's steps were measured under the runs

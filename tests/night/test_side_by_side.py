@@ -184,10 +184,16 @@ def test_each_run_s_threads_are_its_share_of_this_process_s_cores_by_seed_jobs_t
         run_threads(cfg)
 
 
-def test_seed_jobs_is_refused_off_the_local_executor_naming_the_key():
-    with pytest.raises(ConfigError, match='loop.seed_jobs: runs seeds side by side on this machine.s cores: only with '
-                                          'executor.kind = "local" \\(got "ssh", seed_jobs 2\\)'):
-        config_from_dict({"loop": {"seed_jobs": 2}, "executor": {"kind": "ssh", "host": "gpu1"}})
+def test_seed_jobs_is_refused_on_slurm_naming_the_key():
+    with pytest.raises(ConfigError, match='loop.seed_jobs: runs seeds side by side on one machine.s cores: only with '
+                                          'executor.kind = "local" or "ssh" \\(got "slurm", seed_jobs 2: each SLURM '
+                                          'job is an allocation of its own'):
+        config_from_dict({"loop": {"seed_jobs": 2}, "executor": {"kind": "slurm"}})
+    remote = config_from_dict({"loop": {"seed_jobs": 2, "workers": 2}, "executor": {"kind": "ssh", "host": "gpu1"}})
+    assert remote.loop.seed_jobs == 2  # an ssh host's GPU takes a look's seeds side by side
+    from looper.executors.limits import sharing
+
+    assert sharing(remote) == 4 and run_threads(remote) == 0  # the host shares its own memory and cores by 4
     assert config_from_dict({}).loop.seed_jobs == 1
     with pytest.raises(ConfigError, match=r"loop.seed_jobs: must be >= 1 \(got 0\)"):
         config_from_dict({"loop": {"seed_jobs": 0}})

@@ -36,14 +36,14 @@ def threads_per_run(cores: int, runs: int) -> int:
 
 
 def side_by_side(seed_jobs: int, workers: int, executor: str) -> int:
-    """The runs that train at once on the daemon's machine, at least one: each worker's ``seed_jobs`` seeds, and the
-    workers' runs too where they run here (``executor`` ``"local"``; on an ssh host or SLURM nodes the cores are
-    not this machine's, and a worker's seeds run one at a time there).
+    """The runs that train at once on the machine they run on, at least one: each worker's ``seed_jobs`` seeds,
+    every worker's on this machine (``executor`` ``"local"``) or on the one ssh host (``"ssh"``); on SLURM each
+    job is an allocation of its own, one run.
 
-    >>> side_by_side(2, 2, "local"), side_by_side(1, 2, "local"), side_by_side(1, 2, "ssh"), side_by_side(0, 1, "local")
-    (4, 2, 1, 1)
+    >>> side_by_side(2, 2, "local"), side_by_side(1, 2, "local"), side_by_side(2, 2, "ssh"), side_by_side(2, 2, "slurm")
+    (4, 2, 4, 1)
     """
-    return max(1, seed_jobs * (workers if executor == "local" else 1))
+    return max(1, seed_jobs * workers) if executor in ("local", "ssh") else 1
 
 
 def host_threads(cores: int, runs: int) -> int:

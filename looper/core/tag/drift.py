@@ -18,7 +18,7 @@ def baseline_drift(then: dict | None, now: dict, then_gpus: Collection[str] = ()
                    then_cores: int | None = None, now_cores: int | None = None) -> list[str]:
     """What changed between the config a baseline was measured under and ``now`` (both as
     ``Config.redacted_dict()``), as "section.key a -> b" lines; a key ``then`` lacks is unknown and counts as
-    unchanged. The runs that train at once on this machine (``[loop] seed_jobs`` x ``workers``,
+    unchanged. The runs that train at once where they run (``[loop] seed_jobs`` x ``workers``, here or on the ssh host,
     looper.core.run.cores.side_by_side) count too: the warm-up's steps and the fit run's wall clock were measured
     under them, and a run's speed under the wall clock depends on them. So does the GPU: ``then_gpus``, the
     names of the GPUs the baseline's runs trained on (none known: unchanged), against ``now_gpu``, the GPU the

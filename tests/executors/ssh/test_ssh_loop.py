@@ -53,12 +53,12 @@ def test_sshd_stopped_mid_night_is_an_error_halt_with_one_page(make_ws, sshd, tm
     assert len(pages.pages) == 1 and "halt" in json.dumps(pages.pages[0])
 
 
-def test_a_night_over_ssh_with_two_workers_side_by_side_decides_every_change(
+def test_a_night_over_ssh_with_seeds_and_workers_side_by_side_decides_every_change(
         make_ws, sshd, tmp_path, pages):  # noqa: F811
-    """Two workers on one host, each candidate's runs beside the other's: before, their syncs into the host's
-    checkout/ at once failed (a halt) or left a run another candidate's train.py
-    (tests/executors/ssh/test_ssh_executor_race.py)."""
-    ws = _ssh_ws(make_ws, sshd, tmp_path, loop_workers=2)
+    """Two workers on one host, two seeds each side by side (``seed_jobs`` > 1 was refused off the local executor):
+    four runs at a time there, each candidate's beside the other's. Before, their syncs into the host's checkout/ at
+    once failed (a halt) or left a run another candidate's train.py (tests/executors/ssh/test_ssh_executor_race.py)."""
+    ws = _ssh_ws(make_ws, sshd, tmp_path, loop_workers=2, loop_seed_jobs=2)
     ws.enqueue("QUALITY 0.5 -> 0.8", knobs={"QUALITY": 0.8})
     ws.enqueue("QUALITY 0.5 -> 0.3", knobs={"QUALITY": 0.3})
     r = ws.looper("run", "--max-experiments", "2")
@@ -66,3 +66,9 @@ def test_a_night_over_ssh_with_two_workers_side_by_side_decides_every_change(
     rows = ws.rows()
     assert len(rows) == 2 and not [x for x in rows if x["status"] in ("error", "crash")], rows
     assert pages.pages == []
+    import sqlite3
+
+    with sqlite3.connect(ws.root / "experiments.db") as con:  # the seeds of a look trained at once on the host
+        spans = con.execute("SELECT experiment_id, started_at, train_ended_at FROM runs WHERE train_ended_at IS NOT "
+                            "NULL ORDER BY experiment_id, started_at").fetchall()
+    assert any(a[0] == b[0] and b[1] < a[2] for a, b in zip(spans, spans[1:], strict=False)), spans
