@@ -119,9 +119,10 @@ def end_group(pgid: int, kill_after: float) -> str:
 
 
 #: A run folder changed this recently is never pruned: its run may not have started yet (no run.pid before), or
-#: may have ended a moment ago with its out/ not yet fetched, while the daemon's other runs at a time (its seeds
-#: side by side, its workers) make folders of their own.
-FRESH_SECONDS = 600.0
+#: may have ended a moment ago with its out/ not yet fetched (``end`` removes run.pid, which touches the folder),
+#: while the daemon's other runs at a time (its seeds side by side, its workers) make folders of their own. Short:
+#: a GPU night ends runs by the dozen a minute, each folder with its weights.
+FRESH_SECONDS = 120.0
 
 
 def _make_run_dir(run: Path, keep: int) -> None:
