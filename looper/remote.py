@@ -149,7 +149,8 @@ def cmd_facts(args: argparse.Namespace) -> int:
     facts: dict[str, object] = {"free_bytes": shutil.disk_usage(root).free, "python": platform.python_version(),
                                 "rsync": shutil.which("rsync") is not None,
                                 # the runs here get it (the sandbox passes it): it renumbers their GPUs
-                                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+                                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                "cores": limits.machine()["cores"]}  # what feeds this host's GPU (the slots' plan)
     if args.sandbox:  # can this host build the sandbox train.py will run in? (a real `bwrap ... true`)
         from looper.executors.sandbox import SandboxPolicy, preflight
 

@@ -65,7 +65,7 @@ def preflight(ctx: Context, w: Worker) -> Verdict:
              "pretrained": check_pretrained(ctx.root, (w.wt.path / "train.py").read_text(), _data_path(ctx)),
              "baselines": Verdict.errored(*planted) if planted else Verdict.passed(),
              "disk": _disk(ctx), "cores": _cores(ctx)}
-    parts["gpu_slots"] = _gpu_slots(ctx, parts["executor"].metrics.get("gpu"))
+    parts["gpu_slots"] = _gpu_slots(ctx, parts["executor"].metrics.get("gpu"), parts["executor"].metrics.get("cores"))
     dirty = [c.path for c in w.wt.changes()]
     parts["checkout"] = (Verdict.errored(f"checkout not clean: {', '.join(dirty[:5])}") if dirty
                          else Verdict.passed())
@@ -124,10 +124,11 @@ def _cores(ctx: Context) -> Verdict:
         return Verdict.errored(str(exc))
 
 
-def _gpu_slots(ctx: Context, gpu: dict[str, Any] | None) -> Verdict:
+def _gpu_slots(ctx: Context, gpu: dict[str, Any] | None, host_cores: object = None) -> Verdict:
     """With ``require_gpu``: the runs at a time on the busiest GPU (``seed_jobs`` x the workers on it) fit its
     free memory at the tag's measured peak a run (looper.core.run.slots); more would fail as out-of-memory
-    crashes blamed on the candidates."""
+    crashes blamed on the candidates. The cores that feed it: this machine's, or the ssh host's (``host_cores``,
+    its preflight's reading; not known: no advice on the workers that would fill it)."""
     from looper.core.run.slots import fill_words, gpu_slots, prestart, runs_per_gpu
     from looper.night.cores import usable_cores
     from looper.store.queries import gpu_run_peak_mb
@@ -135,12 +136,16 @@ def _gpu_slots(ctx: Context, gpu: dict[str, Any] | None) -> Verdict:
     if not ctx.cfg.executor.require_gpu or not gpu or not gpu.get("ok"):
         return Verdict.passed()
     loop = ctx.cfg.loop
-    plan = gpu_slots(float(gpu.get("memory_free_mb") or 0), gpu_run_peak_mb(ctx.store, loop.tag), len(usable_cores()))
+    kind = ctx.cfg.executor.kind
+    on_host = host_cores if kind == "ssh" and isinstance(host_cores, int) and host_cores > 0 else 0
+    known = kind == "local" or bool(on_host)
+    plan = gpu_slots(float(gpu.get("memory_free_mb") or 0), gpu_run_peak_mb(ctx.store, loop.tag),
+                     on_host or len(usable_cores()))
     overlap = prestart(loop.prestart, ctx.cfg.executor.require_gpu)
     first, count = ctx.cfg.executor.gpu_index, int(gpu.get("count") or 0)
     runs = runs_per_gpu(loop.seed_jobs, loop.workers, first, count, prestart=overlap)
     metrics = {"slots": plan.slots, "runs_per_gpu": runs, "plan": plan.line(), "prestart": overlap}
-    if ctx.cfg.executor.kind == "local":  # the cores that feed the GPU are this machine's (an ssh host's are not known)
+    if known:  # the cores that feed the GPU are known: this machine's or the ssh host's
         metrics["fill"] = fill_words(plan, loop.seed_jobs, loop.workers, first, count, overlap)
     if runs > plan.by_memory:
         both = " (training and, with loop.prestart, as many evaluated beside them)" if overlap and loop.seed_jobs > 1 else ""

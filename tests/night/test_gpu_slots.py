@@ -286,3 +286,28 @@ def test_prestart_an_executor_cannot_do_is_said_at_the_night_s_start(tmp_path, m
     words = ("prestart: off on the ssh executor: each run's box starts when its run comes, its start-up in the GPU's "
              f'wait ([loop] prestart = "{mode}" starts boxes ahead on the local executor only; docs/GPU.md)')
     assert (words in stream.getvalue()) is said, stream.getvalue()
+
+
+class HostGpuExecutor(OneGpuExecutor):
+    """The fake executor as the ssh executor's preflight answers: one GPU on a host of ``cores`` cores."""
+
+    def __init__(self, free_mb: float, cores: int) -> None:
+        super().__init__(free_mb)
+        self.cores = cores
+
+    def preflight(self, require_gpu: bool, gpu: int | None = None) -> Verdict:
+        v = super().preflight(require_gpu, gpu)
+        return Verdict.passed({**v.metrics, "cores": self.cores})
+
+
+def test_an_ssh_host_s_gpu_slots_are_planned_on_the_host_s_cores(tmp_path):
+    """The GPU's slots are fed by the cores of the machine it is in: an ssh host's, from its preflight (before:
+    the daemon's own, a laptop's 2 cores planning a 64-core GPU host's slots), and the note of the workers that
+    would fill it is said there too."""
+    loop = _loop(tmp_path, HostGpuExecutor(free_mb=140_000, cores=64), exec_kind="ssh", exec_host="gpu-box",
+                 exec_remote_dir="/srv/looper")
+    assert loop.setup() is None
+    v = preflight(loop.ctx, loop.ctx.main_worker())
+    slots = v.metrics["gpu_slots"]
+    assert "64 cores / 2 a run -> 32" in slots["plan"] and slots["slots"] == 16, slots  # memory and cores: the cap
+    assert "loop.workers = " in slots["fill"], slots  # one run at a time leaves the host's GPU empty: said

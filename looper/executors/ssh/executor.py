@@ -163,6 +163,8 @@ class SshExecutor(DataFolder):
             problems.append(f"remote disk nearly full on {self.host}: {free / 2**20:.0f} MiB free under "
                             f"{root} (need 1024 MiB)")
         metrics["python"] = str(facts.get("python", ""))
+        if isinstance(facts.get("cores"), int) and facts["cores"] > 0:  # the host's: its GPU's slots are fed by them
+            metrics["cores"] = facts["cores"]
         if not facts.get("rsync"):
             problems.append(f"rsync is not installed on {self.host}")
         boxed = facts.get("sandbox")

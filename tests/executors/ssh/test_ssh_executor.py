@@ -65,6 +65,7 @@ def test_preflight_passes_and_reports_remote_facts(make_executor: Make, tmp_path
     assert v.metrics["python"].startswith("3.")
     assert v.metrics["remote_dir"] == str((tmp_path / "remote").resolve())
     assert v.metrics["sandbox"].startswith("bwrap")  # the host built the training sandbox once
+    assert v.metrics["cores"] == len(os.sched_getaffinity(0))  # the host's cores (the host is this machine here)
 
 
 def test_preflight_fails_on_a_host_that_cannot_build_the_sandbox(make_executor: Make, tmp_path: Path) -> None:
