@@ -129,12 +129,19 @@ def _make_run_dir(run: Path, keep: int) -> None:
     """Create ``run/out`` and delete all but the ``keep`` newest run folders without a run.pid and unchanged for
     :data:`FRESH_SECONDS`."""
     (run / "out").mkdir(parents=True, exist_ok=True)
-    folders = sorted((p for p in run.parent.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime,
-                     reverse=True)
+    changed = {p: _mtime(p) for p in run.parent.iterdir() if p.is_dir()}
     stale = time.time() - FRESH_SECONDS
-    for old in folders[keep:]:
-        if not (old / "run.pid").exists() and old != run and old.stat().st_mtime < stale:
+    for old in sorted(changed, key=changed.__getitem__, reverse=True)[keep:]:
+        if not (old / "run.pid").exists() and old != run and changed[old] < stale:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _mtime(path: Path) -> float:
+    """When ``path`` last changed; gone meanwhile (another run's prune took it): infinitely long ago."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return float("-inf")
 
 
 # -- commands -------------------------------------------------------------------------------------
