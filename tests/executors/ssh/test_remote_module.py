@@ -106,6 +106,13 @@ def test_run_dir_never_prunes_a_folder_changed_in_the_last_minutes(root: Path, c
     assert sorted(p.name for p in runs.iterdir()) == ["new", *(f"r{i}" for i in range(6))]  # the stale one went
 
 
+def test_a_run_folder_another_prune_took_meanwhile_is_older_than_every_other(root: Path) -> None:
+    """Runs side by side prune at once: a folder listed, then removed by the other prune before its time is read,
+    sorts last and is pruned (nothing to remove), never an error that would end `check` (a halt)."""
+    (root / "runs" / "here").mkdir(parents=True)
+    assert remote._mtime(root / "runs" / "here") > remote._mtime(root / "runs" / "gone") == float("-inf")
+
+
 def test_check_copies_the_run_s_own_code_and_hashes_the_copies(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A training's train.py and fixed files, copied into RUN/code as they are checked: the next run's sync (another
     candidate's train.py) changes checkout/, never a run's own copy; the hashes are the copies'."""
