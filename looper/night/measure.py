@@ -185,7 +185,8 @@ def train(ctx: Context, w: Worker, exp_id: int, role: str, seed: int, budget: fl
         return _proven(ctx, w, exp_id, role, m.ended(Outcome.ERROR, lost), None)
     if not tr.clean_exit:
         m = classify_failed(ctx, w, m, tr, exp_id, role)
-        then = core_slots.after_failure(m.failure_kind, w.device, peers, role) if m.outcome is Outcome.CRASH else ""
+        then = (core_slots.after_failure(m.failure_kind, w.device, peers, role) if m.outcome is Outcome.CRASH
+                else core_slots.AS_IT_FAILED)
         if then == core_slots.NIGHT_TOO_LARGE:  # the warm-up's and the fit run's copies: the night's load
             m.blocking[:1] = [f"{m.blocking[0] if m.blocking else 'out of memory'} (beside {_others(peers)} on "
                               f"GPU {w.device}: the runs the night trains at "

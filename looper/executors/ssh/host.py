@@ -83,21 +83,21 @@ class RemoteHost:
         if self._root is not None:
             return self._root
         with self._pushing:  # the first runs side by side ask at once: one makes it
-            return self._root or self._make_root()
+            if self._root is None:
+                self._root = self._make_root()
+            return self._root
 
     def _make_root(self) -> str:
-        if self._root is None:
-            rel = _home_relative(self.remote_dir)
-            checkout = f"{rel}/checkout"
-            mk = self.link.control(f"mkdir -p -- {shlex.quote(checkout)}")
-            if mk.exit_code != 0:
-                raise TransportFault(f"creating remote_dir {self.remote_dir} on {self.host} failed "
-                                     f"(exit {mk.exit_code}): {last_lines(mk.stderr) or 'no message'}",
-                                     mk.exit_code if mk.exit_code is not None else NO_TOOL_CODE)
-            self.push([], checkout)
-            self._root = str(self.ask("root", what=f"resolving remote_dir {self.remote_dir}",
-                                       checkout=checkout)["root"])
-        return self._root
+        """Create remote_dir/checkout there, push the looper package into it, and resolve remote_dir."""
+        rel = _home_relative(self.remote_dir)
+        checkout = f"{rel}/checkout"
+        mk = self.link.control(f"mkdir -p -- {shlex.quote(checkout)}")
+        if mk.exit_code != 0:
+            raise TransportFault(f"creating remote_dir {self.remote_dir} on {self.host} failed "
+                                 f"(exit {mk.exit_code}): {last_lines(mk.stderr) or 'no message'}",
+                                 mk.exit_code if mk.exit_code is not None else NO_TOOL_CODE)
+        self.push([], checkout)
+        return str(self.ask("root", what=f"resolving remote_dir {self.remote_dir}", checkout=checkout)["root"])
 
     @property
     def checkout(self) -> str:
